@@ -1,0 +1,33 @@
+# Helpers shared by every folder of the project.
+
+# Warnings for the project's own code only: third-party headers come in as SYSTEM includes.
+function(ddp_set_warnings target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra)
+  if(DDP_WARNINGS_AS_ERRORS)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
+endfunction()
+
+# Note [Gloo headers]
+# LibTorch's wheels and zips ship libtorch_cpu with Gloo compiled in, but not Gloo's headers, which
+# c10d/ProcessGroupGloo.hpp includes. Debian's libgloo-dev provides headers that are compatible with
+# the declarations ProcessGroupGloo.hpp needs (we only pass Gloo devices around by shared_ptr). They
+# are a PRIVATE include of the ddp library: no public header of ours includes ProcessGroupGloo.hpp,
+# so consumers of ddp::ddp never need Gloo's headers.
+function(ddp_find_gloo_headers)
+  find_path(DDP_GLOO_INCLUDE_DIR gloo/rendezvous/store.h
+    DOC "Folder that holds gloo/rendezvous/store.h (Debian: libgloo-dev)")
+  if(NOT DDP_GLOO_INCLUDE_DIR)
+    message(FATAL_ERROR "Gloo headers not found (gloo/rendezvous/store.h): install Debian's libgloo-dev "
+      "(scripts/setup.sh does) or pass -DDDP_GLOO_INCLUDE_DIR=/path/to/include")
+  endif()
+endfunction()
+
+# A Catch2 test executable; tests are registered by the caller with add_test so that each
+# can set its own timeout and labels.
+function(ddp_add_catch_test target)
+  add_executable(${target} ${ARGN})
+  target_link_libraries(${target} PRIVATE ddp_catch_main)
+  target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR})
+  ddp_set_warnings(${target})
+endfunction()

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The README's main-job command: set-up, build, then a short job started through ddp_launch.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+"$DDP_ROOT/scripts/setup.sh"
+"$DDP_ROOT/scripts/build.sh"
+bin="$DDP_BUILD_DIR/bin"
+if [[ -x $bin/ddp_launch && -x $bin/train_fashion_mnist ]]; then
+  exec "$bin/ddp_launch" --standalone --nproc_per_node 2 "$bin/train_fashion_mnist" \
+    --mode ddp --epochs 1 --batch-size 64 "$@"
+elif [[ -x $bin/ddp_launch ]]; then
+  exec "$bin/ddp_launch" --standalone --nproc_per_node 2 "$bin/hello_ddp" "$@"
+else
+  echo "demo: built; ddp_launch is not part of this build yet"
+fi

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what the build needs, idempotently; prints nothing when everything is already there.
+#   Debian packages: compiler, CMake, Ninja, cxxopts, spdlog, Catch2 (v2), Gloo headers, Fashion-MNIST.
+#   .venv: a project-local virtual environment with torch==2.13.0 (CPU), unless LIBTORCH is set.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+debian_packages=(g++ cmake ninja-build pkg-config libcxxopts-dev libspdlog-dev catch2 libgloo-dev
+                 dataset-fashion-mnist)
+missing=()
+for pkg in "${debian_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  sudo=()
+  if ((EUID != 0)); then
+    command -v sudo >/dev/null || ddp_die "installing ${missing[*]} needs root (or sudo)"
+    sudo=(sudo)
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  # A fresh machine has no package lists; an old list may name versions that are gone. Update first.
+  "${sudo[@]}" apt-get update -qq
+  "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [[ -n ${LIBTORCH:-} ]]; then
+  ddp_torch_prefix >/dev/null   # validates the folder
+  exit 0
+fi
+
+if ! "$DDP_VENV/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$DDP_TORCH_VERSION')" 2>/dev/null; then
+  echo "setup: creating $DDP_VENV with torch==$DDP_TORCH_VERSION"
+  [[ -x $DDP_VENV/bin/python ]] || python3 -m venv "$DDP_VENV"
+  "$DDP_VENV/bin/python" -m pip install -q --disable-pip-version-check "torch==$DDP_TORCH_VERSION"
+fi
