@@ -1,0 +1,317 @@
+#include "examples/train_common.h"
+
+#include <torch/torch.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <any>
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <numeric>
+#include <thread>
+
+#include "ddp/data_parallel.h"
+#include "ddp/error.h"
+#include "ddp/log.h"
+#include "examples/data/cifar10.h"
+#include "examples/data/fashion_mnist.h"
+#include "examples/data/image_dataset.h"
+#include "examples/metrics.h"
+#include "examples/models/lenet.h"
+#include "examples/models/resnet.h"
+#include "examples/progress.h"
+
+namespace ddp::examples {
+namespace {
+
+using data::ImageDataset;
+using Clock = std::chrono::steady_clock;
+
+// Where this process stands: its rank among the processes and the device it computes on.
+struct Runtime {
+  int rank = 0;
+  int world_size = 1;
+  torch::Device device = torch::kCPU;
+  std::vector<torch::Device> devices;  // what the model runs on: several in dp
+  std::string backend = "none";
+  bool main() const { return rank == 0; }
+};
+
+Runtime make_runtime(const TrainOptions& options) {
+  Runtime rt;
+  switch (options.mode) {
+    case Mode::single:
+      rt.device = torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+      rt.devices = {rt.device};
+      break;
+    case Mode::dp:
+      rt.devices = visible_devices();
+      rt.device = rt.devices.front();
+      break;
+    case Mode::ddp:
+      throw InvalidArgument("--mode ddp is not available in this build yet");
+  }
+  return rt;
+}
+
+struct DataSets {
+  std::unique_ptr<ImageDataset> train, test;
+  int64_t train_size = 0, test_size = 0;
+  int64_t channels = 0, image_size = 0;
+};
+
+DataSets load_data(const ProgramSpec& spec, const TrainOptions& options) {
+  data::ImageSet train, test;
+  data::Normalization normalization;
+  data::AugmentOptions augment;
+  if (spec.dataset == "fashion-mnist") {
+    train = data::load_fashion_mnist(options.data_dir, data::Split::train);
+    test = data::load_fashion_mnist(options.data_dir, data::Split::test);
+    normalization = data::fashion_mnist_normalization();
+  } else {
+    train = data::load_cifar10(options.data_dir, data::Split::train);
+    test = data::load_cifar10(options.data_dir, data::Split::test);
+    normalization = data::cifar10_normalization();
+    // The usual CIFAR recipe: random horizontal flip and random 32x32 crop of the image padded by 4.
+    augment.flip(true).crop_padding(4).seed(options.seed);
+  }
+  train.truncate(options.limit);
+  test.truncate(options.limit);
+  DataSets sets;
+  sets.train_size = train.count;
+  sets.test_size = test.count;
+  sets.channels = train.channels;
+  sets.image_size = train.height;
+  sets.train = std::make_unique<ImageDataset>(train, normalization, augment);
+  sets.test = std::make_unique<ImageDataset>(test, normalization);
+  return sets;
+}
+
+// Note [Data order]
+// Every mode draws its order from a DistributedSampler-like split of one seeded permutation per epoch:
+// rank r of R takes positions r, r + R, r + 2R, ... (padded by wrapping around to a multiple of R).
+// single and dp use one replica. So the DDP step s on R ranks with batch B covers exactly the samples
+// of step s of a single run with batch R*B, and the two runs compute the same gradient.
+std::vector<size_t> epoch_order(int64_t size, int world_size, int rank, uint64_t seed, int64_t epoch) {
+  torch::Generator generator = at::detail::createCPUGenerator(seed + static_cast<uint64_t>(epoch));
+  const torch::Tensor permutation = torch::randperm(size, generator, torch::kInt64);
+  const int64_t per_rank = (size + world_size - 1) / world_size;
+  const int64_t total = per_rank * world_size;
+  const int64_t* p = permutation.data_ptr<int64_t>();
+  std::vector<size_t> order;
+  order.reserve(static_cast<size_t>(per_rank));
+  for (int64_t i = rank; i < total; i += world_size) order.push_back(static_cast<size_t>(p[i % size]));
+  return order;
+}
+
+// Hands a fixed list of indices to a torch::data loader, batch by batch.
+class FixedOrderSampler : public torch::data::samplers::Sampler<> {
+ public:
+  explicit FixedOrderSampler(std::vector<size_t> order) : order_(std::move(order)) {}
+  void reset(std::optional<size_t> /*new_size*/ = std::nullopt) override { position_ = 0; }
+  std::optional<std::vector<size_t>> next(size_t batch_size) override {
+    if (position_ >= order_.size()) return std::nullopt;
+    const size_t end = std::min(order_.size(), position_ + batch_size);
+    std::vector<size_t> batch(order_.begin() + static_cast<std::ptrdiff_t>(position_),
+                              order_.begin() + static_cast<std::ptrdiff_t>(end));
+    position_ = end;
+    return batch;
+  }
+  void save(torch::serialize::OutputArchive& archive) const override {
+    archive.write("position", torch::tensor(static_cast<int64_t>(position_)), /*is_buffer=*/true);
+  }
+  void load(torch::serialize::InputArchive& archive) override {
+    torch::Tensor position;
+    archive.read("position", position, /*is_buffer=*/true);
+    position_ = static_cast<size_t>(position.item<int64_t>());
+  }
+
+ private:
+  std::vector<size_t> order_;
+  size_t position_ = 0;
+};
+
+// The model as the training loop sees it, whichever the mode.
+struct Trainee {
+  std::shared_ptr<torch::nn::Module> module;  // the parameters the optimizer steps
+  std::function<torch::Tensor(const torch::Tensor&)> forward;
+  // A guard that suspends gradient synchronisation while it lives (ddp); empty in the other modes.
+  std::function<std::any()> no_sync;
+};
+
+template <class Holder>
+Trainee wrap(Holder model, const TrainOptions& options, const Runtime& rt) {
+  Trainee t;
+  t.module = model.ptr();
+  if (options.mode == Mode::dp) {
+    auto dp = std::make_shared<DataParallel<Holder>>(model, DataParallelOptions().devices(rt.devices));
+    t.forward = [dp](const torch::Tensor& x) { return dp->forward(x); };
+  } else {
+    model->to(rt.device);
+    t.forward = [model](const torch::Tensor& x) mutable { return model->forward(x); };
+  }
+  return t;
+}
+
+Trainee make_trainee(const TrainOptions& options, const DataSets& sets, const Runtime& rt) {
+  // The same seed on every rank gives every replica the same initial weights.
+  torch::manual_seed(options.seed);
+  if (options.model == "resnet18") return wrap(models::ResNet18(sets.channels, 10), options, rt);
+  return wrap(models::LeNet(models::LeNetOptions(sets.channels, sets.image_size)), options, rt);
+}
+
+// Top-1 accuracy on the test set (this rank's share of it in ddp, summed over the ranks).
+double evaluate(Trainee& trainee, ImageDataset& test, int64_t test_size, int64_t batch_size, const Runtime& rt) {
+  torch::NoGradGuard no_grad;
+  trainee.module->eval();
+  int64_t correct = 0, total = 0;
+  std::vector<size_t> rows;
+  for (int64_t i = rt.rank; i < test_size; i += rt.world_size) rows.push_back(static_cast<size_t>(i));
+  for (size_t start = 0; start < rows.size(); start += static_cast<size_t>(batch_size)) {
+    const size_t end = std::min(rows.size(), start + static_cast<size_t>(batch_size));
+    auto batch = test.get_batch(c10::ArrayRef<size_t>(rows.data() + start, end - start));
+    const torch::Tensor predicted = trainee.forward(batch.data.to(rt.device)).argmax(1).cpu();
+    correct += predicted.eq(batch.target).sum().item<int64_t>();
+    total += batch.target.size(0);
+  }
+  trainee.module->train();
+  return total > 0 ? static_cast<double>(correct) / static_cast<double>(total) : 0.0;
+}
+
+std::string percent(double fraction) { return str(static_cast<double>(static_cast<int64_t>(fraction * 10000 + 0.5)) / 100, "%"); }
+
+int train(const ProgramSpec& spec, const TrainOptions& options) {
+  Runtime rt = make_runtime(options);
+  DataSets sets = load_data(spec, options);
+  Trainee trainee = make_trainee(options, sets, rt);
+  torch::optim::SGD optimizer(trainee.module->parameters(),
+                              torch::optim::SGDOptions(options.lr).momentum(options.momentum)
+                                  .weight_decay(options.weight_decay));
+
+  const int64_t local_samples = (sets.train_size + rt.world_size - 1) / rt.world_size;
+  const int64_t micro_batches = (local_samples + options.batch_size - 1) / options.batch_size;
+  const int64_t steps_per_epoch = (micro_batches + options.grad_accum - 1) / options.grad_accum;
+  const int64_t global_batch = options.batch_size * options.grad_accum * (options.mode == Mode::ddp ? rt.world_size : 1);
+
+  RunMetrics metrics;
+  metrics.program = spec.name;
+  metrics.model = options.model;
+  metrics.mode = mode_name(options.mode);
+  metrics.backend = rt.backend;
+  metrics.world_size = rt.world_size;
+  for (const auto& d : rt.devices) metrics.devices.push_back(d.str());
+  metrics.batch_size = options.batch_size;
+  metrics.global_batch_size = global_batch;
+  metrics.grad_accum = options.grad_accum;
+  metrics.train_samples = sets.train_size;
+  metrics.test_samples = sets.test_size;
+  metrics.epochs = options.epochs;
+
+  const bool terminal = is_terminal(STDOUT_FILENO);
+  if (rt.main()) {
+    std::cout << spec.name << ": " << options.model << " on " << sets.train_size << " training samples, mode "
+              << metrics.mode << ", " << rt.world_size << " process(es), device(s) " << join(metrics.devices, ",")
+              << ", " << global_batch << " samples per step, " << steps_per_epoch << " steps per epoch"
+              << std::endl;
+  }
+
+  int64_t start_epoch = 0;
+  double train_seconds = 0;
+  int64_t trained_samples = 0;
+  for (int64_t epoch = start_epoch; epoch < options.epochs; ++epoch) {
+    const auto epoch_start = Clock::now();
+    sets.train->set_epoch(epoch);
+    auto loader = torch::data::make_data_loader(
+        *sets.train, FixedOrderSampler(epoch_order(sets.train_size, rt.world_size, rt.rank, options.seed, epoch)),
+        torch::data::DataLoaderOptions().batch_size(static_cast<size_t>(options.batch_size))
+            .workers(static_cast<size_t>(options.workers)));
+    std::optional<ProgressLine> progress;
+    if (rt.main()) {
+      progress.emplace(std::cout, terminal, str("epoch ", epoch + 1, "/", options.epochs), steps_per_epoch,
+                       global_batch);
+    }
+    trainee.module->train();
+    double loss_sum = 0;
+    int64_t loss_count = 0, micro = 0, step = 0;
+    for (auto& batch : *loader) {
+      // The micro-batches of one optimizer step; the last group of an epoch may be shorter.
+      const int64_t group_start = micro - micro % options.grad_accum;
+      const int64_t group_size = std::min(options.grad_accum, micro_batches - group_start);
+      const bool sync = micro + 1 == group_start + group_size;
+      std::any guard;
+      if (!sync && trainee.no_sync) guard = trainee.no_sync();
+      const torch::Tensor output = trainee.forward(batch.data.to(rt.device));
+      const torch::Tensor loss = torch::nn::functional::cross_entropy(output, batch.target.to(output.device()));
+      (loss / static_cast<double>(group_size)).backward();
+      guard.reset();
+      loss_sum += loss.item<double>();
+      ++loss_count;
+      ++micro;
+      if (sync) {
+        optimizer.step();
+        optimizer.zero_grad();
+        ++step;
+        if (progress) progress->update(step, loss_sum / static_cast<double>(loss_count));
+        if (options.max_steps > 0 && epoch + 1 == options.epochs && step >= options.max_steps) break;
+      }
+    }
+    if (progress) progress->finish();
+    const double seconds = std::chrono::duration<double>(Clock::now() - epoch_start).count();
+    train_seconds += seconds;
+    trained_samples += micro * options.batch_size * (options.mode == Mode::ddp ? rt.world_size : 1);
+    const double accuracy = evaluate(trainee, *sets.test, sets.test_size, std::max<int64_t>(options.batch_size, 256), rt);
+    const double mean_loss = loss_count > 0 ? loss_sum / static_cast<double>(loss_count) : 0.0;
+    metrics.epoch_seconds.push_back(seconds);
+    metrics.epoch_train_loss.push_back(mean_loss);
+    metrics.epoch_test_accuracy.push_back(accuracy);
+    if (rt.main()) {
+      std::cout << "epoch " << epoch + 1 << "/" << options.epochs << ": train loss " << mean_loss
+                << ", test accuracy " << percent(accuracy) << ", " << seconds << " s" << std::endl;
+    }
+  }
+
+  metrics.samples_per_second = train_seconds > 0 ? static_cast<double>(trained_samples) / train_seconds : 0.0;
+  metrics.final_loss = metrics.epoch_train_loss.empty() ? 0.0 : metrics.epoch_train_loss.back();
+  metrics.final_accuracy = metrics.epoch_test_accuracy.empty() ? 0.0 : metrics.epoch_test_accuracy.back();
+  metrics.peak_memory_bytes = peak_rss_bytes();
+  metrics.peak_memory_kind = "rss";
+  if (rt.main()) {
+    std::cout << "final test accuracy " << percent(metrics.final_accuracy) << " (" << metrics.samples_per_second
+              << " samples/s, peak memory " << metrics.peak_memory_bytes / (1 << 20) << " MiB)" << std::endl;
+    if (!options.metrics_json.empty()) write_metrics(metrics, options.metrics_json);
+    if (!options.save_params.empty()) {
+      std::vector<torch::Tensor> parameters;
+      for (const auto& p : trainee.module->parameters()) parameters.push_back(p.detach().cpu());
+      torch::save(parameters, options.save_params);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int train_main(int argc, char** argv, const ProgramSpec& spec) {
+  std::optional<TrainOptions> options;
+  try {
+    options = parse_train_options(argc, argv, spec);
+  } catch (const InvalidArgument& e) {
+    std::cerr << spec.name << ": error: " << e.what() << std::endl;
+    return 2;
+  }
+  if (!options) return 0;
+  try {
+    return train(spec, *options);
+  } catch (const InvalidArgument& e) {
+    std::cerr << spec.name << ": error: " << e.what() << std::endl;
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << spec.name << ": error: " << e.what() << std::endl;
+    return 1;
+  }
+}
+
+}  // namespace ddp::examples
