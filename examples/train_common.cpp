@@ -5,9 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <any>
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -35,6 +35,7 @@ using Clock = std::chrono::steady_clock;
 struct Runtime {
   int rank = 0;
   int world_size = 1;
+  int local_size = 1;  // processes on this node
   torch::Device device = torch::kCPU;
   std::vector<torch::Device> devices;  // what the model runs on: several in dp
   std::string backend = "none";
@@ -140,7 +141,7 @@ struct Trainee {
   std::shared_ptr<torch::nn::Module> module;  // the parameters the optimizer steps
   std::function<torch::Tensor(const torch::Tensor&)> forward;
   // A guard that suspends gradient synchronisation while it lives (ddp); empty in the other modes.
-  std::function<std::any()> no_sync;
+  std::function<std::shared_ptr<void>()> no_sync;
 };
 
 template <class Holder>
@@ -182,10 +183,36 @@ double evaluate(Trainee& trainee, ImageDataset& test, int64_t test_size, int64_t
   return total > 0 ? static_cast<double>(correct) / static_cast<double>(total) : 0.0;
 }
 
+// --save-params: every parameter as float32, concatenated in registration order, native byte order.
+// A debug format for the tests, which compare runs without LibTorch.
+void save_parameters(const torch::nn::Module& module, const std::string& path) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  for (const auto& p : module.parameters()) {
+    const torch::Tensor values = p.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+    out.write(reinterpret_cast<const char*>(values.data_ptr<float>()),
+              static_cast<std::streamsize>(values.numel() * sizeof(float)));
+  }
+  if (!out) throw IoError(str(path, ": cannot write the parameters"));
+}
+
 std::string percent(double fraction) { return str(static_cast<double>(static_cast<int64_t>(fraction * 10000 + 0.5)) / 100, "%"); }
+
+// Note [Intra-op threads]
+// LibTorch starts one intra-op thread per core in every process. With several processes per node,
+// or other work on the machine, the threads of small models oversubscribe the cores and a step gets
+// many times slower. Unless told otherwise (--threads, OMP_NUM_THREADS) each process takes its share.
+void set_threads(const TrainOptions& options, int local_processes) {
+  if (options.threads > 0) {
+    torch::set_num_threads(static_cast<int>(options.threads));
+  } else if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    torch::set_num_threads(std::max(1, cores / std::max(1, local_processes)));
+  }
+}
 
 int train(const ProgramSpec& spec, const TrainOptions& options) {
   Runtime rt = make_runtime(options);
+  set_threads(options, rt.local_size);
   DataSets sets = load_data(spec, options);
   Trainee trainee = make_trainee(options, sets, rt);
   torch::optim::SGD optimizer(trainee.module->parameters(),
@@ -242,7 +269,7 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
       const int64_t group_start = micro - micro % options.grad_accum;
       const int64_t group_size = std::min(options.grad_accum, micro_batches - group_start);
       const bool sync = micro + 1 == group_start + group_size;
-      std::any guard;
+      std::shared_ptr<void> guard;
       if (!sync && trainee.no_sync) guard = trainee.no_sync();
       const torch::Tensor output = trainee.forward(batch.data.to(rt.device));
       const torch::Tensor loss = torch::nn::functional::cross_entropy(output, batch.target.to(output.device()));
@@ -283,11 +310,7 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
     std::cout << "final test accuracy " << percent(metrics.final_accuracy) << " (" << metrics.samples_per_second
               << " samples/s, peak memory " << metrics.peak_memory_bytes / (1 << 20) << " MiB)" << std::endl;
     if (!options.metrics_json.empty()) write_metrics(metrics, options.metrics_json);
-    if (!options.save_params.empty()) {
-      std::vector<torch::Tensor> parameters;
-      for (const auto& p : trainee.module->parameters()) parameters.push_back(p.detach().cpu());
-      torch::save(parameters, options.save_params);
-    }
+    if (!options.save_params.empty()) save_parameters(*trainee.module, options.save_params);
   }
   return 0;
 }

@@ -47,6 +47,7 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, const Pro
       ("resume", "continue from the checkpoint in --checkpoint-dir")
       ("grad-accum", "micro-batches per optimizer step (DDP syncs only the last: no_sync)", cxxopts::value<int64_t>()->default_value("1"))
       ("workers", "data loader threads (0: load in the training thread)", cxxopts::value<int64_t>()->default_value("0"))
+      ("threads", "intra-op threads per process (0: $OMP_NUM_THREADS, else cores / processes on the node)", cxxopts::value<int64_t>()->default_value("0"))
       ("limit", "use only the first N training and test samples (0: all)", cxxopts::value<int64_t>()->default_value("0"))
       ("metrics-json", "write the run's figures to this JSON file", cxxopts::value<std::string>()->default_value(""))
       ("save-params", "", cxxopts::value<std::string>()->default_value(""))   // debug, for tests
@@ -96,6 +97,7 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, const Pro
     if (o.resume && o.checkpoint_dir.empty()) throw InvalidArgument("--resume needs --checkpoint-dir");
     o.grad_accum = positive<int64_t>(result, "grad-accum", 1);
     o.workers = positive<int64_t>(result, "workers", 0);
+    o.threads = positive<int64_t>(result, "threads", 0);
     o.limit = positive<int64_t>(result, "limit", 0);
     o.metrics_json = result["metrics-json"].as<std::string>();
     o.save_params = result["save-params"].as<std::string>();

@@ -34,6 +34,7 @@ struct TrainOptions {
   bool resume = false;
   int64_t grad_accum = 1;
   int64_t workers = 0;
+  int64_t threads = 0;  // intra-op threads per process; 0: OMP_NUM_THREADS, else cores / local processes
   int64_t limit = 0;  // 0: every sample
   std::string metrics_json;
   std::string save_params;  // debug: final parameters, for the equivalence tests
