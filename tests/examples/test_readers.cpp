@@ -11,25 +11,17 @@
 #include <vector>
 
 #include "ddp/error.h"
+#include "tests/examples/temp_dir.h"
 #include "examples/data/cifar10.h"
 #include "examples/data/fashion_mnist.h"
 #include "examples/data/idx.h"
 
 namespace fs = std::filesystem;
+using ddp::testing::TempDir;
 using namespace ddp::examples::data;
 using Catch::Matchers::Contains;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "ddp_readers_XXXXXX").string();
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 void write_bytes(const fs::path& file, const std::vector<uint8_t>& bytes) {
   std::ofstream out(file, std::ios::binary);

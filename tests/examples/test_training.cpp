@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdio>
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -14,23 +15,15 @@
 #include <string>
 #include <vector>
 
+#include "tests/examples/temp_dir.h"
+
 namespace fs = std::filesystem;
+using ddp::testing::TempDir;
 using Catch::Matchers::Contains;
 
 namespace {
 
 const std::string kBin = DDP_TEST_BIN_DIR;
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "ddp_training_XXXXXX").string();
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
 
 struct Run {
   int exit_code = -1;
@@ -157,23 +150,26 @@ TEST_CASE("grad-accum 2 with batch 16 takes the same steps as batch 32", "[train
 }
 
 TEST_CASE("bad command lines and missing data: one clear line and an exit code", "[training]") {
-  Run r = run(kBin + "/train_fashion_mnist --mode turbo");
-  CHECK(r.exit_code == 2);
-  CHECK(r.output == "train_fashion_mnist: error: --mode must be single, dp or ddp, not 'turbo'\n");
-  r = run(kBin + "/train_fashion_mnist --batch-size -3");
-  CHECK(r.exit_code == 2);
-  CHECK_THAT(r.output, Contains("--batch-size must be at least 1"));
-  r = run(kBin + "/train_fashion_mnist --no-such-flag");
-  CHECK(r.exit_code == 2);
-  CHECK_THAT(r.output, Contains("no-such-flag"));
-  r = run(kBin + "/train_cifar10 --model vgg --data-dir /tmp");
-  CHECK(r.exit_code == 2);
-  CHECK_THAT(r.output, Contains("--model must be lenet or resnet18"));
-  r = run(kBin + "/train_cifar10");
-  CHECK(r.exit_code == 2);
-  CHECK_THAT(r.output, Contains("--data-dir is required"));
+  struct Case {
+    std::string arguments, message;
+  };
+  const std::vector<Case> cases = {
+      {"train_fashion_mnist --mode turbo", "train_fashion_mnist: error: --mode must be single, dp or ddp, not 'turbo'\n"},
+      {"train_fashion_mnist --batch-size -3", "--batch-size must be at least 1"},
+      {"train_fashion_mnist --no-such-flag", "no-such-flag"},
+      {"train_fashion_mnist --resume", "--resume needs --checkpoint-dir"},
+      {"train_cifar10 --model vgg --data-dir /tmp", "--model must be lenet or resnet18"},
+      {"train_cifar10", "--data-dir is required"},
+  };
+  for (const Case& c : cases) {
+    const Run r = run(kBin + "/" + c.arguments);
+    INFO(c.arguments);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.output, Contains(c.message));
+    CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
+  }
   TempDir empty;
-  r = run(kBin + "/train_fashion_mnist --data-dir " + empty.path.string());
+  const Run r = run(kBin + "/train_fashion_mnist --data-dir " + empty.path.string());
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.output, Contains(empty / "train-images-idx3-ubyte.gz") && Contains("missing"));
 }
