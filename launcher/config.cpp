@@ -258,9 +258,9 @@ ParseResult parse_launch_args(int argc, const char* const* argv, const LaunchEnv
   const SplitArgs split = split_launcher_args(argc, argv);
 
   cxxopts::Options options("ddp_launch",
-                           "Starts the workers of one node of a data-parallel job (torchrun's flags).");
-  options.custom_help("[options]");
-  options.positional_help("TRAINING_BINARY [its arguments...]");
+                           "Starts the workers of one node of a data-parallel job. Flags are torchrun's, in both "
+                           "spellings (--nproc_per_node, --nproc-per-node). See docs/launcher.md.");
+  options.custom_help("[options] TRAINING_BINARY [its arguments...]");
   {
     auto adder = options.add_options();
     for (const auto& f : kFlags) {

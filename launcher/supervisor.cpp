@@ -204,7 +204,21 @@ class Attempt {
     }
   }
 
-  // Runs the attempt to its end; returns the failures (empty: every worker exited 0).
+  // Only reached with workers still running when start-up failed half-way (an exception).
+  ~Attempt() {
+    for (auto& w : workers_) {
+      if (w.running) {
+        ::kill(-w.pid, SIGKILL);
+        ::waitpid(w.pid, nullptr, 0);
+      }
+      w.out.close_all();
+      w.err.close_all();
+    }
+  }
+  Attempt(const Attempt&) = delete;
+  Attempt& operator=(const Attempt&) = delete;
+
+  // Runs the attempt to its end; `failures` holds what failed (empty: every worker exited 0).
   void run() {
     start_all();
     while (true) {
@@ -231,6 +245,9 @@ class Attempt {
       if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
         throw ddp::Error(ddp::str("pipe2 failed: ", std::strerror(errno)));
       }
+      // Log files are opened before fork, so a failure here leaves no worker behind.
+      w.out.file_fd = open_log(w.launch.stdout_log);
+      w.err.file_fd = open_log(w.launch.stderr_log);
       ExecArgs exec_args(args, w.launch.env);
       // Signals stay blocked across fork(): the child must not run our handlers (they would write
       // to the shared self-pipe); it unblocks them after restoring the default dispositions.
@@ -247,18 +264,15 @@ class Attempt {
       ::close(err_pipe[1]);
       w.pid = pid;
       w.running = true;
-      setup_stream(w.out, out_pipe[0], w.launch.stdout_to_console ? STDOUT_FILENO : -1, w.launch.stdout_log,
-                   w.launch.rank);
-      setup_stream(w.err, err_pipe[0], w.launch.stderr_to_console ? STDERR_FILENO : -1, w.launch.stderr_log,
-                   w.launch.rank);
+      setup_stream(w.out, out_pipe[0], w.launch.stdout_to_console ? STDOUT_FILENO : -1, w.launch.rank);
+      setup_stream(w.err, err_pipe[0], w.launch.stderr_to_console ? STDERR_FILENO : -1, w.launch.rank);
     }
   }
 
-  static void setup_stream(Stream& s, int fd, int console_fd, const std::string& log, int rank) {
+  static void setup_stream(Stream& s, int fd, int console_fd, int rank) {
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
     s.fd = fd;
     s.console_fd = console_fd;
-    s.file_fd = open_log(log);
     s.prefix = rank_prefix(rank);
   }
 

@@ -1,5 +1,7 @@
 // Process tests: the real ddp_launch binary starting launch_test_worker (no LibTorch).
 #include <arpa/inet.h>
+#include <dlfcn.h>
+#include <sched.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -398,4 +400,27 @@ TEST_CASE("bad input: exit code 2, one line on stderr, no worker started", "[pro
   }
   CHECK(list_dir(out).empty());
   ::close(busy);
+}
+
+TEST_CASE("without a GPU driver, --gpus auto and --nproc_per_node gpu fail cleanly", "[process][bad_input]") {
+  if (void* nvml = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL)) {
+    ::dlclose(nvml);
+    SUCCEED("this machine has NVML; the no-driver path cannot be checked here");
+    return;
+  }
+  for (const auto& args : std::vector<std::vector<std::string>>{{"--gpus", "auto", "/bin/true"},
+                                                                 {"--nproc_per_node", "gpu", "/bin/true"}}) {
+    INFO(ddp::join(args, " "));
+    const auto outcome = run_launcher(args, {}, 10s);
+    CHECK(outcome.exit_code == 2);
+    CHECK(count_lines(outcome.err) == 1);
+    CHECK_THAT(outcome.err, Catch::Contains("cannot load libnvidia-ml.so.1"));
+  }
+  // nproc_per_node auto falls back to the CPU count.
+  const auto outcome = run_launcher({"--nproc_per_node", "auto", "--dry_run", "/bin/true"}, {}, 10s);
+  CHECK(outcome.exit_code == 0);
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  REQUIRE(::sched_getaffinity(0, sizeof cpus, &cpus) == 0);
+  CHECK_THAT(outcome.out, Catch::Contains(ddp::str("dry run: ", CPU_COUNT(&cpus), " workers")));
 }
