@@ -15,8 +15,11 @@
 #include <thread>
 
 #include "ddp/data_parallel.h"
+#include "ddp/distributed_data_parallel.h"
 #include "ddp/error.h"
 #include "ddp/log.h"
+#include "ddp/process_group.h"
+#include "ddp/run_main.h"
 #include "examples/data/cifar10.h"
 #include "examples/data/fashion_mnist.h"
 #include "examples/data/image_dataset.h"
@@ -24,6 +27,7 @@
 #include "examples/models/lenet.h"
 #include "examples/models/resnet.h"
 #include "examples/progress.h"
+#include "samplers/distributed_sampler.h"
 
 namespace ddp::examples {
 namespace {
@@ -39,6 +43,7 @@ struct Runtime {
   torch::Device device = torch::kCPU;
   std::vector<torch::Device> devices;  // what the model runs on: several in dp
   std::string backend = "none";
+  std::shared_ptr<ProcessGroup> group;  // ddp only
   bool main() const { return rank == 0; }
 };
 
@@ -54,7 +59,15 @@ Runtime make_runtime(const TrainOptions& options) {
       rt.device = rt.devices.front();
       break;
     case Mode::ddp:
-      throw InvalidArgument("--mode ddp is not available in this build yet");
+      // Rank, world size and rendez-vous from the environment ddp_launch sets (env://).
+      rt.group = init_process_group();
+      rt.rank = rt.group->rank();
+      rt.world_size = rt.group->size();
+      rt.local_size = rt.group->local_size();
+      rt.device = rt.group->device();
+      rt.devices = {rt.device};
+      rt.backend = rt.group->backend_name();
+      break;
   }
   return rt;
 }
@@ -93,48 +106,13 @@ DataSets load_data(const ProgramSpec& spec, const TrainOptions& options) {
 }
 
 // Note [Data order]
-// Every mode draws its order from a DistributedSampler-like split of one seeded permutation per epoch:
-// rank r of R takes positions r, r + R, r + 2R, ... (padded by wrapping around to a multiple of R).
-// single and dp use one replica. So the DDP step s on R ranks with batch B covers exactly the samples
-// of step s of a single run with batch R*B, and the two runs compute the same gradient.
-std::vector<size_t> epoch_order(int64_t size, int world_size, int rank, uint64_t seed, int64_t epoch) {
-  torch::Generator generator = at::detail::createCPUGenerator(seed + static_cast<uint64_t>(epoch));
-  const torch::Tensor permutation = torch::randperm(size, generator, torch::kInt64);
-  const int64_t per_rank = (size + world_size - 1) / world_size;
-  const int64_t total = per_rank * world_size;
-  const int64_t* p = permutation.data_ptr<int64_t>();
-  std::vector<size_t> order;
-  order.reserve(static_cast<size_t>(per_rank));
-  for (int64_t i = rank; i < total; i += world_size) order.push_back(static_cast<size_t>(p[i % size]));
-  return order;
+// Every mode draws its order from a DistributedSampler: one seeded permutation per epoch, rank r of R
+// taking positions r, r + R, r + 2R, ... single and dp use it with one replica. So the DDP step s on
+// R ranks with batch B covers exactly the samples of step s of a single run with batch R*B, and both
+// runs compute the same gradient (the mean over the same R*B samples).
+samplers::DistributedSampler make_sampler(int64_t size, const Runtime& rt, uint64_t seed) {
+  return samplers::DistributedSampler(size, samplers::DistributedSamplerOptions(rt.world_size, rt.rank).seed(seed));
 }
-
-// Hands a fixed list of indices to a torch::data loader, batch by batch.
-class FixedOrderSampler : public torch::data::samplers::Sampler<> {
- public:
-  explicit FixedOrderSampler(std::vector<size_t> order) : order_(std::move(order)) {}
-  void reset(std::optional<size_t> /*new_size*/ = std::nullopt) override { position_ = 0; }
-  std::optional<std::vector<size_t>> next(size_t batch_size) override {
-    if (position_ >= order_.size()) return std::nullopt;
-    const size_t end = std::min(order_.size(), position_ + batch_size);
-    std::vector<size_t> batch(order_.begin() + static_cast<std::ptrdiff_t>(position_),
-                              order_.begin() + static_cast<std::ptrdiff_t>(end));
-    position_ = end;
-    return batch;
-  }
-  void save(torch::serialize::OutputArchive& archive) const override {
-    archive.write("position", torch::tensor(static_cast<int64_t>(position_)), /*is_buffer=*/true);
-  }
-  void load(torch::serialize::InputArchive& archive) override {
-    torch::Tensor position;
-    archive.read("position", position, /*is_buffer=*/true);
-    position_ = static_cast<size_t>(position.item<int64_t>());
-  }
-
- private:
-  std::vector<size_t> order_;
-  size_t position_ = 0;
-};
 
 // The model as the training loop sees it, whichever the mode.
 struct Trainee {
@@ -151,6 +129,11 @@ Trainee wrap(Holder model, const TrainOptions& options, const Runtime& rt) {
   if (options.mode == Mode::dp) {
     auto dp = std::make_shared<DataParallel<Holder>>(model, DataParallelOptions().devices(rt.devices));
     t.forward = [dp](const torch::Tensor& x) { return dp->forward(x); };
+  } else if (options.mode == Mode::ddp) {
+    model->to(rt.device);
+    auto ddp = std::make_shared<DistributedDataParallel<Holder>>(model, rt.group);
+    t.forward = [ddp](const torch::Tensor& x) { return ddp->forward(x); };
+    t.no_sync = [ddp] { return std::shared_ptr<void>(std::make_shared<NoSyncGuard>(ddp->no_sync())); };
   } else {
     model->to(rt.device);
     t.forward = [model](const torch::Tensor& x) mutable { return model->forward(x); };
@@ -163,6 +146,14 @@ Trainee make_trainee(const TrainOptions& options, const DataSets& sets, const Ru
   torch::manual_seed(options.seed);
   if (options.model == "resnet18") return wrap(models::ResNet18(sets.channels, 10), options, rt);
   return wrap(models::LeNet(models::LeNetOptions(sets.channels, sets.image_size)), options, rt);
+}
+
+// Element-wise sums over the ranks (the values themselves outside ddp).
+std::vector<double> sum_over_ranks(std::vector<double> values, const Runtime& rt) {
+  if (!rt.group) return values;
+  torch::Tensor t = torch::tensor(values, torch::kFloat64);
+  rt.group->allreduce(t);
+  return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
 }
 
 // Top-1 accuracy on the test set (this rank's share of it in ddp, summed over the ranks).
@@ -180,7 +171,8 @@ double evaluate(Trainee& trainee, ImageDataset& test, int64_t test_size, int64_t
     total += batch.target.size(0);
   }
   trainee.module->train();
-  return total > 0 ? static_cast<double>(correct) / static_cast<double>(total) : 0.0;
+  const std::vector<double> sums = sum_over_ranks({static_cast<double>(correct), static_cast<double>(total)}, rt);
+  return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
 }
 
 // --save-params: every parameter as float32, concatenated in registration order, native byte order.
@@ -246,14 +238,16 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
               << std::endl;
   }
 
+  samplers::DistributedSampler sampler = make_sampler(sets.train_size, rt, options.seed);
   int64_t start_epoch = 0;
   double train_seconds = 0;
   int64_t trained_samples = 0;
   for (int64_t epoch = start_epoch; epoch < options.epochs; ++epoch) {
     const auto epoch_start = Clock::now();
     sets.train->set_epoch(epoch);
+    sampler.set_epoch(epoch);
     auto loader = torch::data::make_data_loader(
-        *sets.train, FixedOrderSampler(epoch_order(sets.train_size, rt.world_size, rt.rank, options.seed, epoch)),
+        *sets.train, sampler,
         torch::data::DataLoaderOptions().batch_size(static_cast<size_t>(options.batch_size))
             .workers(static_cast<size_t>(options.workers)));
     std::optional<ProgressLine> progress;
@@ -291,7 +285,8 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
     train_seconds += seconds;
     trained_samples += micro * options.batch_size * (options.mode == Mode::ddp ? rt.world_size : 1);
     const double accuracy = evaluate(trainee, *sets.test, sets.test_size, std::max<int64_t>(options.batch_size, 256), rt);
-    const double mean_loss = loss_count > 0 ? loss_sum / static_cast<double>(loss_count) : 0.0;
+    const std::vector<double> loss_sums = sum_over_ranks({loss_sum, static_cast<double>(loss_count)}, rt);
+    const double mean_loss = loss_sums[1] > 0 ? loss_sums[0] / loss_sums[1] : 0.0;
     metrics.epoch_seconds.push_back(seconds);
     metrics.epoch_train_loss.push_back(mean_loss);
     metrics.epoch_test_accuracy.push_back(accuracy);
@@ -326,15 +321,15 @@ int train_main(int argc, char** argv, const ProgramSpec& spec) {
     return 2;
   }
   if (!options) return 0;
-  try {
-    return train(spec, *options);
-  } catch (const InvalidArgument& e) {
-    std::cerr << spec.name << ": error: " << e.what() << std::endl;
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << spec.name << ": error: " << e.what() << std::endl;
-    return 1;
-  }
+  // run_main prints any other error in one line and leaves it in ddp_launch's error file.
+  return run_main(argc, argv, [&](int, char**) {
+    try {
+      return train(spec, *options);
+    } catch (const InvalidArgument& e) {
+      std::cerr << spec.name << ": error: " << e.what() << std::endl;
+      return 2;
+    }
+  });
 }
 
 }  // namespace ddp::examples

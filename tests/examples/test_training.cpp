@@ -149,6 +149,28 @@ TEST_CASE("grad-accum 2 with batch 16 takes the same steps as batch 32", "[train
   CHECK(max_abs_difference(a, read_params(tmp / "b.bin")) < 1e-4);
 }
 
+TEST_CASE("DDP on 2 ranks (ddp_launch) and single on the concatenated batch end with the same parameters",
+          "[training][ddp]") {
+  TempDir tmp;
+  const std::string common = " --limit 512 --epochs 1 --lr 0.05 --seed 3 --save-params ";
+  const std::string launch = kBin + "/ddp_launch --nproc_per_node 2 --master_port 0 " + kBin + "/train_fashion_mnist --mode ddp";
+  REQUIRE_SUCCESS(run(kBin + "/train_fashion_mnist --batch-size 64" + common + (tmp / "single.bin")));
+  const Run ddp = run(launch + " --batch-size 32" + common + (tmp / "ddp.bin"));
+  REQUIRE_SUCCESS(ddp);
+  CHECK_THAT(ddp.output, Contains("mode ddp, 2 process(es)") && Contains("64 samples per step, 8 steps per epoch"));
+  // Only rank 0 reports.
+  CHECK(ddp.output.find("[rank 1]") == std::string::npos);
+  // Gradient accumulation in DDP (no_sync on the first micro-batch): 2 x 16 per rank, the same steps.
+  REQUIRE_SUCCESS(run(launch + " --batch-size 16 --grad-accum 2 --workers 1" + common + (tmp / "accum.bin")));
+  // Another seed ends elsewhere: the comparisons below are not trivially true.
+  REQUIRE_SUCCESS(run(kBin + "/train_fashion_mnist --batch-size 64 --limit 512 --epochs 1 --seed 4 --save-params " +
+                      (tmp / "other.bin")));
+  const auto single = read_params(tmp / "single.bin");
+  CHECK(max_abs_difference(single, read_params(tmp / "other.bin")) > 0.01);
+  CHECK(max_abs_difference(single, read_params(tmp / "ddp.bin")) < 1e-5);
+  CHECK(max_abs_difference(single, read_params(tmp / "accum.bin")) < 1e-5);
+}
+
 TEST_CASE("bad command lines and missing data: one clear line and an exit code", "[training]") {
   struct Case {
     std::string arguments, message;
