@@ -14,6 +14,7 @@
 #include <numeric>
 #include <thread>
 
+#include "ddp/checkpoint.h"
 #include "ddp/data_parallel.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/error.h"
@@ -202,20 +203,21 @@ void set_threads(const TrainOptions& options, int local_processes) {
   }
 }
 
-int train(const ProgramSpec& spec, const TrainOptions& options) {
-  Runtime rt = make_runtime(options);
-  set_threads(options, rt.local_size);
-  DataSets sets = load_data(spec, options);
-  Trainee trainee = make_trainee(options, sets, rt);
-  torch::optim::SGD optimizer(trainee.module->parameters(),
-                              torch::optim::SGDOptions(options.lr).momentum(options.momentum)
-                                  .weight_decay(options.weight_decay));
+// Writes a checkpoint through the library: rank 0 writes, every rank waits for it.
+void save(const TrainOptions& options, const Runtime& rt, Trainee& trainee, torch::optim::Optimizer& optimizer,
+          int64_t step, const samplers::SamplerState& sampler_state) {
+  TrainingProgress progress;
+  progress.epoch = sampler_state.epoch;
+  progress.step = step;
+  progress.sampler = sampler_state;
+  if (rt.group) {
+    save_checkpoint(options.checkpoint_dir, *trainee.module, &optimizer, progress, *rt.group);
+  } else {
+    save_checkpoint(options.checkpoint_dir, *trainee.module, &optimizer, progress, 0, [] {});
+  }
+}
 
-  const int64_t local_samples = (sets.train_size + rt.world_size - 1) / rt.world_size;
-  const int64_t micro_batches = (local_samples + options.batch_size - 1) / options.batch_size;
-  const int64_t steps_per_epoch = (micro_batches + options.grad_accum - 1) / options.grad_accum;
-  const int64_t global_batch = options.batch_size * options.grad_accum * (options.mode == Mode::ddp ? rt.world_size : 1);
-
+RunMetrics start_metrics(const ProgramSpec& spec, const TrainOptions& options, const Runtime& rt, const DataSets& sets) {
   RunMetrics metrics;
   metrics.program = spec.name;
   metrics.model = options.model;
@@ -224,28 +226,65 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
   metrics.world_size = rt.world_size;
   for (const auto& d : rt.devices) metrics.devices.push_back(d.str());
   metrics.batch_size = options.batch_size;
-  metrics.global_batch_size = global_batch;
+  metrics.global_batch_size = options.batch_size * options.grad_accum * rt.world_size;
   metrics.grad_accum = options.grad_accum;
   metrics.train_samples = sets.train_size;
   metrics.test_samples = sets.test_size;
   metrics.epochs = options.epochs;
+  return metrics;
+}
+
+int train(const ProgramSpec& spec, const TrainOptions& options) {
+  Runtime rt = make_runtime(options);
+  set_threads(options, rt.local_size);
+  DataSets sets = load_data(spec, options);
+  Trainee trainee = make_trainee(options, sets, rt);
+  torch::optim::SGD optimizer(trainee.module->parameters(),
+                              torch::optim::SGDOptions(options.lr).momentum(options.momentum)
+                                  .weight_decay(options.weight_decay));
+  samplers::DistributedSampler sampler = make_sampler(sets.train_size, rt, options.seed);
+  RunMetrics metrics = start_metrics(spec, options, rt, sets);
+  const int64_t micro_batches = (sampler.size() + options.batch_size - 1) / options.batch_size;
+  const int64_t steps_per_epoch = (micro_batches + options.grad_accum - 1) / options.grad_accum;
+  const int64_t samples_per_micro_batch = options.batch_size * rt.world_size;
+
+  // --resume: model, optimizer (momentum), step, sampler epoch and position, RNG state.
+  int64_t start_epoch = 0, global_step = 0;
+  std::optional<samplers::SamplerState> resumed;
+  if (options.resume) {
+    if (const auto latest = find_latest_valid_checkpoint(options.checkpoint_dir)) {
+      const TrainingProgress progress = load_checkpoint(latest->path, *trainee.module, &optimizer);
+      global_step = progress.step;
+      start_epoch = progress.sampler.epoch;
+      resumed = progress.sampler;
+      if (rt.main()) std::cout << "resuming from " << latest->path.string() << " (epoch " << start_epoch + 1
+                               << ", step " << global_step << ")" << std::endl;
+    } else if (rt.main()) {
+      std::cout << "no checkpoint in " << options.checkpoint_dir << ": starting from scratch" << std::endl;
+    }
+  }
 
   const bool terminal = is_terminal(STDOUT_FILENO);
   if (rt.main()) {
     std::cout << spec.name << ": " << options.model << " on " << sets.train_size << " training samples, mode "
               << metrics.mode << ", " << rt.world_size << " process(es), device(s) " << join(metrics.devices, ",")
-              << ", " << global_batch << " samples per step, " << steps_per_epoch << " steps per epoch"
+              << ", " << metrics.global_batch_size << " samples per step, " << steps_per_epoch << " steps per epoch"
               << std::endl;
   }
 
-  samplers::DistributedSampler sampler = make_sampler(sets.train_size, rt, options.seed);
-  int64_t start_epoch = 0;
   double train_seconds = 0;
   int64_t trained_samples = 0;
-  for (int64_t epoch = start_epoch; epoch < options.epochs; ++epoch) {
+  bool stopped = false;  // --max-steps reached
+  for (int64_t epoch = start_epoch; epoch < options.epochs && !stopped; ++epoch) {
     const auto epoch_start = Clock::now();
     sets.train->set_epoch(epoch);
-    sampler.set_epoch(epoch);
+    int64_t micro = 0;  // micro-batches of this epoch done so far, on this rank
+    if (resumed && resumed->epoch == epoch) {
+      sampler.set_state(*resumed);  // mid-epoch: the loader starts after the consumed samples
+      micro = samplers::convert_start_index(*resumed, rt.world_size) / options.batch_size;
+    } else {
+      sampler.set_epoch(epoch);
+    }
     auto loader = torch::data::make_data_loader(
         *sets.train, sampler,
         torch::data::DataLoaderOptions().batch_size(static_cast<size_t>(options.batch_size))
@@ -253,11 +292,11 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
     std::optional<ProgressLine> progress;
     if (rt.main()) {
       progress.emplace(std::cout, terminal, str("epoch ", epoch + 1, "/", options.epochs), steps_per_epoch,
-                       global_batch);
+                       metrics.global_batch_size);
     }
     trainee.module->train();
     double loss_sum = 0;
-    int64_t loss_count = 0, micro = 0, step = 0;
+    int64_t loss_count = 0;
     for (auto& batch : *loader) {
       // The micro-batches of one optimizer step; the last group of an epoch may be shorter.
       const int64_t group_start = micro - micro % options.grad_accum;
@@ -272,18 +311,28 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
       loss_sum += loss.item<double>();
       ++loss_count;
       ++micro;
-      if (sync) {
-        optimizer.step();
-        optimizer.zero_grad();
-        ++step;
-        if (progress) progress->update(step, loss_sum / static_cast<double>(loss_count));
-        if (options.max_steps > 0 && epoch + 1 == options.epochs && step >= options.max_steps) break;
+      trained_samples += samples_per_micro_batch;
+      if (!sync) continue;
+      optimizer.step();
+      optimizer.zero_grad();
+      ++global_step;
+      if (progress) progress->update(micro / options.grad_accum, loss_sum / static_cast<double>(loss_count));
+      const bool last = micro == micro_batches;
+      if (!options.checkpoint_dir.empty() && options.checkpoint_every > 0 && !last &&
+          global_step % options.checkpoint_every == 0) {
+        save(options, rt, trainee, optimizer, global_step, sampler.state(micro * options.batch_size));
+      }
+      if (options.max_steps > 0 && global_step >= options.max_steps) {
+        stopped = !last;
+        break;
       }
     }
     if (progress) progress->finish();
     const double seconds = std::chrono::duration<double>(Clock::now() - epoch_start).count();
     train_seconds += seconds;
-    trained_samples += micro * options.batch_size * (options.mode == Mode::ddp ? rt.world_size : 1);
+    if (!options.checkpoint_dir.empty() && !stopped) {
+      save(options, rt, trainee, optimizer, global_step, samplers::SamplerState{epoch + 1, 0, rt.world_size});
+    }
     const double accuracy = evaluate(trainee, *sets.test, sets.test_size, std::max<int64_t>(options.batch_size, 256), rt);
     const std::vector<double> loss_sums = sum_over_ranks({loss_sum, static_cast<double>(loss_count)}, rt);
     const double mean_loss = loss_sums[1] > 0 ? loss_sums[0] / loss_sums[1] : 0.0;
@@ -294,6 +343,7 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
       std::cout << "epoch " << epoch + 1 << "/" << options.epochs << ": train loss " << mean_loss
                 << ", test accuracy " << percent(accuracy) << ", " << seconds << " s" << std::endl;
     }
+    if (options.max_steps > 0 && global_step >= options.max_steps) stopped = true;
   }
 
   metrics.samples_per_second = train_seconds > 0 ? static_cast<double>(trained_samples) / train_seconds : 0.0;

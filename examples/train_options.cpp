@@ -44,6 +44,7 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, const Pro
       ("seed", "seed of the initial weights, the data order and the augmentation", cxxopts::value<uint64_t>()->default_value("0"))
       ("data-dir", "folder of the data set", cxxopts::value<std::string>()->default_value(spec.default_data_dir))
       ("checkpoint-dir", "write a checkpoint there after every epoch", cxxopts::value<std::string>()->default_value(""))
+      ("checkpoint-every", "also checkpoint every N optimizer steps within an epoch (0: at epoch ends only)", cxxopts::value<int64_t>()->default_value("0"))
       ("resume", "continue from the checkpoint in --checkpoint-dir")
       ("grad-accum", "micro-batches per optimizer step (DDP syncs only the last: no_sync)", cxxopts::value<int64_t>()->default_value("1"))
       ("workers", "data loader threads (0: load in the training thread)", cxxopts::value<int64_t>()->default_value("0"))
@@ -93,6 +94,7 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, const Pro
     o.data_dir = result["data-dir"].as<std::string>();
     if (o.data_dir.empty()) throw InvalidArgument(str("--data-dir is required: the folder of ", spec.dataset));
     o.checkpoint_dir = result["checkpoint-dir"].as<std::string>();
+    o.checkpoint_every = positive<int64_t>(result, "checkpoint-every", 0);
     o.resume = result.count("resume") > 0;
     if (o.resume && o.checkpoint_dir.empty()) throw InvalidArgument("--resume needs --checkpoint-dir");
     o.grad_accum = positive<int64_t>(result, "grad-accum", 1);

@@ -31,6 +31,7 @@ struct TrainOptions {
   uint64_t seed = 0;
   std::string data_dir;
   std::string checkpoint_dir;  // empty: no checkpoints
+  int64_t checkpoint_every = 0;  // also every N optimizer steps within an epoch (0: at epoch ends only)
   bool resume = false;
   int64_t grad_accum = 1;
   int64_t workers = 0;
@@ -38,7 +39,7 @@ struct TrainOptions {
   int64_t limit = 0;  // 0: every sample
   std::string metrics_json;
   std::string save_params;  // debug: final parameters, for the equivalence tests
-  int64_t max_steps = 0;    // debug: stop after this many optimizer steps of the last epoch (0: none)
+  int64_t max_steps = 0;    // debug: stop when the global step reaches this (an interruption; 0: none)
 };
 
 // Parses argv. Returns nullopt after printing --help. Throws ddp::InvalidArgument with a one-line

@@ -171,6 +171,25 @@ TEST_CASE("DDP on 2 ranks (ddp_launch) and single on the concatenated batch end 
   CHECK(max_abs_difference(single, read_params(tmp / "accum.bin")) < 1e-5);
 }
 
+TEST_CASE("DDP with --resume after an interruption mid-epoch ends where an uninterrupted run does",
+          "[training][ddp]") {
+  TempDir tmp;
+  // 512 samples, 2 ranks x 32: 8 steps per epoch. The interrupted run checkpoints at steps 5 and 10
+  // (mid-epoch), and at 8 (end of epoch 1); it stops at step 11, the resumed run goes on from step 10.
+  const std::string program = kBin + "/ddp_launch --nproc_per_node 2 --master_port 0 " + kBin +
+                              "/train_fashion_mnist --mode ddp --limit 512 --epochs 2 --batch-size 32 --seed 5";
+  REQUIRE_SUCCESS(run(program + " --save-params " + (tmp / "whole.bin")));
+  const std::string checkpoints = " --checkpoint-dir " + (tmp / "ck");
+  REQUIRE_SUCCESS(run(program + checkpoints + " --checkpoint-every 5 --max-steps 11"));
+  CHECK(fs::exists(tmp.path / "ck" / "step-000000000010" / "MANIFEST"));
+  CHECK(fs::exists(tmp.path / "ck" / "step-000000000008" / "MANIFEST"));
+  const Run resumed = run(program + checkpoints + " --resume --save-params " + (tmp / "resumed.bin"));
+  REQUIRE_SUCCESS(resumed);
+  CHECK_THAT(resumed.output, Contains("step-000000000010 (epoch 2, step 10)"));
+  CHECK(fs::exists(tmp.path / "ck" / "step-000000000016" / "MANIFEST"));
+  CHECK(max_abs_difference(read_params(tmp / "whole.bin"), read_params(tmp / "resumed.bin")) < 1e-6);
+}
+
 TEST_CASE("bad command lines and missing data: one clear line and an exit code", "[training]") {
   struct Case {
     std::string arguments, message;
