@@ -6,19 +6,18 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
-#include <numeric>
 #include <thread>
 
 #include "ddp/checkpoint.h"
 #include "ddp/data_parallel.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/error.h"
-#include "ddp/log.h"
 #include "ddp/process_group.h"
 #include "ddp/run_main.h"
 #include "examples/data/cifar10.h"
@@ -119,6 +118,9 @@ samplers::DistributedSampler make_sampler(int64_t size, const Runtime& rt, uint6
 struct Trainee {
   std::shared_ptr<torch::nn::Module> module;  // the parameters the optimizer steps
   std::function<torch::Tensor(const torch::Tensor&)> forward;
+  // Forward for evaluation. In ddp each rank evaluates its own share of the test set, possibly a
+  // different number of batches, so this must not be DDP's forward (it may communicate).
+  std::function<torch::Tensor(const torch::Tensor&)> evaluate;
   // A guard that suspends gradient synchronisation while it lives (ddp); empty in the other modes.
   std::function<std::shared_ptr<void>()> no_sync;
 };
@@ -130,14 +132,17 @@ Trainee wrap(Holder model, const TrainOptions& options, const Runtime& rt) {
   if (options.mode == Mode::dp) {
     auto dp = std::make_shared<DataParallel<Holder>>(model, DataParallelOptions().devices(rt.devices));
     t.forward = [dp](const torch::Tensor& x) { return dp->forward(x); };
+    t.evaluate = t.forward;
   } else if (options.mode == Mode::ddp) {
     model->to(rt.device);
     auto ddp = std::make_shared<DistributedDataParallel<Holder>>(model, rt.group);
     t.forward = [ddp](const torch::Tensor& x) { return ddp->forward(x); };
     t.no_sync = [ddp] { return std::shared_ptr<void>(std::make_shared<NoSyncGuard>(ddp->no_sync())); };
+    t.evaluate = [model](const torch::Tensor& x) mutable { return model->forward(x); };
   } else {
     model->to(rt.device);
     t.forward = [model](const torch::Tensor& x) mutable { return model->forward(x); };
+    t.evaluate = t.forward;
   }
   return t;
 }
@@ -167,7 +172,7 @@ double evaluate(Trainee& trainee, ImageDataset& test, int64_t test_size, int64_t
   for (size_t start = 0; start < rows.size(); start += static_cast<size_t>(batch_size)) {
     const size_t end = std::min(rows.size(), start + static_cast<size_t>(batch_size));
     auto batch = test.get_batch(c10::ArrayRef<size_t>(rows.data() + start, end - start));
-    const torch::Tensor predicted = trainee.forward(batch.data.to(rt.device)).argmax(1).cpu();
+    const torch::Tensor predicted = trainee.evaluate(batch.data.to(rt.device)).argmax(1).cpu();
     correct += predicted.eq(batch.target).sum().item<int64_t>();
     total += batch.target.size(0);
   }
@@ -201,6 +206,14 @@ void set_threads(const TrainOptions& options, int local_processes) {
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     torch::set_num_threads(std::max(1, cores / std::max(1, local_processes)));
   }
+}
+
+// The learning rate of optimizer step `step` (0-based) of `total`: constant, or a cosine from lr to 0.
+// A function of the step alone, so a resumed run continues the schedule exactly.
+double learning_rate(const TrainOptions& options, int64_t step, int64_t total) {
+  if (!options.cosine_lr || total <= 0) return options.lr;
+  constexpr double kPi = 3.14159265358979323846;
+  return options.lr * 0.5 * (1.0 + std::cos(kPi * static_cast<double>(step) / static_cast<double>(total)));
 }
 
 // Writes a checkpoint through the library: rank 0 writes, every rank waits for it.
@@ -313,6 +326,10 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
       ++micro;
       trained_samples += samples_per_micro_batch;
       if (!sync) continue;
+      for (auto& group : optimizer.param_groups()) {
+        static_cast<torch::optim::SGDOptions&>(group.options())
+            .lr(learning_rate(options, global_step, options.epochs * steps_per_epoch));
+      }
       optimizer.step();
       optimizer.zero_grad();
       ++global_step;

@@ -39,6 +39,7 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, const Pro
       ("epochs", "epochs to train", cxxopts::value<int64_t>()->default_value("5"))
       ("batch-size", "samples per step: per process in ddp, in total in single and dp", cxxopts::value<int64_t>()->default_value("64"))
       ("lr", "SGD learning rate", cxxopts::value<double>()->default_value(str(spec.default_lr)))
+      ("lr-schedule", "cosine (from --lr down to 0 over the run, per step) or constant", cxxopts::value<std::string>()->default_value("cosine"))
       ("momentum", "SGD momentum", cxxopts::value<double>()->default_value("0.9"))
       ("weight-decay", "SGD weight decay", cxxopts::value<double>()->default_value(str(spec.default_weight_decay)))
       ("seed", "seed of the initial weights, the data order and the augmentation", cxxopts::value<uint64_t>()->default_value("0"))
@@ -87,6 +88,11 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, const Pro
     o.batch_size = positive<int64_t>(result, "batch-size", 1);
     o.lr = result["lr"].as<double>();
     if (!(o.lr > 0)) throw InvalidArgument(str("--lr must be positive, not ", o.lr));
+    const std::string schedule = result["lr-schedule"].as<std::string>();
+    if (schedule != "cosine" && schedule != "constant") {
+      throw InvalidArgument(str("--lr-schedule must be cosine or constant, not '", schedule, "'"));
+    }
+    o.cosine_lr = schedule == "cosine";
     o.momentum = result["momentum"].as<double>();
     if (!(o.momentum >= 0 && o.momentum < 1)) throw InvalidArgument(str("--momentum must be in [0, 1), not ", o.momentum));
     o.weight_decay = positive<double>(result, "weight-decay", 0.0);

@@ -27,6 +27,7 @@ struct TrainOptions {
   int64_t batch_size = 64;  // per process in ddp, total in single and dp
   double lr = 0.05;
   double momentum = 0.9;
+  bool cosine_lr = true;  // --lr-schedule cosine (default) or constant
   double weight_decay = 0.0;
   uint64_t seed = 0;
   std::string data_dir;
