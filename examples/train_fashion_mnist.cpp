@@ -8,6 +8,8 @@ int main(int argc, char** argv) {
   spec.dataset = "fashion-mnist";
   spec.default_data_dir = ddp::examples::data::kFashionMnistDefaultDir;
   spec.models = {"lenet"};
-  spec.default_lr = 0.05;
+  // Tuned for 2 ranks: >= 90% test accuracy after 5 epochs (docs/examples.md).
+  spec.default_lr = 0.03;
+  spec.default_batch_size = 32;
   return ddp::examples::train_main(argc, argv, spec);
 }

@@ -20,6 +20,8 @@ const char* mode_name(Mode mode) {
 
 namespace {
 
+constexpr const char* kDebugGroup = "debug";
+
 template <typename T>
 T positive(const cxxopts::ParseResult& result, const std::string& flag, T minimum) {
   const T value = result[flag].as<T>();
@@ -37,7 +39,7 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, const Pro
       ("mode", "single | dp | ddp (ddp: start it with ddp_launch)", cxxopts::value<std::string>()->default_value("single"))
       ("model", models, cxxopts::value<std::string>()->default_value(spec.models.front()))
       ("epochs", "epochs to train", cxxopts::value<int64_t>()->default_value("5"))
-      ("batch-size", "samples per step: per process in ddp, in total in single and dp", cxxopts::value<int64_t>()->default_value("64"))
+      ("batch-size", "samples per step: per process in ddp, in total in single and dp", cxxopts::value<int64_t>()->default_value(str(spec.default_batch_size)))
       ("lr", "SGD learning rate", cxxopts::value<double>()->default_value(str(spec.default_lr)))
       ("lr-schedule", "cosine (from --lr down to 0 over the run, per step) or constant", cxxopts::value<std::string>()->default_value("cosine"))
       ("momentum", "SGD momentum", cxxopts::value<double>()->default_value("0.9"))
@@ -52,9 +54,11 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, const Pro
       ("threads", "intra-op threads per process (0: $OMP_NUM_THREADS, else cores / processes on the node)", cxxopts::value<int64_t>()->default_value("0"))
       ("limit", "use only the first N training and test samples (0: all)", cxxopts::value<int64_t>()->default_value("0"))
       ("metrics-json", "write the run's figures to this JSON file", cxxopts::value<std::string>()->default_value(""))
-      ("save-params", "", cxxopts::value<std::string>()->default_value(""))   // debug, for tests
-      ("max-steps", "", cxxopts::value<int64_t>()->default_value("0"))        // debug, for tests
       ("h,help", "print this help");
+  // Debug flags for the tests, left out of --help.
+  cli.add_options(kDebugGroup)
+      ("save-params", "write the final parameters (float32, concatenated) to FILE", cxxopts::value<std::string>()->default_value(""))
+      ("max-steps", "stop when the global step reaches N (an interruption)", cxxopts::value<int64_t>()->default_value("0"));
   cxxopts::ParseResult result;
   try {
     result = cli.parse(argc, argv);
@@ -65,7 +69,7 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, const Pro
     throw InvalidArgument(str("unexpected argument '", result.unmatched().front(), "' (see --help)"));
   }
   if (result.count("help")) {
-    std::cout << cli.help() << std::flush;
+    std::cout << cli.help({""}) << std::flush;
     return std::nullopt;
   }
   TrainOptions o;

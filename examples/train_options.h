@@ -17,6 +17,7 @@ struct ProgramSpec {
   std::string default_data_dir;  // empty: --data-dir is required
   std::vector<std::string> models;  // the first is the default
   double default_lr = 0.05;
+  int64_t default_batch_size = 64;
   double default_weight_decay = 0.0;
 };
 
