@@ -206,13 +206,12 @@ int run(const LaunchConfig& c, const LaunchEnvironment& env) {
     return group;
   };
 
-  SupervisorOptions options;
-  options.program_path = c.program_path;
-  options.program_args = c.program_args;
-  options.monitor_interval_s = c.monitor_interval_s;
-  options.shutdown_grace_s = c.shutdown_grace_s;
-  options.max_restarts = c.max_restarts;
-  options.host_name = this_host_name();
+  const SupervisorOptions options = SupervisorOptions()
+                                        .set_program(c.program_path, c.program_args)
+                                        .set_monitor_interval(c.monitor_interval_s)
+                                        .set_shutdown_grace(c.shutdown_grace_s)
+                                        .set_max_restarts(c.max_restarts)
+                                        .set_host_name(this_host_name());
   const SupervisorResult result = supervise(options, make_group);
   if (result.exit_code != 0) {
     std::fputs(format_failure_summary(result, options.host_name).c_str(), stderr);

@@ -14,6 +14,7 @@
 
 #include "ddp/str.h"
 #include "launcher/net.h"
+#include "launcher/supervisor.h"
 #include "tests/launcher/process_harness.h"
 
 using namespace ddp::launcher;
@@ -162,13 +163,16 @@ TEST_CASE("a worker exits 3: the launcher exits 3, siblings are stopped, summary
           "[process][failure]") {
   TempDir dir;
   const auto outcome = run_launcher(
-      with_worker({"--nproc_per_node", "3", "--master_port", "0", "--shutdown_grace", "2"},
+      with_worker({"--nproc_per_node", "3", "--master_port", "0", "--shutdown_grace", "5"},
                   {"--out", dir.path(), "--sleep", "0:60", "--sleep", "2:60", "--sleep", "1:0.3", "--exit", "1:3",
                    "--error-message", "1:boom from rank one"}),
       {}, 30s);
   INFO(outcome.err);
   CHECK(outcome.exit_code == 3);
-  CHECK(outcome.seconds < 10);  // SIGTERM stopped the sleepers well before their 60 s
+  // SIGTERM stopped the sleepers within the grace period: no SIGKILL was needed.
+  CHECK(outcome.seconds < 5);
+  CHECK(outcome.err.find("sending SIGKILL") == std::string::npos);
+  CHECK_THAT(outcome.err, Catch::Contains("rank 0 (local_rank: 0): exitcode SIGTERM"));
   CHECK_THAT(outcome.err, Catch::Contains("rank      : 1 (local_rank: 1)"));
   CHECK_THAT(outcome.err, Catch::Contains("exitcode  : 3"));
   CHECK_THAT(outcome.err, Catch::Contains("message   : boom from rank one"));
@@ -216,8 +220,8 @@ TEST_CASE("the launcher killed with SIGKILL leaves no worker alive", "[process][
   CHECK(wait_gone(pids, 5s).empty());  // PR_SET_PDEATHSIG took them down
 }
 
-TEST_CASE("SIGTERM to the launcher is forwarded to every worker", "[process][signals]") {
-  for (int sig : {SIGTERM, SIGINT}) {
+TEST_CASE("SIGTERM, SIGINT, SIGHUP, SIGQUIT to the launcher are forwarded to every worker", "[process][signals]") {
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) {
     INFO("signal " << sig);
     TempDir dir;
     Child launcher(with_worker({launcher_path(), "--nproc_per_node", "2", "--master_port", "0", "--shutdown_grace", "5"},
@@ -232,7 +236,7 @@ TEST_CASE("SIGTERM to the launcher is forwarded to every worker", "[process][sig
       CHECK(wait_for_files(dir.path(), "sigterm", 2, 1s));
       CHECK_THAT(outcome->err, Catch::Contains("received SIGTERM: forwarding it to 2 workers"));
     } else {
-      CHECK_THAT(outcome->err, Catch::Contains("received SIGINT"));
+      CHECK_THAT(outcome->err, Catch::Contains("received " + signal_name(sig) + ": forwarding it to 2 workers"));
     }
     CHECK(wait_gone(recorded_pids(dir, 2), 2s).empty());
   }
