@@ -158,7 +158,9 @@ int run(const LaunchConfig& c, const LaunchEnvironment& env) {
   }
 
   // Per-run folder: --log_dir, or a temporary one for the error files (and redirected output).
-  std::string base = c.log_dir;
+  // Absolute, so that TORCHELASTIC_ERROR_FILE still works for a worker that changes directory.
+  std::string base = c.log_dir.empty() ? std::string() : std::filesystem::absolute(c.log_dir).lexically_normal().string();
+  while (base.size() > 1 && base.back() == '/') base.pop_back();
   bool temporary = false;
   if (base.empty()) {
     std::string tmpl = env.get("TMPDIR").value_or("/tmp") + "/ddp_launch_XXXXXX";

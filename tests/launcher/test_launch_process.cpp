@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <set>
@@ -90,7 +91,7 @@ void check_worker_env(const TempDir& dir, int nnodes, int nproc, const std::stri
     CHECK(r.env.at("TORCHELASTIC_RESTART_COUNT") == "0");
     CHECK(r.env.at("TORCHELASTIC_MAX_RESTARTS") == "1");
     CHECK(r.env.at("TORCHELASTIC_RUN_ID") == run_id);
-    CHECK_FALSE(r.env.at("TORCHELASTIC_ERROR_FILE").empty());
+    CHECK(r.env.at("TORCHELASTIC_ERROR_FILE").front() == '/');
     error_files.insert(r.env.at("TORCHELASTIC_ERROR_FILE"));
     if (nproc > 1) {
       CHECK(r.env.at("OMP_NUM_THREADS") == "1");
@@ -427,4 +428,16 @@ TEST_CASE("without a GPU driver, --gpus auto and --nproc_per_node gpu fail clean
   CPU_ZERO(&cpus);
   REQUIRE(::sched_getaffinity(0, sizeof cpus, &cpus) == 0);
   CHECK_THAT(outcome.out, Catch::Contains(ddp::str("dry run: ", CPU_COUNT(&cpus), " workers")));
+}
+
+TEST_CASE("a relative --log_dir gives workers absolute error-file paths", "[process][logs]") {
+  TempDir dir;
+  const std::string relative = std::filesystem::relative(dir.path() + "/logs").string();
+  REQUIRE(relative.front() != '/');
+  const auto outcome = run_launcher(with_worker({"--nproc_per_node", "1", "--master_port", "0", "--log_dir", relative,
+                                                 "--run_id", "rel"},
+                                                {"--out", dir.path()}));
+  CHECK(outcome.exit_code == 0);
+  CHECK(read_record(record_path(dir, 0)).env.at("TORCHELASTIC_ERROR_FILE") ==
+        dir.path() + "/logs/rel/attempt_0/0/error.json");
 }
