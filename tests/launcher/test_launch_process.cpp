@@ -127,21 +127,25 @@ TEST_CASE("every variable reaches the workers, static rendezvous, nnodes x nproc
   }
 }
 
-TEST_CASE("dynamic rendezvous: two launchers get node ranks from the c10d store", "[process][rdzv]") {
-  TempDir dir;
-  const std::string endpoint = "127.0.0.1:" + std::to_string(pick_free_port("127.0.0.1"));
-  std::vector<std::vector<std::string>> nodes;
-  for (int node = 0; node < 2; ++node) {
-    nodes.push_back(with_worker({"--nnodes", "2", "--nproc_per_node", "2", "--rdzv_endpoint", endpoint, "--rdzv_id",
-                                 "job42", "--rdzv_timeout", "30", "--max_restarts", "1"},
-                                {"--out", dir.path(), "two words", "--nnodes", "7"}));
+TEST_CASE("dynamic rendezvous: launchers get node ranks from the c10d store", "[process][rdzv]") {
+  for (auto [nnodes, nproc] : std::vector<std::pair<int, int>>{{2, 2}, {3, 1}}) {
+    INFO(nnodes << " nodes x " << nproc << " workers");
+    TempDir dir;
+    const std::string port = std::to_string(pick_free_port("127.0.0.1"));
+    std::vector<std::vector<std::string>> nodes;
+    for (int node = 0; node < nnodes; ++node) {
+      nodes.push_back(with_worker({"--nnodes", std::to_string(nnodes), "--nproc_per_node", std::to_string(nproc),
+                                   "--rdzv_endpoint", "127.0.0.1:" + port, "--rdzv_id", "job42", "--rdzv_timeout",
+                                   "30", "--max_restarts", "1"},
+                                  {"--out", dir.path(), "two words", "--nnodes", "7"}));
+    }
+    for (const auto& outcome : run_nodes(nodes, 60s)) {
+      INFO(outcome.err);
+      CHECK(outcome.exit_code == 0);
+    }
+    check_worker_env(dir, nnodes, nproc, "job42");
+    CHECK(read_record(record_path(dir, 0)).env.at("MASTER_PORT") != port);  // the workers' own port
   }
-  for (const auto& outcome : run_nodes(nodes, 60s)) {
-    INFO(outcome.err);
-    CHECK(outcome.exit_code == 0);
-  }
-  check_worker_env(dir, 2, 2, "job42");
-  CHECK(read_record(record_path(dir, 0)).env.at("MASTER_PORT") != endpoint.substr(endpoint.find(':') + 1));
 }
 
 TEST_CASE("a rendezvous that cannot complete fails after --rdzv_timeout, naming what it waited for",
