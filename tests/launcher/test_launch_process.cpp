@@ -445,3 +445,13 @@ TEST_CASE("a relative --log_dir gives workers absolute error-file paths", "[proc
   CHECK(read_record(record_path(dir, 0)).env.at("TORCHELASTIC_ERROR_FILE") ==
         dir.path() + "/logs/rel/attempt_0/0/error.json");
 }
+
+TEST_CASE("a binary the kernel cannot execute: exit 127 with the errno", "[process][failure]") {
+  TempDir dir;
+  const std::string script = dir.path() + "/no_shebang";
+  std::ofstream(script) << "echo this is not a program\n";
+  ::chmod(script.c_str(), 0755);
+  const auto outcome = run_launcher({"--nproc_per_node", "1", "--master_port", "0", script}, {}, 10s);
+  CHECK(outcome.exit_code == 127);
+  CHECK_THAT(outcome.err, Catch::Contains("[rank 0]: ddp_launch: execve failed (errno " + std::to_string(ENOEXEC) + ")"));
+}
