@@ -455,3 +455,16 @@ TEST_CASE("a binary the kernel cannot execute: exit 127 with the errno", "[proce
   CHECK(outcome.exit_code == 127);
   CHECK_THAT(outcome.err, Catch::Contains("[rank 0]: ddp_launch: execve failed (errno " + std::to_string(ENOEXEC) + ")"));
 }
+
+TEST_CASE("--gpus 0,3,5 gives each local worker one GPU", "[process][env]") {
+  TempDir dir;
+  const auto outcome = run_launcher(with_worker({"--gpus", "0,3,5", "--master_port", "0"}, {"--out", dir.path()}));
+  CHECK(outcome.exit_code == 0);
+  const std::vector<std::string> expected{"0", "3", "5"};
+  for (int rank = 0; rank < 3; ++rank) {  // three GPUs listed: three workers
+    const auto r = read_record(record_path(dir, rank));
+    CHECK(r.env.at("CUDA_VISIBLE_DEVICES") == expected[rank]);
+    CHECK(r.env.at("CUDA_DEVICE_ORDER") == "PCI_BUS_ID");
+    CHECK(r.env.at("LOCAL_WORLD_SIZE") == "3");
+  }
+}
