@@ -215,7 +215,9 @@ TEST_CASE("a worker killed by a signal: exit code 128+N and the signal's name", 
 
 TEST_CASE("the launcher killed with SIGKILL leaves no worker alive", "[process][signals]") {
   TempDir dir;
-  Child launcher(with_worker({launcher_path(), "--nproc_per_node", "3", "--master_port", "0"},
+  // --log_dir inside the test's folder: a launcher killed with SIGKILL cannot remove its own folder.
+  Child launcher(with_worker({launcher_path(), "--nproc_per_node", "3", "--master_port", "0", "--log_dir",
+                              dir.path() + "/logs"},
                              {"--out", dir.path(), "--sleep", "*:60"}));
   REQUIRE(wait_for_files(dir.path(), "rank", 3, 10s));
   const std::vector<int> pids = recorded_pids(dir, 3);
