@@ -10,11 +10,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 model=$1 batch=$2 iters=$3 rounds=${4:-5} nproc=${5:-2}
 build=${DDP_BUILD_DIR:-$root/build}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-if [[ -x $build/bin/ddp_launch ]]; then
-  launch=("$build/bin/ddp_launch" --nproc_per_node "$nproc" --master_port 0)
-else
-  launch=("$root/tests/ddp/run_ranks.sh" "$nproc")
-fi
+launch=("$build/bin/ddp_launch" --nproc_per_node "$nproc" --master_port 0)
 args=(--model "$model" --batch "$batch" --iters "$iters" --warmup 3)
 cpp=() py=()
 run_cpp() { "${launch[@]}" "$build/bin/ddp_bench" throughput "${args[@]}" 2>&1 | grep -o '[0-9.]* samples/s' | cut -d' ' -f1; }

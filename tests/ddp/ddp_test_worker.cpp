@@ -9,6 +9,7 @@
 //   timeout    this rank waits for a rank that never arrives: TimeoutError after --timeout-ms
 //   unreachable  no master listens: CommunicationError naming the address
 //   collectives  init through --init-method, all-reduce, broadcast, allgather, barrier, main_process_first
+//   fail       rank 1 throws: run_main writes the launcher's error file
 #include <torch/torch.h>
 
 #include <cmath>
@@ -353,6 +354,12 @@ int worker_main(int argc, char** argv) {
   const std::string command = argv[1];
   const Args args = parse_args(argc, argv, 2);
   if (command == "collectives") return collectives(args);
+  if (command == "fail") {
+    if (std::string(std::getenv("RANK")) == "1") {
+      throw ddp::CommunicationError("deliberate failure on rank 1 for the error-file test");
+    }
+    return 0;
+  }
   if (command == "timeout") {
     // This rank is told the world has 2 ranks, but nobody else comes.
     return expect_init_error(args, ddp::InitOptions().set_world_size(2), "timeout", {"rank 1", "WORLD_SIZE=2"});

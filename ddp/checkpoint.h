@@ -1,0 +1,200 @@
+#pragma once
+// Portable, atomic training checkpoints: model state dict (readable by Python's torch.load),
+// optimizer state, epoch, step, sampler position and RNG state.
+//
+// Note [Checkpoint layout]
+// A checkpoint is a folder <root>/step-<step, 12 digits>/ holding
+//   model.pt    the model's state dict: a plain dict name -> CPU tensor in PyTorch's zip format,
+//               keys without the DDP "module." prefix; Python reads it with torch.load(path).
+//   trainer.pt  a LibTorch archive (torch::serialize) with the optimizer state, epoch, step,
+//               sampler state and RNG states; C++ only.
+//   MANIFEST    text: format version, epoch, step, world size, and the size and checksum of each
+//               file above. It is written last.
+// Rank 0 writes everything into <root>/.tmp-step-.../, fsyncs the files and the folder, then renames
+// the folder into place and fsyncs <root>: a folder named step-* with a MANIFEST is complete, and a
+// crash at any point leaves the previous checkpoints untouched (leftover .tmp-* folders never count).
+// The checksums turn a truncated or corrupted file into a clear ddp::IoError, which lets
+// find_latest_valid_checkpoint() fall back to the previous checkpoint.
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+#include <torch/ordered_dict.h>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "samplers/distributed_sampler.h"
+
+namespace ddp {
+
+using StateDict = torch::OrderedDict<std::string, torch::Tensor>;
+
+// ---- State dicts ---------------------------------------------------------------------------------
+
+// The module's parameters and buffers by dotted name, detached, as PyTorch's module.state_dict()
+// (registration order; keys without a "module." prefix).
+StateDict state_dict(const torch::nn::Module& module);
+
+// Removes `prefix` from every key that starts with it (PyTorch's consume_prefix_in_state_dict_if_present).
+StateDict strip_prefix(const StateDict& state, const std::string& prefix = "module.");
+
+// Copies `state` into the module's parameters and buffers (on their devices and dtypes), without
+// recording gradients. A "module." prefix on the keys is stripped first. strict: missing or unexpected
+// keys are an error listing them; a shape mismatch is always an error. Throws ddp::InvalidArgument.
+void load_state_dict(torch::nn::Module& module, const StateDict& state, bool strict = true);
+
+// Writes a state dict in PyTorch's zip format, atomically (temporary file, fsync, rename), tensors
+// moved to the CPU: torch.load(file) in Python gives a dict name -> tensor. Throws ddp::IoError.
+void save_state_dict(const StateDict& state, const std::filesystem::path& file);
+
+// Reads a state dict written by save_state_dict() or by Python's torch.save(model.state_dict())
+// (an OrderedDict, also one of a DDP model with "module." keys, which are stripped). Tensors go to
+// map_location (default: the CPU). A missing, truncated or corrupt file, or one that holds anything
+// but tensors by name, is a ddp::IoError naming the file and what is wrong.
+StateDict load_state_dict_file(const std::filesystem::path& file,
+                               std::optional<torch::Device> map_location = std::nullopt);
+
+// ---- RNG state ------------------------------------------------------------------------------------
+
+// The default generators' states: CPU always, one per CUDA device when CUDA is available.
+struct RngState {
+  torch::Tensor cpu;
+  std::vector<torch::Tensor> cuda;
+};
+RngState get_rng_state();
+// Restores what get_rng_state() returned; CUDA states beyond this machine's devices are ignored.
+void set_rng_state(const RngState& state);
+
+// ---- Checkpoints ------------------------------------------------------------------------------------
+
+// What a training loop needs to continue where it stopped, besides model and optimizer.
+struct TrainingProgress {
+  int64_t epoch = 0;
+  int64_t step = 0;  // global step; names the checkpoint folder
+  // From sampler.state(consumed); after loading, sampler.set_state(progress.sampler) resumes there,
+  // also with another world size.
+  samplers::SamplerState sampler;
+};
+
+class CheckpointOptions {
+ public:
+  // How many complete checkpoints to keep under the root, newest by step (default 3; 0 keeps all).
+  CheckpointOptions& keep_last(int value) {
+    keep_last_ = value;
+    return *this;
+  }
+  // Save the RNG states with the checkpoint and restore them when loading (default true).
+  CheckpointOptions& rng_state(bool value) {
+    rng_state_ = value;
+    return *this;
+  }
+  // Loading: every key of the model must be in the checkpoint and nothing else (default true).
+  CheckpointOptions& strict(bool value) {
+    strict_ = value;
+    return *this;
+  }
+  // Loading: the device of the optimizer state (default: the device of the model's first parameter).
+  CheckpointOptions& map_location(torch::Device value) {
+    map_location_ = value;
+    return *this;
+  }
+  // Saving: the world size written into the MANIFEST for information (default 1).
+  CheckpointOptions& world_size(int value) {
+    world_size_ = value;
+    return *this;
+  }
+
+  int keep_last() const { return keep_last_; }
+  bool rng_state() const { return rng_state_; }
+  bool strict() const { return strict_; }
+  const std::optional<torch::Device>& map_location() const { return map_location_; }
+  int world_size() const { return world_size_; }
+
+ private:
+  int keep_last_ = 3;
+  bool rng_state_ = true;
+  bool strict_ = true;
+  std::optional<torch::Device> map_location_;
+  int world_size_ = 1;
+};
+
+// A complete checkpoint folder, as its MANIFEST describes it (see Note [Checkpoint layout]).
+struct CheckpointInfo {
+  std::filesystem::path path;
+  int64_t epoch = 0;
+  int64_t step = 0;
+  int world_size = 1;
+};
+
+// All ranks call it. Rank 0 writes <root>/step-<step>/ atomically and removes checkpoints beyond
+// keep_last; every rank then waits in `barrier`, so that none reads or overwrites the checkpoint
+// early. If rank 0's write fails it still enters the barrier (nobody hangs), then rethrows.
+// optimizer may be null. Returns the checkpoint folder (on every rank).
+std::filesystem::path save_checkpoint(const std::filesystem::path& root,
+                                      const torch::nn::Module& model,
+                                      const torch::optim::Optimizer* optimizer,
+                                      const TrainingProgress& progress, int rank,
+                                      const std::function<void()>& barrier,
+                                      const CheckpointOptions& options = {});
+
+// The same with a process group: anything with rank() and barrier(), e.g. ddp::ProcessGroup.
+template <typename Group>
+std::filesystem::path save_checkpoint(const std::filesystem::path& root,
+                                      const torch::nn::Module& model,
+                                      const torch::optim::Optimizer* optimizer,
+                                      const TrainingProgress& progress, Group& group,
+                                      CheckpointOptions options = {}) {
+  options.world_size(static_cast<int>(group.size()));
+  return save_checkpoint(root, model, optimizer, progress, static_cast<int>(group.rank()),
+                         [&group] { group.barrier(); }, options);
+}
+
+// Loads a checkpoint folder into model (and optimizer, which may be null) on any rank and with any
+// world size: parameters keep their devices, the optimizer state goes to options.map_location() or
+// the model's device; restores the RNG states if saved and options.rng_state(). Verifies sizes and
+// checksums first. Throws ddp::IoError (missing, truncated or corrupt files) or
+// ddp::InvalidArgument (the model does not fit the state dict).
+TrainingProgress load_checkpoint(const std::filesystem::path& checkpoint, torch::nn::Module& model,
+                                 torch::optim::Optimizer* optimizer,
+                                 const CheckpointOptions& options = {});
+
+// Complete checkpoints under root (folders step-* with a MANIFEST), newest step first. Does not
+// verify the files; an empty list when root does not exist.
+std::vector<CheckpointInfo> list_checkpoints(const std::filesystem::path& root);
+
+// Checks the MANIFEST and every file's size and checksum; throws ddp::IoError naming the file.
+CheckpointInfo verify_checkpoint(const std::filesystem::path& checkpoint);
+
+// The newest checkpoint that verifies; corrupt ones are skipped with a warning. nullopt if none.
+std::optional<CheckpointInfo> find_latest_valid_checkpoint(const std::filesystem::path& root);
+
+// Removes all but the newest `keep_last` complete checkpoints, and leftover temporary folders.
+void prune_checkpoints(const std::filesystem::path& root, int keep_last);
+
+// ---- Building blocks (public for tests and custom checkpoint contents) -----------------------------
+
+// Receives the bytes of one file, in order.
+using ByteSink = std::function<void(const void* data, size_t size)>;
+
+// One file of a checkpoint folder: its name and a function that writes its bytes into the sink.
+struct CheckpointFile {
+  std::string name;
+  std::function<void(const ByteSink& sink)> write;
+};
+
+// Writes `files` and a MANIFEST (with `info`'s epoch, step and world size) into <root>/<name>/
+// atomically, per Note [Checkpoint layout]. If a writer throws, the temporary folder is removed, an
+// existing <root>/<name> is untouched, and the exception propagates. Returns <root>/<name>.
+std::filesystem::path write_checkpoint_directory(const std::filesystem::path& root,
+                                                 const std::string& name,
+                                                 const std::vector<CheckpointFile>& files,
+                                                 const CheckpointInfo& info);
+
+// "step-000000001200": the folder name for a step.
+std::string checkpoint_name(int64_t step);
+
+}  // namespace ddp

@@ -1,0 +1,158 @@
+#pragma once
+// DistributedSampler: each rank iterates over its own share of a dataset, in an order that is the
+// same permutation on every rank and changes with the epoch, like PyTorch's
+// torch.utils.data.distributed.DistributedSampler, for LibTorch's data loaders.
+#include <torch/data/samplers/base.h>
+#include <torch/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+namespace ddp::samplers {
+
+// Options in the manner of c10d's: construct with the required values, chain setters for the rest.
+class DistributedSamplerOptions {
+ public:
+  DistributedSamplerOptions(int64_t num_replicas, int64_t rank)
+      : num_replicas_(num_replicas), rank_(rank) {}
+
+  DistributedSamplerOptions& num_replicas(int64_t value) {
+    num_replicas_ = value;
+    return *this;
+  }
+  DistributedSamplerOptions& rank(int64_t value) {
+    rank_ = value;
+    return *this;
+  }
+  // Shuffle with a permutation drawn from seed + epoch (default true); false keeps 0, 1, 2, ...
+  DistributedSamplerOptions& shuffle(bool value) {
+    shuffle_ = value;
+    return *this;
+  }
+  // Must be the same on every rank (default 0).
+  DistributedSamplerOptions& seed(uint64_t value) {
+    seed_ = value;
+    return *this;
+  }
+  // Drop the tail so that every rank gets floor(n / R) samples, instead of padding by wrapping
+  // around to ceil(n / R) (default false).
+  DistributedSamplerOptions& drop_last(bool value) {
+    drop_last_ = value;
+    return *this;
+  }
+
+  int64_t num_replicas() const { return num_replicas_; }
+  int64_t rank() const { return rank_; }
+  bool shuffle() const { return shuffle_; }
+  uint64_t seed() const { return seed_; }
+  bool drop_last() const { return drop_last_; }
+
+ private:
+  int64_t num_replicas_;
+  int64_t rank_;
+  bool shuffle_ = true;
+  uint64_t seed_ = 0;
+  bool drop_last_ = false;
+};
+
+// Where a sampler stands: what a checkpoint stores to resume mid-epoch (see ddp/checkpoint.h).
+struct SamplerState {
+  int64_t epoch = 0;
+  // How many of this rank's indices of `epoch` were consumed.
+  int64_t position = 0;
+  // The world size the position was counted in; set_state() converts it to another world size.
+  int64_t num_replicas = 1;
+};
+
+// The global order of one epoch, before it is split: a permutation of 0..n-1 (randperm on a CPU
+// generator seeded with seed + epoch, as PyTorch does, so the order equals Python's) or the
+// identity, padded by wrapping around or truncated to a multiple of num_replicas. Pure function.
+std::vector<int64_t> epoch_order(int64_t dataset_size, const DistributedSamplerOptions& options,
+                                 int64_t epoch);
+
+// This rank's share of epoch_order: elements rank, rank + R, rank + 2R, ... Pure function.
+std::vector<int64_t> rank_indices(int64_t dataset_size, const DistributedSamplerOptions& options,
+                                  int64_t epoch);
+
+// Number of samples each rank gets per epoch: ceil(n / R), or floor(n / R) with drop_last.
+int64_t samples_per_rank(int64_t dataset_size, const DistributedSamplerOptions& options);
+
+// Note [Sampler copies share state]
+// LibTorch's make_data_loader takes the sampler by value and calls reset() on its own copy at every
+// begin(); with LibTorch's samplers a set_epoch() on the object the user kept therefore changes
+// nothing (pytorch issue 73141). A DistributedSampler is a handle: copies share one state (options,
+// epoch, position), so the natural code works:
+//
+//   DistributedSampler sampler(dataset.size().value(), {pg->size(), pg->rank()});
+//   auto loader = torch::data::make_data_loader(dataset, sampler, batch_size);
+//   for (int64_t epoch = 0; epoch < epochs; ++epoch) {
+//     sampler.set_epoch(epoch);
+//     for (auto& batch : *loader) ...
+//   }
+//
+// clone() gives an independent sampler. Access is guarded by a mutex, so a data loader's main
+// thread and the training loop may use copies concurrently.
+//
+// Note [Sampler epoch start]
+// The order of an epoch is computed when it starts: at reset() (the loader's begin()) or, when the
+// sampler is used on its own, at the first next() after set_epoch()/set_start_index(). The epoch
+// starts at the start index given by set_start_index() for that epoch, else at 0; the start index is
+// used once: a later reset() of the same epoch starts at 0 again (as a new pass would in Python).
+class DistributedSampler : public torch::data::samplers::Sampler<> {
+ public:
+  // dataset_size: the number of samples n. Throws ddp::InvalidArgument on a negative size,
+  // num_replicas < 1 or a rank outside [0, num_replicas).
+  DistributedSampler(int64_t dataset_size, const DistributedSamplerOptions& options);
+
+  // Starts the epoch's order again from its start index (Note [Sampler epoch start]); a new_size
+  // changes the dataset size.
+  void reset(std::optional<size_t> new_size = std::nullopt) override;
+  // The next up to batch_size of this rank's indices; nullopt when the epoch is exhausted.
+  std::optional<std::vector<size_t>> next(size_t batch_size) override;
+  // Writes and reads the options check values, the epoch and the position (LibTorch archives).
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
+
+  // Selects the permutation of the next epoch; call it before each epoch, on any copy.
+  void set_epoch(int64_t epoch);
+  int64_t epoch() const;
+  // Mid-epoch resume: the current epoch starts after the first `start` of this rank's indices.
+  // Takes effect at the next reset() or next(), for the current epoch only (set_epoch() to another
+  // epoch cancels it). Throws ddp::InvalidArgument if start is negative or beyond size().
+  void set_start_index(int64_t start);
+
+  // This rank's indices for the current epoch (all of them, whatever the position).
+  std::vector<int64_t> indices() const;
+  // The number of samples this rank gets per epoch (PyTorch's len(sampler)).
+  int64_t size() const;
+  int64_t dataset_size() const;
+  // How many of this rank's indices next() handed out in the current epoch. A loader with workers
+  // prefetches: this may run up to max_jobs batches ahead of what the training loop consumed, so a
+  // checkpoint should count consumed batches instead (see state()).
+  int64_t position() const;
+
+  // {epoch, position, num_replicas}; pass consumed = samples the loop actually trained on this epoch
+  // to store that instead of position().
+  SamplerState state(std::optional<int64_t> consumed = std::nullopt) const;
+  // Resumes from a saved state: set_epoch(state.epoch) and the start index. A state saved with
+  // another world size is converted through the global sample offset, rounding down: no sample of
+  // the epoch is skipped, at most R - 1 per rank are seen twice.
+  void set_state(const SamplerState& state);
+
+  const DistributedSamplerOptions& options() const;
+  // An independent sampler with the same options and state.
+  DistributedSampler clone() const;
+
+ private:
+  struct State;
+  explicit DistributedSampler(std::shared_ptr<State> state);
+  std::shared_ptr<State> state_;
+};
+
+// Start index on this rank for a state saved with another world size (Note in set_state()).
+int64_t convert_start_index(const SamplerState& state, int64_t num_replicas);
+
+}  // namespace ddp::samplers
