@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <sstream>
+#include <stdexcept>
 #include <unordered_map>
 #include <utility>
 
@@ -1009,7 +1010,11 @@ std::vector<CheckpointInfo> list_checkpoints(const fs::path& root) {
     } catch (const IoError&) {
       // Listed anyway (the name says which step); verify_checkpoint() reports what is wrong.
       info.path = entry.path();
-      info.step = std::stoll(name.substr(5));
+      try {
+        info.step = std::stoll(name.substr(5));
+      } catch (const std::out_of_range&) {
+        continue;  // more digits than any step: not ours
+      }
     }
     result.push_back(info);
   }
