@@ -1,9 +1,14 @@
-// Uses the installed headers and library: prints "ddp <version> torch <version>" and checks that a
-// tensor computation runs through the linked LibTorch.
+// Uses the installed headers and library: prints "ddp <version> torch <version>", checks that a
+// tensor computation runs through the linked LibTorch, and that a world-size-1 process group
+// (file:// rendezvous, Gloo) all-reduces a tensor.
 #include <torch/torch.h>
 
+#include <cstdio>
+#include <filesystem>
 #include <iostream>
+#include <unistd.h>
 
+#include "ddp/process_group.h"
 #include "ddp/version.h"
 
 int main() {
@@ -12,6 +17,23 @@ int main() {
     std::cerr << "unexpected tensor sum " << sum << "\n";
     return 1;
   }
-  std::cout << "ddp " << ddp::version() << " torch " << ddp::torch_version() << "\n";
+  const auto rendezvous = std::filesystem::temp_directory_path() /
+                          ("ddp_consumer_rendezvous_" + std::to_string(::getpid()));
+  std::filesystem::remove(rendezvous);
+  auto pg = ddp::init_process_group(ddp::InitOptions()
+                                        .set_backend("gloo")
+                                        .set_init_method("file://" + rendezvous.string())
+                                        .set_rank(0)
+                                        .set_world_size(1)
+                                        .set_timeout(std::chrono::seconds(30)));
+  auto t = torch::full({3}, 2.0f);
+  pg->allreduce(t);
+  pg->destroy();
+  std::filesystem::remove(rendezvous);
+  if (t.sum().item<float>() != 6.0f) {
+    std::cerr << "unexpected all-reduce result " << t << "\n";
+    return 1;
+  }
+  std::cout << "ddp " << ddp::version() << " torch " << ddp::torch_version() << " allreduce ok\n";
   return 0;
 }

@@ -1,0 +1,55 @@
+#include "ddp/bucket.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "ddp/error.h"
+
+namespace ddp {
+
+std::vector<std::vector<std::size_t>> compute_bucket_assignment(
+    const std::vector<std::size_t>& sizes, const std::vector<c10::ScalarType>& dtypes,
+    const std::vector<c10::Device>& devices, const BucketCaps& caps) {
+  if (sizes.size() != dtypes.size() || sizes.size() != devices.size()) {
+    throw InvalidArgument(str("compute_bucket_assignment: ", sizes.size(), " sizes, ", dtypes.size(),
+                              " dtypes and ", devices.size(), " devices; they must be equal"));
+  }
+  if (caps.first_bucket_bytes == 0 || caps.bucket_bytes == 0) {
+    throw InvalidArgument("compute_bucket_assignment: bucket caps must be positive");
+  }
+  // One open bucket per (dtype, device); each key starts with the small first cap.
+  using Key = std::tuple<int, int, int>;
+  struct Open {
+    std::vector<std::size_t> indices;
+    std::size_t bytes = 0;
+    bool closed_one = false;
+  };
+  std::map<Key, Open> open;
+  std::vector<std::vector<std::size_t>> buckets;
+  for (std::size_t k = sizes.size(); k-- > 0;) {
+    const Key key{static_cast<int>(dtypes[k]), static_cast<int>(devices[k].type()),
+                  static_cast<int>(devices[k].index())};
+    Open& bucket = open[key];
+    bucket.indices.push_back(k);
+    bucket.bytes += sizes[k];
+    const std::size_t cap = bucket.closed_one ? caps.bucket_bytes : caps.first_bucket_bytes;
+    if (bucket.bytes >= cap) {
+      buckets.push_back(std::move(bucket.indices));
+      bucket.indices.clear();
+      bucket.bytes = 0;
+      bucket.closed_one = true;
+    }
+  }
+  for (auto& entry : open) {
+    if (!entry.second.indices.empty()) buckets.push_back(std::move(entry.second.indices));
+  }
+  // Ready order: a bucket is ready when its earliest-registered (last visited) parameter is, and
+  // backward reaches parameters from last to first, so sort by that index, largest first.
+  std::stable_sort(buckets.begin(), buckets.end(), [](const auto& a, const auto& b) {
+    return a.back() > b.back();
+  });
+  return buckets;
+}
+
+}  // namespace ddp

@@ -1,0 +1,355 @@
+#include "ddp/process_group.h"
+
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <ATen/Parallel.h>
+#include <torch/cuda.h>
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <cstdlib>
+#include <thread>
+
+#include "ddp/environment.h"
+#include "ddp/error.h"
+
+namespace ddp {
+namespace {
+
+using std::chrono::milliseconds;
+
+double seconds(milliseconds ms) { return static_cast<double>(ms.count()) / 1000.0; }
+
+bool mentions_timeout(const std::string& text) {
+  return text.find("imeout") != std::string::npos || text.find("imed out") != std::string::npos;
+}
+
+// c10d reports failures as c10::Error subclasses with long messages; ours say what was being done.
+[[noreturn]] void rethrow_as_ddp(const std::exception& error, const std::string& context) {
+  const std::string what = error.what();
+  const std::string first_line = what.substr(0, what.find('\n'));
+  if (mentions_timeout(what)) throw TimeoutError(str(context, ": ", first_line));
+  throw CommunicationError(str(context, ": ", first_line));
+}
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+std::string to_string(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
+std::vector<uint8_t> to_bytes(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
+
+// Note [World size check]
+// Every rank publishes the world size it was told; each rank compares its own with rank 0's, and
+// rank 0 compares with everybody's. A rank that disagrees fails with ddp::MismatchError before the
+// backend's rendezvous, which would otherwise wait for ranks that do not exist.
+void check_world_size(c10d::Store& store, int rank, int world_size, milliseconds timeout) {
+  const auto key = [](int r) { return str("ddp/world_size/", r); };
+  const auto ack = [](int r) { return str("ddp/world_size_ack/", r); };
+  const auto fetch = [&](int r) {
+    try {
+      store.wait({key(r)}, timeout);
+    } catch (const std::exception&) {
+      throw TimeoutError(str("rank ", rank, " waited ", seconds(timeout), " s for rank ", r,
+                             " to join (WORLD_SIZE=", world_size,
+                             "): start all ranks, or check that they use the same MASTER_ADDR/MASTER_PORT"));
+    }
+    return std::stoi(to_string(store.get(key(r))));
+  };
+  const auto mismatch = [&](int other_rank, int other) {
+    return MismatchError(str("inconsistent world size: rank ", rank, " has WORLD_SIZE=", world_size,
+                             " but rank ", other_rank, " has WORLD_SIZE=", other,
+                             "; every process must be started with the same world size"));
+  };
+  try {
+    store.set(key(rank), to_bytes(std::to_string(world_size)));
+    if (rank != 0) {
+      const int root = fetch(0);
+      store.set(ack(rank), to_bytes("read"));  // rank 0 may now fail and take the store down
+      if (root != world_size) throw mismatch(0, root);
+      return;
+    }
+    for (int r = 1; r < world_size; ++r) {
+      const int other = fetch(r);
+      if (other != world_size) {
+        // Let rank r read rank 0's value first, so that it reports the mismatch too.
+        try {
+          store.wait({ack(r)}, std::min(timeout, milliseconds(10000)));
+        } catch (const std::exception&) {
+        }
+        throw mismatch(r, other);
+      }
+    }
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& error) {
+    rethrow_as_ddp(error, str("rank ", rank, " lost the rendezvous store while checking the world size"));
+  }
+}
+
+c10::intrusive_ptr<c10d::Store> make_store(const InitMethod& method, const std::string& host, int port,
+                                           int rank, int world_size, milliseconds timeout) {
+  if (method.kind == InitMethod::Kind::file) {
+    try {
+      return c10::make_intrusive<c10d::FileStore>(method.path, world_size);
+    } catch (const std::exception& error) {
+      throw IoError(str("cannot use the rendezvous file ", method.path, ": ", error.what()));
+    }
+  }
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<std::uint16_t>(port);
+  store_options.isServer = rank == 0;
+  store_options.numWorkers = world_size;
+  store_options.waitWorkers = false;
+  store_options.timeout = timeout;
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(host, store_options);
+  } catch (const std::exception& error) {
+    const std::string what = error.what();
+    if (rank == 0) {
+      throw CommunicationError(str("rank 0 could not listen on ", host, ":", port, ": ",
+                                   what.substr(0, what.find('\n')),
+                                   " (is the port in use? pick another MASTER_PORT)"));
+    }
+    throw CommunicationError(str("rank ", rank, " could not reach the master at ", host, ":", port,
+                                 " within ", seconds(timeout), " s: ", what.substr(0, what.find('\n')),
+                                 " (is rank 0 running, and are MASTER_ADDR/MASTER_PORT right?)"));
+  }
+}
+
+// Note [Threads per rank]
+// Several ranks on one host each default to one intra-op thread per core and oversubscribe it
+// (2 ranks on 2 cores run 4 busy threads). OMP_NUM_THREADS, when set (torchrun and ddp_launch set
+// it), is applied to LibTorch's intra-op pool; otherwise the cores are shared out among local ranks.
+void set_threads_per_rank(const EnvLookup& env, int local_size, const Logger& logger) {
+  int threads = 0;
+  if (auto value = env("OMP_NUM_THREADS")) {
+    threads = parse_int(*value, "OMP_NUM_THREADS", 1, 4096);
+  } else if (local_size > 1) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    threads = std::max(1, cores / local_size);
+    logger.debug(str("OMP_NUM_THREADS is not set: using ", threads, " threads for ", local_size,
+                     " local ranks"));
+  }
+  if (threads > 0 && at::get_num_threads() != threads) at::set_num_threads(threads);
+}
+
+}  // namespace
+
+bool nccl_available() {
+#ifdef USE_C10D_NCCL
+  return torch::cuda::is_available();
+#else
+  return false;
+#endif
+}
+
+ProcessGroup::ProcessGroup(Info info, c10::intrusive_ptr<c10d::Store> store,
+                           c10::intrusive_ptr<c10d::Backend> backend)
+    : info_(std::move(info)),
+      store_(std::move(store)),
+      backend_(std::move(backend)),
+      logger_(Logger::for_rank(info_.rank)) {}
+
+ProcessGroup::~ProcessGroup() { destroy(); }
+
+const c10::intrusive_ptr<c10d::Backend>& ProcessGroup::backend() const {
+  if (!backend_) throw Error(str("rank ", info_.rank, ": the process group was destroyed"));
+  return backend_;
+}
+
+void ProcessGroup::destroy() {
+  backend_.reset();
+  store_.reset();
+}
+
+void ProcessGroup::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what) const {
+  try {
+    if (!work->wait(info_.timeout)) {
+      throw TimeoutError(str(what, " on rank ", info_.rank, " did not finish within ",
+                             seconds(info_.timeout), " s"));
+    }
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& error) {
+    rethrow_as_ddp(error, str(what, " failed on rank ", info_.rank, " (timeout ",
+                              seconds(info_.timeout), " s)"));
+  }
+}
+
+void ProcessGroup::barrier(std::optional<milliseconds> timeout) {
+  c10d::BarrierOptions options;
+  options.timeout = timeout.value_or(info_.timeout);
+  try {
+    auto work = backend()->barrier(options);
+    if (!work->wait(options.timeout)) throw TimeoutError("barrier did not finish");
+  } catch (const std::exception& error) {
+    rethrow_as_ddp(error, str("barrier on rank ", info_.rank, " (timeout ", seconds(options.timeout),
+                              " s)"));
+  }
+}
+
+namespace {
+// Starts a collective, turning c10d's errors into ours.
+template <class Start>
+c10::intrusive_ptr<c10d::Work> start_collective(const char* what, int rank, Start&& start) {
+  try {
+    return start();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& error) {
+    rethrow_as_ddp(error, str(what, " on rank ", rank));
+  }
+}
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce_async(torch::Tensor& tensor) {
+  std::vector<torch::Tensor> tensors{tensor};
+  return start_collective("allreduce", info_.rank, [&] { return backend()->allreduce(tensors); });
+}
+
+void ProcessGroup::allreduce(torch::Tensor& tensor, c10d::ReduceOp op) {
+  std::vector<torch::Tensor> tensors{tensor};
+  c10d::AllreduceOptions options;
+  options.reduceOp = op;
+  wait(start_collective("allreduce", info_.rank, [&] { return backend()->allreduce(tensors, options); }),
+       "allreduce");
+}
+
+void ProcessGroup::broadcast(torch::Tensor& tensor, int src) {
+  std::vector<torch::Tensor> tensors{tensor};
+  c10d::BroadcastOptions options;
+  options.rootRank = src;
+  wait(start_collective("broadcast", info_.rank, [&] { return backend()->broadcast(tensors, options); }),
+       "broadcast");
+}
+
+std::vector<torch::Tensor> ProcessGroup::allgather(const torch::Tensor& tensor) {
+  std::vector<torch::Tensor> inputs{tensor.contiguous()};
+  std::vector<std::vector<torch::Tensor>> outputs(1);
+  for (int r = 0; r < info_.size; ++r) outputs[0].push_back(torch::empty_like(inputs[0]));
+  wait(start_collective("allgather", info_.rank, [&] { return backend()->allgather(outputs, inputs); }),
+       "allgather");
+  return outputs[0];
+}
+
+void ProcessGroup::run_main_process_first(const std::function<void()>& f) {
+  const std::string key = str("ddp/main_process_first/", main_first_calls_++);
+  if (info_.rank == 0) {
+    try {
+      f();
+    } catch (const std::exception& error) {
+      store_->set(key, to_bytes(str("error: ", error.what())));
+      throw;
+    }
+    store_->set(key, to_bytes("ok"));
+    return;
+  }
+  try {
+    store_->wait({key}, info_.timeout);
+  } catch (const std::exception&) {
+    throw TimeoutError(str("rank ", info_.rank, " waited ", seconds(info_.timeout),
+                           " s for rank 0 to finish its part of main_process_first"));
+  }
+  const std::string status = to_string(store_->get(key));
+  if (status != "ok") {
+    throw CommunicationError(str("rank 0 failed in main_process_first, so rank ", info_.rank,
+                                 " stops too: ", status));
+  }
+  f();
+}
+
+std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
+  const EnvLookup env = process_environment();
+  const InitMethod method = parse_init_method(options.init_method);
+  if (options.timeout.count() <= 0) throw InvalidArgument("InitOptions::timeout must be positive");
+
+  ProcessGroup::Info info;
+  info.timeout = options.timeout;
+  std::string host;
+  int port = 0;
+  if (method.kind == InitMethod::Kind::env) {
+    const LaunchEnvironment launch = parse_launch_environment(env, options.rank, options.world_size);
+    info.rank = launch.rank;
+    info.size = launch.world_size;
+    info.local_rank = launch.local_rank;
+    info.local_size = launch.local_world_size;
+    host = launch.master_addr;
+    port = launch.master_port;
+  } else {
+    if (options.rank < 0 || options.world_size < 1) {
+      throw InvalidArgument(str("init_method ", options.init_method,
+                                " needs an explicit rank and world_size (InitOptions::set_rank, "
+                                "set_world_size); got rank=", options.rank, ", world_size=",
+                                options.world_size));
+    }
+    if (options.rank >= options.world_size) {
+      throw InvalidArgument(str("rank ", options.rank, " is not below world_size ", options.world_size));
+    }
+    info.rank = options.rank;
+    info.size = options.world_size;
+    info.local_rank = info.rank;
+    info.local_size = info.size;
+    if (auto value = env("LOCAL_RANK")) info.local_rank = parse_int(*value, "LOCAL_RANK", 0, 1 << 20);
+    if (auto value = env("LOCAL_WORLD_SIZE")) {
+      info.local_size = parse_int(*value, "LOCAL_WORLD_SIZE", 1, 1 << 20);
+    }
+    host = method.kind == InitMethod::Kind::tcp ? method.host : std::string("127.0.0.1");
+    port = method.port;
+  }
+
+  std::string backend = options.backend;
+  if (backend == "auto") backend = nccl_available() ? "nccl" : "gloo";
+  if (backend != "gloo" && backend != "nccl") {
+    throw InvalidArgument(str("unknown backend '", options.backend, "': use gloo, nccl or auto"));
+  }
+  if (backend == "nccl" && !nccl_available()) {
+    throw InvalidArgument(
+        "backend nccl is not available: this LibTorch has no c10d NCCL support or no CUDA device "
+        "is visible; use backend gloo (or auto)");
+  }
+  info.backend_name = backend;
+  info.device = backend == "nccl" ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(info.local_rank))
+                                  : torch::Device(torch::kCPU);
+  Logger logger = Logger::for_rank(info.rank);
+  set_threads_per_rank(env, info.local_size, logger);
+
+  auto base_store = make_store(method, host, port, info.rank, info.size, info.timeout);
+  check_world_size(*base_store, info.rank, info.size, info.timeout);
+  auto store = c10::make_intrusive<c10d::PrefixStore>("ddp/default_pg", base_store);
+
+  c10::intrusive_ptr<c10d::Backend> pg;
+  try {
+    if (backend == "gloo") {
+      auto gloo_options = c10d::ProcessGroupGloo::Options::create(info.timeout);
+      if (auto iface = env("GLOO_SOCKET_IFNAME"); iface && !iface->empty()) {
+        gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(*iface));
+      } else if (is_loopback(host)) {
+        gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+      } else {
+        gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      }
+      pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, info.rank, info.size, gloo_options);
+    } else {
+#ifdef USE_C10D_NCCL
+      torch::cuda::synchronize();  // make sure the CUDA runtime is up
+      auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+      nccl_options->timeout = info.timeout;
+      pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, info.rank, info.size, nccl_options);
+#endif
+    }
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& error) {
+    rethrow_as_ddp(error, str("rank ", info.rank, " could not set up the ", backend, " backend with ",
+                              info.size, " ranks (timeout ", seconds(info.timeout), " s)"));
+  }
+  logger.debug(str("process group ready: backend ", backend, ", rank ", info.rank, " of ", info.size,
+                   ", local rank ", info.local_rank, " of ", info.local_size));
+  return std::make_shared<ProcessGroup>(std::move(info), base_store, std::move(pg));
+}
+
+}  // namespace ddp

@@ -1,0 +1,120 @@
+#pragma once
+// Process groups over LibTorch's c10d: init_process_group, the rank/world queries, barrier,
+// blocking collectives with timeouts, main_process_first and destroy.
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/types.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ddp/log.h"
+
+namespace ddp {
+
+// How to create the default process group (c10d's init_process_group arguments).
+// Public fields, plus chainable setters: InitOptions().set_backend("gloo").set_timeout(...).
+struct InitOptions {
+  // "auto" (NCCL when LibTorch has it and CUDA is available, else Gloo), "gloo" or "nccl".
+  std::string backend = "auto";
+  // "env://" (RANK, WORLD_SIZE, MASTER_ADDR, ... from the launcher), "tcp://host:port" or
+  // "file:///absolute/path" (the last two need rank and world_size).
+  std::string init_method = "env://";
+  // -1: from the environment. Explicit values win over the environment.
+  int rank = -1;
+  int world_size = -1;
+  // Bound of every blocking wait: rendezvous, collectives, barriers. PyTorch's default.
+  std::chrono::milliseconds timeout = std::chrono::minutes(30);
+
+  InitOptions& set_backend(std::string value) { backend = std::move(value); return *this; }
+  InitOptions& set_init_method(std::string value) { init_method = std::move(value); return *this; }
+  InitOptions& set_rank(int value) { rank = value; return *this; }
+  InitOptions& set_world_size(int value) { world_size = value; return *this; }
+  InitOptions& set_timeout(std::chrono::milliseconds value) { timeout = value; return *this; }
+};
+
+// A group of processes that run collectives together (one c10d backend plus its store).
+class ProcessGroup {
+ public:
+  struct Info {
+    int rank = 0;
+    int size = 1;
+    int local_rank = 0;
+    int local_size = 1;
+    std::string backend_name;
+    torch::Device device = torch::kCPU;
+    std::chrono::milliseconds timeout = std::chrono::minutes(30);
+  };
+  ProcessGroup(Info info, c10::intrusive_ptr<c10d::Store> store,
+               c10::intrusive_ptr<c10d::Backend> backend);
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return info_.rank; }
+  int size() const { return info_.size; }
+  int local_rank() const { return info_.local_rank; }
+  int local_size() const { return info_.local_size; }
+  bool is_main_process() const { return info_.rank == 0; }
+  const std::string& backend_name() const { return info_.backend_name; }
+  // The device this rank computes on: CPU with Gloo, cuda:<local_rank> with NCCL.
+  torch::Device device() const { return info_.device; }
+  std::chrono::milliseconds timeout() const { return info_.timeout; }
+  const Logger& logger() const { return logger_; }
+
+  // Blocks until every rank has arrived; throws ddp::TimeoutError after `timeout` (default: the
+  // group's timeout).
+  void barrier(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+
+  // Blocking collectives, in place, bounded by the group's timeout. Errors become
+  // ddp::TimeoutError / ddp::CommunicationError naming the operation.
+  void allreduce(torch::Tensor& tensor, c10d::ReduceOp op = c10d::ReduceOp::SUM);
+  void broadcast(torch::Tensor& tensor, int src = 0);
+  // Returns one tensor per rank (same shape as `tensor` on every rank).
+  std::vector<torch::Tensor> allgather(const torch::Tensor& tensor);
+
+  // Asynchronous all-reduce (sum) of one tensor; finish it with wait().
+  c10::intrusive_ptr<c10d::Work> allreduce_async(torch::Tensor& tensor);
+  // Waits for `work` at most the group's timeout; `what` names the operation in errors.
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what) const;
+
+  // The underlying c10d objects, for anything these helpers do not cover.
+  const c10::intrusive_ptr<c10d::Backend>& backend() const;
+  const c10::intrusive_ptr<c10d::Store>& store() const { return store_; }
+
+  // Releases the backend and the store (idempotent). Using the group afterwards throws.
+  void destroy();
+  bool destroyed() const { return !backend_; }
+
+  // Implementation of main_process_first (non-template): rank 0 runs f and publishes whether it
+  // succeeded; the others wait for that (bounded by the timeout), then run f. If rank 0's f
+  // throws, the others throw ddp::CommunicationError with its message instead of waiting forever.
+  void run_main_process_first(const std::function<void()>& f);
+
+ private:
+  Info info_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::Backend> backend_;
+  Logger logger_;
+  int main_first_calls_ = 0;
+};
+
+// Creates the default process group. Throws ddp::InvalidArgument (bad option or environment),
+// ddp::CommunicationError (master unreachable), ddp::TimeoutError (a rank never arrived) or
+// ddp::MismatchError (ranks disagree about the world size).
+std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options = {});
+
+// True when this build of LibTorch has c10d's NCCL backend and a CUDA device is present.
+bool nccl_available();
+
+// Rank 0 runs f first (e.g. downloads or prepares data), then the other ranks run it.
+template <class F>
+void main_process_first(ProcessGroup& group, F&& f) {
+  group.run_main_process_first(std::function<void()>(std::forward<F>(f)));
+}
+
+}  // namespace ddp

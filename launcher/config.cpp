@@ -1,0 +1,461 @@
+#include "launcher/config.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cxxopts.hpp>
+#include <random>
+#include <set>
+#include <sstream>
+
+
+namespace ddp::launcher {
+namespace {
+
+// Every flag once: its (underscore) name, whether it takes a value, its help text and default.
+// Both the cxxopts registration and split_launcher_args() read this table.
+struct FlagSpec {
+  const char* name;
+  bool takes_value;
+  const char* help;
+  const char* default_value;  // nullptr: no default (absence is meaningful)
+};
+
+constexpr FlagSpec kFlags[] = {
+    {"nnodes", true, "Number of nodes (N, or N:N)", nullptr},
+    {"node_rank", true, "Rank of this node, 0..nnodes-1", nullptr},
+    {"nproc_per_node", true, "Workers on this node: a number, gpu, cpu or auto", nullptr},
+    {"master_addr", true, "Address of the node with rank 0", nullptr},
+    {"master_port", true, "Port on the master node (0: a free port, single node only)", nullptr},
+    {"standalone", false, "Single node on loopback with a free port", nullptr},
+    {"rdzv_endpoint", true, "HOST:PORT of the c10d store for dynamic rendezvous", nullptr},
+    {"rdzv_id", true, "Id of the job, the same on every node", nullptr},
+    {"rdzv_backend", true, "Accepted for torchrun compatibility: c10d (with --rdzv_endpoint) or static", nullptr},
+    {"rdzv_timeout", true, "Seconds to wait for every node at rendezvous", "600"},
+    {"max_restarts", true, "Restarts of the local worker group before giving up", "0"},
+    {"monitor_interval", true, "Seconds between checks of the workers", "0.1"},
+    {"shutdown_grace", true, "Seconds between SIGTERM and SIGKILL when stopping workers", "10"},
+    {"log_dir", true, "Write DIR/<run id>/attempt_<k>/<rank>/{stdout,stderr}.log", nullptr},
+    {"redirects", true, "Streams sent only to the log files: 0..3 or local_rank:0..3,...", "0"},
+    {"tee", true, "Streams sent to the log files and the console: 0..3 or local_rank:0..3,...", "0"},
+    {"local_ranks_filter", true, "Show only these local ranks on the console, e.g. 0,1", nullptr},
+    {"gpus", true, "GPUs for the local workers: 0,3,5 or auto or auto:N", nullptr},
+    {"allow_busy_gpus", false, "Let --gpus auto pick GPUs that other processes use", nullptr},
+    {"dry_run", false, "Print each worker's command and environment, start nothing", nullptr},
+    {"no_python", false, "Accepted for torchrun compatibility (ddp_launch always runs a binary)", nullptr},
+    {"run_id", true, "TORCHELASTIC_RUN_ID (default: rdzv_id, or 'none')", nullptr},
+    {"help", false, "Print this help", nullptr},
+    {"version", false, "Print the version", nullptr},
+};
+
+const FlagSpec* find_flag(const std::string& name) {
+  for (const auto& f : kFlags) {
+    if (name == f.name) return &f;
+  }
+  return nullptr;
+}
+
+// "--nproc-per-node=4" -> "--nproc_per_node=4": torchrun accepts both spellings of every flag.
+std::string normalise_flag(const std::string& arg) {
+  if (arg.rfind("--", 0) != 0) return arg;
+  const auto eq = arg.find('=');
+  std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+  for (auto& c : name) {
+    if (c == '-') c = '_';
+  }
+  return "--" + name + (eq == std::string::npos ? "" : arg.substr(eq));
+}
+
+std::vector<std::string> split_list(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  std::string item;
+  std::istringstream in(text);
+  while (std::getline(in, item, sep)) out.push_back(item);
+  if (!text.empty() && text.back() == sep) out.push_back("");
+  return out;
+}
+
+std::string random_run_id() {
+  std::random_device rd;
+  std::ostringstream out;
+  out << std::hex << rd() << rd();
+  return out.str();
+}
+
+void parse_host_port(const std::string& text, std::string& host, int& port) {
+  std::string port_text;
+  if (!text.empty() && text[0] == '[') {  // [v6]:port
+    const auto close = text.find(']');
+    if (close == std::string::npos || close + 1 >= text.size() || text[close + 1] != ':') {
+      throw UsageError(ddp::str("--rdzv_endpoint '", text, "' is not HOST:PORT"));
+    }
+    host = text.substr(1, close - 1);
+    port_text = text.substr(close + 2);
+  } else {
+    const auto colon = text.rfind(':');
+    if (colon == std::string::npos || colon == 0) {
+      throw UsageError(ddp::str("--rdzv_endpoint '", text, "' is not HOST:PORT (e.g. node1:29400)"));
+    }
+    host = text.substr(0, colon);
+    port_text = text.substr(colon + 1);
+  }
+  port = parse_int_flag("--rdzv_endpoint port", port_text, 1, 65535);
+}
+
+}  // namespace
+
+int StreamSpec::for_local_rank(int local_rank) const {
+  if (per_local_rank.empty()) return all;
+  auto it = per_local_rank.find(local_rank);
+  return it == per_local_rank.end() ? kStdNone : it->second;
+}
+
+int parse_int_flag(const std::string& flag, const std::string& text, int min, int max) {
+  size_t used = 0;
+  long long value = 0;
+  bool ok = !text.empty() && !std::isspace(static_cast<unsigned char>(text[0]));
+  if (ok) {
+    try {
+      value = std::stoll(text, &used);
+    } catch (const std::exception&) {
+      ok = false;
+    }
+  }
+  if (!ok || used != text.size()) {
+    throw UsageError(ddp::str(flag, " expects an integer, got '", text, "'"));
+  }
+  if (value < min || value > max) {
+    throw UsageError(ddp::str(flag, " must be in ", min, "..", max, ", got ", value));
+  }
+  return static_cast<int>(value);
+}
+
+double parse_seconds_flag(const std::string& flag, const std::string& text) {
+  size_t used = 0;
+  double value = 0;
+  bool ok = !text.empty() && !std::isspace(static_cast<unsigned char>(text[0]));
+  if (ok) {
+    try {
+      value = std::stod(text, &used);
+    } catch (const std::exception&) {
+      ok = false;
+    }
+  }
+  if (!ok || used != text.size() || !std::isfinite(value) || value < 0) {
+    throw UsageError(ddp::str(flag, " expects a number of seconds >= 0, got '", text, "'"));
+  }
+  return value;
+}
+
+StreamSpec parse_stream_spec(const std::string& flag, const std::string& text) {
+  StreamSpec spec;
+  if (text.find(':') == std::string::npos) {
+    spec.all = parse_int_flag(flag, text, 0, 3);
+    return spec;
+  }
+  for (const auto& item : split_list(text, ',')) {
+    const auto colon = item.find(':');
+    if (colon == std::string::npos) {
+      throw UsageError(ddp::str(flag, " '", text, "': '", item,
+                                "' is not LOCAL_RANK:STREAMS (e.g. 0:1,1:2)"));
+    }
+    const int rank = parse_int_flag(flag + " local rank", item.substr(0, colon), 0, 1 << 20);
+    const int streams = parse_int_flag(flag + " streams", item.substr(colon + 1), 0, 3);
+    if (!spec.per_local_rank.emplace(rank, streams).second) {
+      throw UsageError(ddp::str(flag, " '", text, "' names local rank ", rank, " twice"));
+    }
+  }
+  return spec;
+}
+
+GpuRequest parse_gpu_request(const std::string& text) {
+  GpuRequest req;
+  if (text == "auto") {
+    req.mode = GpuRequest::Mode::kAuto;
+    return req;
+  }
+  if (text.rfind("auto:", 0) == 0) {
+    req.mode = GpuRequest::Mode::kAuto;
+    req.auto_count = parse_int_flag("--gpus auto:N", text.substr(5), 1, 1 << 16);
+    return req;
+  }
+  req.mode = GpuRequest::Mode::kList;
+  std::set<int> seen;
+  for (const auto& item : split_list(text, ',')) {
+    const int gpu = parse_int_flag("--gpus (a list like 0,3,5, or auto, or auto:N)", item, 0, 1 << 16);
+    if (!seen.insert(gpu).second) {
+      throw UsageError(ddp::str("--gpus '", text, "' names GPU ", gpu, " twice"));
+    }
+    req.list.push_back(gpu);
+  }
+  return req;
+}
+
+std::string resolve_program(const std::string& name, const std::string& path_var) {
+  auto check = [](const std::string& path, std::string& why) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+      why = "does not exist";
+      return false;
+    }
+    if (S_ISDIR(st.st_mode)) {
+      why = "is a directory";
+      return false;
+    }
+    // access() alone lets root "execute" anything; exec needs an x bit too.
+    if (::access(path.c_str(), X_OK) != 0 || (st.st_mode & (S_IXUSR | S_IXGRP | S_IXOTH)) == 0) {
+      why = "is not executable (chmod +x it?)";
+      return false;
+    }
+    return true;
+  };
+  std::string why;
+  if (name.empty()) throw UsageError("the training binary is an empty string");
+  if (name.find('/') != std::string::npos) {
+    if (!check(name, why)) throw UsageError(ddp::str("training binary '", name, "' ", why));
+    return name;
+  }
+  std::string first_problem;
+  for (auto dir : split_list(path_var, ':')) {
+    if (dir.empty()) dir = ".";
+    const std::string candidate = dir + "/" + name;
+    if (check(candidate, why)) return candidate;
+    if (why != "does not exist" && first_problem.empty()) first_problem = candidate + " " + why;
+  }
+  if (!first_problem.empty()) {
+    throw UsageError(ddp::str("training binary '", name, "': ", first_problem));
+  }
+  throw UsageError(ddp::str("training binary '", name,
+                            "' not found in PATH (give a path like ./", name, ")"));
+}
+
+SplitArgs split_launcher_args(int argc, const char* const* argv) {
+  SplitArgs split;
+  int i = 1;
+  for (; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if (arg.size() < 2 || arg[0] != '-') break;  // the training binary
+    const std::string norm = normalise_flag(arg);
+    split.launcher_args.push_back(norm);
+    if (norm.rfind("--", 0) == 0 && norm.find('=') == std::string::npos) {
+      const FlagSpec* flag = find_flag(norm.substr(2));
+      if (flag != nullptr && flag->takes_value && i + 1 < argc) {
+        split.launcher_args.push_back(argv[++i]);
+      }
+    }
+  }
+  for (; i < argc; ++i) split.program.emplace_back(argv[i]);
+  return split;
+}
+
+ParseResult parse_launch_args(int argc, const char* const* argv, const LaunchEnvironment& env) {
+  const SplitArgs split = split_launcher_args(argc, argv);
+
+  cxxopts::Options options("ddp_launch",
+                           "Starts the workers of one node of a data-parallel job. Flags are torchrun's, in both "
+                           "spellings (--nproc_per_node, --nproc-per-node). See docs/launcher.md.");
+  options.custom_help("[options] TRAINING_BINARY [its arguments...]");
+  {
+    auto adder = options.add_options();
+    for (const auto& f : kFlags) {
+      if (!f.takes_value) {
+        adder(std::string(f.name) == "help" ? "h,help" : f.name, f.help);
+      } else if (f.default_value != nullptr) {
+        adder(f.name, f.help, cxxopts::value<std::string>()->default_value(f.default_value));
+      } else {
+        adder(f.name, f.help, cxxopts::value<std::string>());
+      }
+    }
+  }
+  ParseResult result;
+  for (size_t i = 0; i < split.launcher_args.size(); ++i) {
+    const std::string& arg = split.launcher_args[i];
+    if (arg == "-h") continue;
+    const auto eq = arg.find('=');
+    const FlagSpec* flag = arg.rfind("--", 0) == 0 ? find_flag(arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2)) : nullptr;
+    if (flag == nullptr) throw UsageError(ddp::str("unknown flag '", arg, "' (see ddp_launch --help)"));
+    if (flag->takes_value && eq == std::string::npos) {
+      if (i + 1 >= split.launcher_args.size()) throw UsageError(ddp::str(arg, " needs a value"));
+      ++i;  // skip its value
+    }
+  }
+  std::vector<const char*> cargv{"ddp_launch"};
+  for (const auto& a : split.launcher_args) cargv.push_back(a.c_str());
+  cxxopts::ParseResult opts;
+  try {
+    opts = options.parse(static_cast<int>(cargv.size()), cargv.data());
+  } catch (const cxxopts::exceptions::no_such_option& e) {
+    throw UsageError(ddp::str(e.what(), " (see ddp_launch --help)"));
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw UsageError(e.what());
+  }
+  if (opts.count("help")) {
+    result.action = ParseResult::Action::kHelp;
+    result.help_text = options.help();
+    return result;
+  }
+  if (opts.count("version")) {
+    result.action = ParseResult::Action::kVersion;
+    return result;
+  }
+  auto given = [&](const char* name) { return opts.count(name) > 0; };
+  auto text = [&](const char* name) { return opts[name].as<std::string>(); };
+
+  LaunchConfig& c = result.config;
+  const std::optional<SlurmInfo> slurm = env.slurm();
+
+  // Topology: flags first, then Slurm's variables, then defaults.
+  if (given("nnodes")) {
+    const std::string n = text("nnodes");
+    const auto colon = n.find(':');
+    if (colon != std::string::npos) {
+      const int lo = parse_int_flag("--nnodes", n.substr(0, colon), 1, 1 << 20);
+      const int hi = parse_int_flag("--nnodes", n.substr(colon + 1), 1, 1 << 20);
+      if (lo != hi) {
+        throw UsageError(ddp::str("--nnodes ", n, ": elastic node ranges are not supported; give one number"));
+      }
+      c.nnodes = lo;
+    } else {
+      c.nnodes = parse_int_flag("--nnodes", n, 1, 1 << 20);
+    }
+  } else if (slurm) {
+    c.nnodes = slurm->nnodes;
+    c.notes.push_back(ddp::str("nnodes=", c.nnodes, " from SLURM_NNODES"));
+  }
+  const bool rdzv = given("rdzv_endpoint");
+  if (given("node_rank")) {
+    c.node_rank = parse_int_flag("--node_rank", text("node_rank"), 0, 1 << 20);
+  } else if (slurm && !rdzv) {
+    c.node_rank = slurm->node_id;
+    c.notes.push_back(ddp::str("node_rank=", *c.node_rank, " from SLURM_NODEID"));
+  } else if (!rdzv) {
+    c.node_rank = 0;
+  }
+  if (given("master_addr")) {
+    c.master_addr = text("master_addr");
+    if (c.master_addr.empty()) throw UsageError("--master_addr is empty");
+  } else if (slurm && !slurm->hosts.empty()) {
+    c.master_addr = slurm->hosts.front();
+    c.notes.push_back(ddp::str("master_addr=", c.master_addr, " from SLURM_JOB_NODELIST"));
+  }
+  if (given("master_port")) {
+    c.master_port = parse_int_flag("--master_port", text("master_port"), 0, 65535);
+  } else if (slurm && slurm->job_id) {
+    c.master_port = slurm_default_port(*slurm->job_id);
+    c.notes.push_back(ddp::str("master_port=", c.master_port, " from SLURM_JOB_ID"));
+  }
+  c.standalone = given("standalone");
+  if (c.standalone) {
+    if (c.nnodes != 1) throw UsageError(ddp::str("--standalone runs one node, but --nnodes is ", c.nnodes));
+    if (rdzv) throw UsageError("--standalone and --rdzv_endpoint exclude each other");
+    c.node_rank = 0;
+    c.master_addr = "127.0.0.1";
+    c.master_port = 0;
+  }
+  if (rdzv) {
+    if (given("node_rank")) {
+      throw UsageError("--node_rank and --rdzv_endpoint exclude each other: the rendezvous assigns node ranks");
+    }
+    parse_host_port(text("rdzv_endpoint"), c.rdzv_host, c.rdzv_port);
+    if (given("rdzv_backend") && text("rdzv_backend") != "c10d") {
+      throw UsageError(ddp::str("--rdzv_backend ", text("rdzv_backend"),
+                                ": only c10d is supported with --rdzv_endpoint"));
+    }
+  } else if (given("rdzv_backend") && text("rdzv_backend") != "static" && text("rdzv_backend") != "c10d") {
+    throw UsageError(ddp::str("--rdzv_backend ", text("rdzv_backend"), ": use c10d (with --rdzv_endpoint) or static"));
+  }
+  if (given("rdzv_id")) {
+    c.rdzv_id = text("rdzv_id");
+    if (c.rdzv_id.empty() || c.rdzv_id.find_first_of("/ \t\n") != std::string::npos) {
+      throw UsageError(ddp::str("--rdzv_id '", c.rdzv_id, "' must be non-empty without '/' or spaces"));
+    }
+  }
+  c.rdzv_timeout_s = parse_seconds_flag("--rdzv_timeout", text("rdzv_timeout"));
+  if (c.rdzv_timeout_s <= 0) throw UsageError("--rdzv_timeout must be > 0");
+  if (c.node_rank && *c.node_rank >= c.nnodes) {
+    throw UsageError(ddp::str("--node_rank ", *c.node_rank, " must be below --nnodes ", c.nnodes));
+  }
+  if (c.master_port == 0 && c.nnodes > 1) {
+    throw UsageError(ddp::str("--master_port 0 (a free port) works on a single node only; with --nnodes ",
+                              c.nnodes, " give every node the same port"));
+  }
+
+  // Workers per node.
+  if (given("nproc_per_node")) {
+    c.nproc_given = true;
+    const std::string n = text("nproc_per_node");
+    if (n == "gpu") {
+      c.nproc.kind = NprocRequest::Kind::kGpu;
+    } else if (n == "cpu") {
+      c.nproc.kind = NprocRequest::Kind::kCpu;
+    } else if (n == "auto") {
+      c.nproc.kind = NprocRequest::Kind::kAuto;
+    } else {
+      c.nproc.number = parse_int_flag("--nproc_per_node (a number >= 1, gpu, cpu or auto)", n, 1, 1 << 16);
+    }
+  }
+  if (given("gpus")) {
+    c.gpus = parse_gpu_request(text("gpus"));
+    if (c.gpus.mode == GpuRequest::Mode::kList) {
+      const int n = static_cast<int>(c.gpus.list.size());
+      if (!c.nproc_given) {
+        c.nproc.number = n;
+        c.nproc_given = true;
+      } else if (c.nproc.kind == NprocRequest::Kind::kNumber && c.nproc.number > n) {
+        throw UsageError(ddp::str("--gpus lists ", n, " GPUs for --nproc_per_node ", c.nproc.number,
+                                  " workers: give one GPU per worker"));
+      }
+    } else if (c.gpus.auto_count && !c.nproc_given) {
+      c.nproc.number = *c.gpus.auto_count;
+      c.nproc_given = true;
+    }
+  }
+  c.allow_busy_gpus = given("allow_busy_gpus");
+
+  // Supervision and output.
+  c.max_restarts = parse_int_flag("--max_restarts", text("max_restarts"), 0, 1 << 20);
+  c.monitor_interval_s = parse_seconds_flag("--monitor_interval", text("monitor_interval"));
+  if (c.monitor_interval_s <= 0) throw UsageError("--monitor_interval must be > 0");
+  c.shutdown_grace_s = parse_seconds_flag("--shutdown_grace", text("shutdown_grace"));
+  if (given("log_dir")) {
+    c.log_dir = text("log_dir");
+    if (c.log_dir.empty()) throw UsageError("--log_dir is empty");
+  }
+  c.redirects = parse_stream_spec("--redirects", text("redirects"));
+  c.tee = parse_stream_spec("--tee", text("tee"));
+  if (given("local_ranks_filter")) {
+    std::vector<int> ranks;
+    for (const auto& item : split_list(text("local_ranks_filter"), ',')) {
+      ranks.push_back(parse_int_flag("--local_ranks_filter (e.g. 0,1)", item, 0, 1 << 20));
+    }
+    c.local_ranks_filter = ranks;
+  }
+  c.dry_run = given("dry_run");
+  if (given("run_id")) {
+    c.run_id = text("run_id");
+  } else if (c.standalone) {
+    c.run_id = random_run_id();
+  } else {
+    c.run_id = c.rdzv_id;
+  }
+  if (c.run_id.empty() || c.run_id.find('/') != std::string::npos) {
+    throw UsageError(ddp::str("run id '", c.run_id, "' must be non-empty without '/'"));
+  }
+
+  // The worker command.
+  if (split.program.empty()) {
+    throw UsageError("no training binary given: ddp_launch [options] TRAINING_BINARY [its arguments...]");
+  }
+  const auto path_var = env.get("PATH");
+  c.program_path = resolve_program(split.program.front(), path_var.value_or("/usr/local/bin:/usr/bin:/bin"));
+  c.program_args = split.program;
+  return result;
+}
+
+}  // namespace ddp::launcher

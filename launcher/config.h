@@ -1,0 +1,102 @@
+#pragma once
+// ddp_launch's configuration: every flag parsed once, validated, into LaunchConfig.
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/launch_env.h"
+#include "launcher/usage_error.h"
+
+namespace ddp::launcher {
+
+// Which standard streams of a worker go somewhere (torchrun's Std: 0 none, 1 out, 2 err, 3 both).
+enum StdStreams : int { kStdNone = 0, kStdOut = 1, kStdErr = 2, kStdBoth = 3 };
+
+// torchrun's --redirects / --tee value: one StdStreams for every local rank ("3"), or a map
+// "0:1,1:2" from local rank to StdStreams (ranks not named get kStdNone).
+struct StreamSpec {
+  int all = kStdNone;
+  std::map<int, int> per_local_rank;
+  int for_local_rank(int local_rank) const;
+};
+StreamSpec parse_stream_spec(const std::string& flag, const std::string& text);
+
+// How --gpus chooses each local worker's CUDA_VISIBLE_DEVICES.
+struct GpuRequest {
+  enum class Mode { kNone, kList, kAuto } mode = Mode::kNone;
+  std::vector<int> list;       // kList: the GPU indices, in local-rank order
+  std::optional<int> auto_count;  // kAuto: "auto:N"
+};
+GpuRequest parse_gpu_request(const std::string& text);
+
+// How many workers per node: a number, or resolved at start-up from the machine.
+struct NprocRequest {
+  enum class Kind { kNumber, kGpu, kCpu, kAuto } kind = Kind::kNumber;
+  int number = 1;
+};
+
+struct LaunchConfig {
+  // Topology.
+  int nnodes = 1;
+  std::optional<int> node_rank;  // absent with --rdzv_endpoint: assigned at rendezvous
+  NprocRequest nproc;
+  bool nproc_given = false;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;  // 0: pick a free port (single node only)
+  bool standalone = false;
+  // Dynamic rendezvous (c10d TCPStore, in the plugin library).
+  std::string rdzv_host;  // empty: static rendezvous
+  int rdzv_port = 0;
+  std::string rdzv_id = "none";
+  double rdzv_timeout_s = 600;
+  // Supervision.
+  int max_restarts = 0;
+  double monitor_interval_s = 0.1;
+  double shutdown_grace_s = 10;
+  // Output.
+  std::string log_dir;  // empty: no per-worker log files (unless redirects need them)
+  StreamSpec redirects;
+  StreamSpec tee;
+  std::optional<std::vector<int>> local_ranks_filter;  // absent: every rank on the console
+  // GPUs.
+  GpuRequest gpus;
+  bool allow_busy_gpus = false;
+  // Misc.
+  bool dry_run = false;
+  std::string run_id;  // TORCHELASTIC_RUN_ID
+  // The worker: resolved executable path (as execvp would find it) and argv (argv[0] as given).
+  std::string program_path;
+  std::vector<std::string> program_args;
+  // Where the values came from, for the start-up line ("slurm" or "flags").
+  std::vector<std::string> notes;
+};
+
+// Result of parsing: either a config, or a request to print help / version.
+struct ParseResult {
+  enum class Action { kRun, kHelp, kVersion } action = Action::kRun;
+  LaunchConfig config;
+  std::string help_text;
+};
+
+// Parses argv (argv[0] is the launcher) against the launcher's environment. Throws UsageError.
+// Does not touch the machine beyond looking up the worker binary (PATH search like execvp).
+ParseResult parse_launch_args(int argc, const char* const* argv, const LaunchEnvironment& env);
+
+// Splits argv into the launcher's own flags (normalised: '-' -> '_' in long names) and the worker
+// command (from the first positional argument on, verbatim). Exposed for tests.
+struct SplitArgs {
+  std::vector<std::string> launcher_args;
+  std::vector<std::string> program;
+};
+SplitArgs split_launcher_args(int argc, const char* const* argv);
+
+// Looks a program up the way execvp does: a name with '/' is taken as is, else searched in PATH.
+// Returns the path, or throws UsageError saying what was wrong (missing, not executable).
+std::string resolve_program(const std::string& name, const std::string& path_var);
+
+// Strict number parsing for flags: the whole text must be the number. Throw UsageError naming flag.
+int parse_int_flag(const std::string& flag, const std::string& text, int min, int max);
+double parse_seconds_flag(const std::string& flag, const std::string& text);
+
+}  // namespace ddp::launcher

@@ -1,0 +1,264 @@
+#include "launcher/error_file.h"
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <vector>
+
+namespace ddp::launcher {
+namespace {
+
+// A minimal JSON reader: enough of RFC 8259 to read error files written by torchrun or by us.
+struct Json {
+  enum class Type { kNull, kBool, kNumber, kString, kArray, kObject } type = Type::kNull;
+  std::string text;  // kString: the value; kNumber: its literal
+  std::map<std::string, Json> object;
+  std::vector<Json> array;
+  const Json* field(const std::string& key) const {
+    auto it = object.find(key);
+    return type == Type::kObject && it != object.end() ? &it->second : nullptr;
+  }
+};
+
+class JsonParser {
+ public:
+  explicit JsonParser(const std::string& s) : s_(s) {}
+  bool parse(Json& out) {
+    if (!value(out, 0)) return false;
+    skip_ws();
+    return i_ == s_.size();
+  }
+
+ private:
+  void skip_ws() {
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\n' || s_[i_] == '\r' || s_[i_] == '\t')) ++i_;
+  }
+  bool literal(const char* word) {
+    const std::string w(word);
+    if (s_.compare(i_, w.size(), w) != 0) return false;
+    i_ += w.size();
+    return true;
+  }
+  static void append_utf8(std::string& out, unsigned cp) {
+    if (cp < 0x80) {
+      out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+      out += static_cast<char>(0xC0 | (cp >> 6));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      out += static_cast<char>(0xE0 | (cp >> 12));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+      out += static_cast<char>(0xF0 | (cp >> 18));
+      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+  }
+  bool hex4(unsigned& cp) {
+    if (i_ + 4 > s_.size()) return false;
+    cp = 0;
+    for (int k = 0; k < 4; ++k) {
+      const char c = s_[i_++];
+      cp <<= 4;
+      if (c >= '0' && c <= '9') cp |= static_cast<unsigned>(c - '0');
+      else if (c >= 'a' && c <= 'f') cp |= static_cast<unsigned>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F') cp |= static_cast<unsigned>(c - 'A' + 10);
+      else return false;
+    }
+    return true;
+  }
+  bool string(std::string& out) {
+    if (i_ >= s_.size() || s_[i_] != '"') return false;
+    ++i_;
+    while (i_ < s_.size()) {
+      const char c = s_[i_++];
+      if (c == '"') return true;
+      if (c != '\\') {
+        out += c;
+        continue;
+      }
+      if (i_ >= s_.size()) return false;
+      const char e = s_[i_++];
+      switch (e) {
+        case '"': out += '"'; break;
+        case '\\': out += '\\'; break;
+        case '/': out += '/'; break;
+        case 'b': out += '\b'; break;
+        case 'f': out += '\f'; break;
+        case 'n': out += '\n'; break;
+        case 'r': out += '\r'; break;
+        case 't': out += '\t'; break;
+        case 'u': {
+          unsigned cp = 0;
+          if (!hex4(cp)) return false;
+          if (cp >= 0xD800 && cp < 0xDC00 && s_.compare(i_, 2, "\\u") == 0) {
+            i_ += 2;
+            unsigned low = 0;
+            if (!hex4(low)) return false;
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+          }
+          append_utf8(out, cp);
+          break;
+        }
+        default: return false;
+      }
+    }
+    return false;
+  }
+  bool value(Json& out, int depth) {
+    if (depth > 64) return false;
+    skip_ws();
+    if (i_ >= s_.size()) return false;
+    const char c = s_[i_];
+    if (c == '"') {
+      out.type = Json::Type::kString;
+      return string(out.text);
+    }
+    if (c == '{') {
+      out.type = Json::Type::kObject;
+      ++i_;
+      skip_ws();
+      if (i_ < s_.size() && s_[i_] == '}') return ++i_, true;
+      while (true) {
+        skip_ws();
+        std::string key;
+        if (!string(key)) return false;
+        skip_ws();
+        if (i_ >= s_.size() || s_[i_++] != ':') return false;
+        Json v;
+        if (!value(v, depth + 1)) return false;
+        out.object[key] = std::move(v);
+        skip_ws();
+        if (i_ >= s_.size()) return false;
+        if (s_[i_] == ',') { ++i_; continue; }
+        if (s_[i_] == '}') return ++i_, true;
+        return false;
+      }
+    }
+    if (c == '[') {
+      out.type = Json::Type::kArray;
+      ++i_;
+      skip_ws();
+      if (i_ < s_.size() && s_[i_] == ']') return ++i_, true;
+      while (true) {
+        Json v;
+        if (!value(v, depth + 1)) return false;
+        out.array.push_back(std::move(v));
+        skip_ws();
+        if (i_ >= s_.size()) return false;
+        if (s_[i_] == ',') { ++i_; continue; }
+        if (s_[i_] == ']') return ++i_, true;
+        return false;
+      }
+    }
+    if (literal("true") || literal("false")) {
+      out.type = Json::Type::kBool;
+      return true;
+    }
+    if (literal("null")) return true;
+    const size_t start = i_;
+    while (i_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[i_])) || s_[i_] == '-' ||
+                              s_[i_] == '+' || s_[i_] == '.' || s_[i_] == 'e' || s_[i_] == 'E')) {
+      ++i_;
+    }
+    if (i_ == start) return false;
+    out.type = Json::Type::kNumber;
+    out.text = s_.substr(start, i_ - start);
+    return true;
+  }
+
+  const std::string& s_;
+  size_t i_ = 0;
+};
+
+std::optional<long long> to_timestamp(const Json* j) {
+  if (j == nullptr || (j->type != Json::Type::kString && j->type != Json::Type::kNumber)) return std::nullopt;
+  try {
+    size_t used = 0;
+    const double v = std::stod(j->text, &used);
+    if (used == 0) return std::nullopt;
+    return static_cast<long long>(v);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+std::string json_escape(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out;
+}
+
+std::optional<WorkerError> parse_error_json(const std::string& text) {
+  Json root;
+  if (!JsonParser(text).parse(root)) return std::nullopt;
+  const Json* message = root.field("message");
+  if (message == nullptr) return std::nullopt;
+  WorkerError error;
+  if (message->type == Json::Type::kString) {
+    error.message = message->text;
+    return error;
+  }
+  if (message->type != Json::Type::kObject) return std::nullopt;
+  const Json* inner = message->field("message");
+  if (inner == nullptr || inner->type != Json::Type::kString) return std::nullopt;
+  error.message = inner->text;
+  if (const Json* extra = message->field("extraInfo")) {
+    if (const Json* stack = extra->field("py_callstack"); stack && stack->type == Json::Type::kString) {
+      error.callstack = stack->text;
+    }
+    error.timestamp = to_timestamp(extra->field("timestamp"));
+  }
+  return error;
+}
+
+std::optional<WorkerError> read_error_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  return parse_error_json(buf.str());
+}
+
+std::string format_error_json(const WorkerError& error) {
+  std::string out = "{\"message\": {\"message\": \"" + json_escape(error.message) +
+                    "\", \"extraInfo\": {\"py_callstack\": \"" + json_escape(error.callstack) +
+                    "\", \"timestamp\": \"" +
+                    (error.timestamp ? std::to_string(*error.timestamp) : std::string("0")) + "\"}}}\n";
+  return out;
+}
+
+bool write_error_file(const std::string& path, const WorkerError& error) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return false;
+    out << format_error_json(error);
+    if (!out.flush()) return false;
+  }
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+}  // namespace ddp::launcher

@@ -1,0 +1,258 @@
+// ddp_launch: starts the workers of one node of a data-parallel job. See docs/launcher.md.
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "launcher/config.h"
+#include "launcher/gpu_select.h"
+#include "launcher/line_splitter.h"
+#include "launcher/log_layout.h"
+#include "launcher/net.h"
+#include "launcher/nvml_provider.h"
+#include "launcher/rdzv_client.h"
+#include "launcher/supervisor.h"
+#include "launcher/worker_env.h"
+
+#ifndef DDP_LAUNCH_VERSION
+#define DDP_LAUNCH_VERSION "unknown"
+#endif
+
+namespace ddp::launcher {
+namespace {
+
+int cpu_count() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  return 1;
+}
+
+int visible_gpu_count(const LaunchEnvironment& env) {
+  if (auto cvd = env.get("CUDA_VISIBLE_DEVICES")) {
+    if (cvd->empty()) return 0;
+    return static_cast<int>(std::count(cvd->begin(), cvd->end(), ',')) + 1;
+  }
+  return static_cast<int>(load_nvml_provider()->gpus().size());
+}
+
+int resolve_nproc(const LaunchConfig& c, const LaunchEnvironment& env) {
+  switch (c.nproc.kind) {
+    case NprocRequest::Kind::kNumber: return c.nproc.number;
+    case NprocRequest::Kind::kCpu: return cpu_count();
+    case NprocRequest::Kind::kGpu: {
+      const int n = visible_gpu_count(env);
+      if (n == 0) throw UsageError("--nproc_per_node gpu: no GPU is visible (CUDA_VISIBLE_DEVICES or NVML)");
+      return n;
+    }
+    case NprocRequest::Kind::kAuto: {
+      int n = 0;
+      try {
+        n = visible_gpu_count(env);
+      } catch (const UsageError&) {
+        n = 0;  // no driver: CPUs
+      }
+      return n > 0 ? n : cpu_count();
+    }
+  }
+  return 1;
+}
+
+// CUDA_VISIBLE_DEVICES for each local rank, or empty when --gpus is not given.
+std::vector<std::string> resolve_gpus(const LaunchConfig& c, int nproc) {
+  std::vector<int> picked;
+  if (c.gpus.mode == GpuRequest::Mode::kNone) return {};
+  if (c.gpus.mode == GpuRequest::Mode::kList) {
+    if (static_cast<int>(c.gpus.list.size()) < nproc) {
+      throw UsageError(ddp::str("--gpus lists ", c.gpus.list.size(), " GPUs for ", nproc, " workers"));
+    }
+    picked = c.gpus.list;
+  } else {
+    const int want = c.gpus.auto_count.value_or(nproc);
+    if (want < nproc) throw UsageError(ddp::str("--gpus auto:", want, " is fewer GPUs than ", nproc, " workers"));
+    auto provider = load_nvml_provider();
+    const auto gpus = provider->gpus();
+    picked = select_gpus(gpus, GpuSelectionOptions().set_count(want).set_allow_busy(c.allow_busy_gpus));
+    spdlog::info("--gpus auto picked GPUs {}", ddp::join(picked, ","));
+  }
+  std::vector<std::string> out;
+  for (int i = 0; i < nproc; ++i) out.push_back(std::to_string(picked[i]));
+  return out;
+}
+
+std::string shell_quote(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@%") ==
+                        std::string::npos) {
+    return s;
+  }
+  std::string out = "'";
+  for (char ch : s) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return out + "'";
+}
+
+bool shown_on_console(const LaunchConfig& c, int local_rank) {
+  if (!c.local_ranks_filter) return true;
+  const auto& f = *c.local_ranks_filter;
+  return std::find(f.begin(), f.end(), local_rank) != f.end();
+}
+
+int run(const LaunchConfig& c, const LaunchEnvironment& env) {
+  const int nproc = resolve_nproc(c, env);
+  const std::vector<std::string> gpus = resolve_gpus(c, nproc);
+  for (const auto& note : c.notes) spdlog::info("{}", note);
+
+  NodeAssignment node;
+  node.nnodes = c.nnodes;
+  node.nproc_per_node = nproc;
+  node.run_id = c.run_id;
+  node.max_restarts = c.max_restarts;
+  node.master_addr = c.master_addr;
+  node.master_port = c.master_port;
+  node.node_rank = c.node_rank.value_or(0);
+  std::unique_ptr<Rendezvous> rendezvous;
+  const bool dynamic = !c.rdzv_host.empty();
+  if (!dynamic) {
+    if (c.master_port == 0) {
+      node.master_port = pick_free_port(c.master_addr);
+    } else if (node.node_rank == 0 && probe_bind(c.master_addr, c.master_port) == BindProbe::kInUse) {
+      throw UsageError(ddp::str("port ", c.master_port, " on ", c.master_addr,
+                                " is already in use: pick another --master_port, or 0 for a free one"));
+    }
+  }
+
+  if (c.dry_run) {
+    std::printf("ddp_launch dry run: %d workers on node %s of %d, world size %d, master %s:%s, run id %s; "
+                "nothing is started\n",
+                nproc, dynamic ? "<assigned at rendezvous>" : std::to_string(node.node_rank).c_str(), c.nnodes,
+                c.nnodes * nproc, dynamic ? "<rank 0 node>" : node.master_addr.c_str(),
+                dynamic ? "<free port>" : std::to_string(node.master_port).c_str(), c.run_id.c_str());
+    for (int lr = 0; lr < nproc; ++lr) {
+      WorkerSlot slot;
+      slot.local_rank = lr;
+      slot.error_file = "<per-run folder>/attempt_0/" + std::to_string(global_rank(node, lr)) + "/error.json";
+      if (!gpus.empty()) slot.visible_gpu = gpus[lr];
+      std::string cmd;
+      for (const auto& a : c.program_args) cmd += (cmd.empty() ? "" : " ") + shell_quote(a);
+      const std::string prefix = rank_prefix(global_rank(node, lr));
+      std::printf("%scommand: %s (executable: %s)\n", prefix.c_str(), cmd.c_str(), c.program_path.c_str());
+      std::string vars;
+      for (const auto& [k, v] : launcher_variables(node, slot)) vars += " " + k + "=" + shell_quote(v);
+      if (needs_omp_default(env.vars, nproc)) vars += " OMP_NUM_THREADS=1";
+      std::printf("%senv:%s (plus the launcher's environment)\n", prefix.c_str(), vars.c_str());
+    }
+    return 0;
+  }
+
+  if (dynamic) {
+    RendezvousRequest req{c.rdzv_host, c.rdzv_port, c.rdzv_id, c.nnodes, c.rdzv_timeout_s};
+    spdlog::info("rendezvous '{}' at {}:{}: waiting for {} nodes (timeout {} s)", c.rdzv_id, c.rdzv_host, c.rdzv_port,
+                 c.nnodes, c.rdzv_timeout_s);
+    rendezvous = join_rendezvous(req);
+    node.node_rank = rendezvous->outcome().node_rank;
+    node.master_addr = rendezvous->outcome().master_addr;
+    node.master_port = rendezvous->outcome().master_port;
+  }
+
+  // Per-run folder: --log_dir, or a temporary one for the error files (and redirected output).
+  std::string base = c.log_dir;
+  bool temporary = false;
+  if (base.empty()) {
+    std::string tmpl = env.get("TMPDIR").value_or("/tmp") + "/ddp_launch_XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) throw ddp::IoError("cannot create a temporary folder for error files");
+    base = tmpl;
+    temporary = true;
+  }
+  bool logs_in_temporary = false;
+  if (needs_omp_default(env.vars, nproc)) {
+    spdlog::warn("setting OMP_NUM_THREADS=1 for each of the {} workers to avoid overloading the machine; "
+                 "set OMP_NUM_THREADS to tune it",
+                 nproc);
+  }
+  spdlog::info("starting {} workers (ranks {}..{} of {}) on node {} of {}, master {}:{}, run id {}", nproc,
+               global_rank(node, 0), global_rank(node, nproc - 1), node.nnodes * nproc, node.node_rank, node.nnodes,
+               node.master_addr, node.master_port, node.run_id);
+
+  const GroupFactory make_group = [&](int attempt) {
+    std::vector<WorkerLaunch> group;
+    for (int lr = 0; lr < nproc; ++lr) {
+      const int rank = global_rank(node, lr);
+      const WorkerFiles files = worker_files(base, c.run_id, attempt, rank);
+      make_dirs(files.dir);
+      WorkerSlot slot;
+      slot.local_rank = lr;
+      slot.restart_count = attempt;
+      slot.error_file = files.error_file;
+      if (!gpus.empty()) slot.visible_gpu = gpus[lr];
+      WorkerLaunch w;
+      w.local_rank = lr;
+      w.rank = rank;
+      w.env = worker_environment(env.vars, node, slot);
+      w.error_file = files.error_file;
+      const int redirected = c.redirects.for_local_rank(lr);
+      const int teed = c.tee.for_local_rank(lr);
+      const int to_file = !c.log_dir.empty() ? kStdBoth : (redirected | teed);
+      const bool shown = shown_on_console(c, lr);
+      w.stdout_to_console = shown && (!(redirected & kStdOut) || (teed & kStdOut));
+      w.stderr_to_console = shown && (!(redirected & kStdErr) || (teed & kStdErr));
+      if (to_file & kStdOut) w.stdout_log = files.stdout_log;
+      if (to_file & kStdErr) w.stderr_log = files.stderr_log;
+      logs_in_temporary = logs_in_temporary || (temporary && to_file != kStdNone);
+      group.push_back(std::move(w));
+    }
+    return group;
+  };
+
+  SupervisorOptions options;
+  options.program_path = c.program_path;
+  options.program_args = c.program_args;
+  options.monitor_interval_s = c.monitor_interval_s;
+  options.shutdown_grace_s = c.shutdown_grace_s;
+  options.max_restarts = c.max_restarts;
+  options.host_name = this_host_name();
+  const SupervisorResult result = supervise(options, make_group);
+  if (result.exit_code != 0) {
+    std::fputs(format_failure_summary(result, options.host_name).c_str(), stderr);
+  }
+  if (logs_in_temporary) {
+    spdlog::info("worker logs are in {}", run_dir(base, c.run_id));
+  } else if (temporary) {
+    std::error_code ignored;
+    std::filesystem::remove_all(base, ignored);
+  }
+  rendezvous.reset();
+  return result.exit_code;
+}
+
+}  // namespace
+}  // namespace ddp::launcher
+
+int main(int argc, char** argv) {
+  using namespace ddp::launcher;
+  ::signal(SIGPIPE, SIG_IGN);  // a closed console must not kill the supervisor
+  auto logger = spdlog::stderr_logger_st("ddp_launch");
+  logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [ddp_launch] [%l] %v");
+  spdlog::set_default_logger(logger);
+  const LaunchEnvironment env = LaunchEnvironment::from_process();
+  try {
+    const ParseResult parsed = parse_launch_args(argc, argv, env);
+    if (parsed.action == ParseResult::Action::kHelp) {
+      std::fputs(parsed.help_text.c_str(), stdout);
+      return 0;
+    }
+    if (parsed.action == ParseResult::Action::kVersion) {
+      std::printf("ddp_launch %s\n", DDP_LAUNCH_VERSION);
+      return 0;
+    }
+    return run(parsed.config, env);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "ddp_launch: error: %s\n", e.what());
+    return kUsageExitCode;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ddp_launch: error: %s\n", e.what());
+    return 1;
+  }
+}

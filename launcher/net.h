@@ -1,0 +1,23 @@
+#pragma once
+// Small socket helpers for ports and addresses (no LibTorch).
+#include <string>
+
+namespace ddp::launcher {
+
+enum class BindProbe { kFree, kInUse, kNotLocal, kUnresolvable };
+
+// Tries to bind host:port (with SO_REUSEADDR, as c10d's store does) and closes the socket again.
+BindProbe probe_bind(const std::string& host, int port);
+
+// A port that was free on host a moment ago (bind to port 0). Throws UsageError when host has
+// no local address to bind.
+int pick_free_port(const std::string& host);
+
+// The local address this machine uses to reach host:port (from the routing table, nothing is sent);
+// the address other nodes can use to reach this one. Falls back to the host name.
+std::string local_address_towards(const std::string& host, int port);
+
+// gethostname(), for the failure summary.
+std::string this_host_name();
+
+}  // namespace ddp::launcher

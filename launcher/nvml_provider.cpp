@@ -1,0 +1,127 @@
+#include "launcher/nvml_provider.h"
+
+#include <dlfcn.h>
+
+#include "launcher/usage_error.h"
+
+namespace ddp::launcher {
+namespace {
+
+// The few NVML declarations we need (from NVML's documented, stable C API), so that building needs
+// no CUDA headers.
+using nvmlReturn = int;
+using nvmlDevice = struct nvmlDeviceOpaque*;
+struct NvmlMemory {
+  unsigned long long total;
+  unsigned long long free;
+  unsigned long long used;
+};
+struct NvmlProcessInfo {  // nvmlProcessInfo_t (v2/v3 layout)
+  unsigned int pid;
+  unsigned long long usedGpuMemory;
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+};
+constexpr nvmlReturn kNvmlSuccess = 0;
+constexpr nvmlReturn kNvmlInsufficientSize = 7;
+
+class NvmlProvider : public GpuProvider {
+ public:
+  explicit NvmlProvider(void* lib) : lib_(lib) {
+    init_ = sym<nvmlReturn (*)()>("nvmlInit_v2");
+    shutdown_ = sym<nvmlReturn (*)()>("nvmlShutdown");
+    count_ = sym<nvmlReturn (*)(unsigned*)>("nvmlDeviceGetCount_v2");
+    handle_ = sym<nvmlReturn (*)(unsigned, nvmlDevice*)>("nvmlDeviceGetHandleByIndex_v2");
+    memory_ = sym<nvmlReturn (*)(nvmlDevice, NvmlMemory*)>("nvmlDeviceGetMemoryInfo");
+    name_ = sym<nvmlReturn (*)(nvmlDevice, char*, unsigned)>("nvmlDeviceGetName");
+    procs_ = reinterpret_cast<nvmlReturn (*)(nvmlDevice, unsigned*, NvmlProcessInfo*)>(
+        ::dlsym(lib_, "nvmlDeviceGetComputeRunningProcesses_v3"));
+    if (procs_ == nullptr) procs_ = sym<nvmlReturn (*)(nvmlDevice, unsigned*, NvmlProcessInfo*)>(
+        "nvmlDeviceGetComputeRunningProcesses_v2");
+    proc_name_ = reinterpret_cast<nvmlReturn (*)(unsigned, char*, unsigned)>(
+        ::dlsym(lib_, "nvmlSystemGetProcessName"));
+    if (init_() != kNvmlSuccess) {
+      throw UsageError("NVML loaded but nvmlInit failed: is the GPU driver running (nvidia-smi)?");
+    }
+  }
+  ~NvmlProvider() override {
+    shutdown_();
+    ::dlclose(lib_);
+  }
+
+  std::vector<GpuInfo> gpus() override {
+    unsigned count = 0;
+    check(count_(&count), "nvmlDeviceGetCount");
+    std::vector<GpuInfo> out;
+    for (unsigned i = 0; i < count; ++i) {
+      nvmlDevice dev = nullptr;
+      check(handle_(i, &dev), "nvmlDeviceGetHandleByIndex");
+      GpuInfo info;
+      info.index = static_cast<int>(i);
+      char name[96] = {0};
+      if (name_(dev, name, sizeof name) == kNvmlSuccess) info.name = name;
+      NvmlMemory mem{};
+      check(memory_(dev, &mem), "nvmlDeviceGetMemoryInfo");
+      info.total_bytes = mem.total;
+      info.free_bytes = mem.free;
+      std::vector<NvmlProcessInfo> procs(16);
+      unsigned n = static_cast<unsigned>(procs.size());
+      nvmlReturn rc = procs_(dev, &n, procs.data());
+      if (rc == kNvmlInsufficientSize) {
+        procs.resize(n + 8);
+        n = static_cast<unsigned>(procs.size());
+        rc = procs_(dev, &n, procs.data());
+      }
+      check(rc, "nvmlDeviceGetComputeRunningProcesses");
+      for (unsigned p = 0; p < n; ++p) {
+        GpuProcess gp;
+        gp.pid = procs[p].pid;
+        gp.used_bytes = procs[p].usedGpuMemory;
+        char pname[256] = {0};
+        if (proc_name_ != nullptr && proc_name_(gp.pid, pname, sizeof pname) == kNvmlSuccess) gp.name = pname;
+        info.processes.push_back(gp);
+      }
+      out.push_back(std::move(info));
+    }
+    return out;
+  }
+
+ private:
+  template <class F>
+  F sym(const char* name) {
+    void* p = ::dlsym(lib_, name);
+    if (p == nullptr) throw UsageError(ddp::str("libnvidia-ml.so.1 lacks ", name, ": driver too old?"));
+    return reinterpret_cast<F>(p);
+  }
+  static void check(nvmlReturn rc, const char* what) {
+    if (rc != kNvmlSuccess) throw UsageError(ddp::str(what, " failed with NVML error ", rc));
+  }
+
+  void* lib_;
+  nvmlReturn (*init_)() = nullptr;
+  nvmlReturn (*shutdown_)() = nullptr;
+  nvmlReturn (*count_)(unsigned*) = nullptr;
+  nvmlReturn (*handle_)(unsigned, nvmlDevice*) = nullptr;
+  nvmlReturn (*memory_)(nvmlDevice, NvmlMemory*) = nullptr;
+  nvmlReturn (*name_)(nvmlDevice, char*, unsigned) = nullptr;
+  nvmlReturn (*procs_)(nvmlDevice, unsigned*, NvmlProcessInfo*) = nullptr;
+  nvmlReturn (*proc_name_)(unsigned, char*, unsigned) = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<GpuProvider> load_nvml_provider() {
+  void* lib = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    throw UsageError("cannot load libnvidia-ml.so.1 (no NVIDIA driver on this machine?): "
+                     "use --gpus 0,1,... or run without --gpus auto / --nproc_per_node gpu");
+  }
+  try {
+    return std::make_unique<NvmlProvider>(lib);
+  } catch (...) {
+    ::dlclose(lib);
+    throw;
+  }
+}
+
+}  // namespace ddp::launcher

@@ -1,0 +1,39 @@
+#pragma once
+// The C interface of the rendezvous plugin (libddp_launch_rdzv.so). The plugin links LibTorch for
+// c10d's TCPStore; ddp_launch dlopen()s it only for --rdzv_endpoint, so its common path never loads
+// LibTorch. Plain C types only: the two sides may be built with different C++ settings.
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct ddp_rdzv_request {
+  const char* endpoint_host;
+  int endpoint_port;
+  const char* run_id;          // keys live under "ddp_rdzv/<run_id>/"
+  int nnodes;
+  int is_server;               // this node serves the store (it could bind the endpoint)
+  const char* advertise_addr;  // where the other nodes reach this node's workers, if it gets rank 0
+  int advertise_port;          // a free port there, for MASTER_PORT if it gets rank 0
+  double timeout_s;
+};
+
+struct ddp_rdzv_result {
+  int node_rank;
+  char master_addr[256];
+  int master_port;
+  int nodes_joined;  // on failure: how many nodes had joined when it gave up
+  char error[1024];  // on failure: one line saying what went wrong
+};
+
+// Joins the rendezvous. Returns a handle (keep it until the workers are done: a serving node's store
+// lives in it) or NULL with result->error set.
+typedef void* (*ddp_rdzv_join_fn)(const struct ddp_rdzv_request* request, struct ddp_rdzv_result* result);
+// Releases the handle; a serving node first waits (bounded) until every node has read the result.
+typedef void (*ddp_rdzv_release_fn)(void* handle);
+
+#define DDP_RDZV_JOIN_SYMBOL "ddp_rdzv_join"
+#define DDP_RDZV_RELEASE_SYMBOL "ddp_rdzv_release"
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,510 @@
+#include "launcher/supervisor.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <memory>
+#include <spdlog/spdlog.h>
+
+#include "ddp/error.h"
+#include "launcher/line_splitter.h"
+
+// Note [Supervision]
+// One thread, one poll() loop per attempt: the worker pipes plus a self-pipe that the signal handler
+// writes the signal number to (so SIGCHLD and forwarded signals wake the loop at once; poll's timeout
+// is --monitor_interval, which bounds how late deadlines are noticed).
+// Each worker is fork()ed and execve()d directly (no shell), in its own process group (so signals
+// reach the worker and everything it started, and a terminal's Ctrl-C reaches only the launcher,
+// which forwards it). In the child, prctl(PR_SET_PDEATHSIG, SIGKILL) ties the worker's life to the
+// launcher; since the launcher may die between fork() and prctl(), the child then checks that its
+// parent is still the launcher and exits if not. Only async-signal-safe calls run in the child:
+// every string execve needs is built before fork().
+// Stopping a group: SIGTERM to every worker's process group, then SIGKILL after --shutdown_grace.
+// At the end of an attempt, every worker's process group gets SIGKILL, so grandchildren a worker
+// started do not outlive it.
+
+namespace ddp::launcher {
+namespace {
+
+constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+int g_signal_pipe_write = -1;  // the only global: a signal handler cannot take arguments
+
+void on_signal(int sig) {
+  const int saved = errno;
+  const unsigned char byte = static_cast<unsigned char>(sig);
+  if (g_signal_pipe_write >= 0) {
+    [[maybe_unused]] ssize_t n = ::write(g_signal_pipe_write, &byte, 1);
+  }
+  errno = saved;
+}
+
+// Installs the handlers for the supervisor's lifetime and restores the old ones afterwards.
+class SignalPipe {
+ public:
+  SignalPipe() {
+    if (::pipe2(fds_, O_CLOEXEC | O_NONBLOCK) != 0) {
+      throw ddp::Error(ddp::str("pipe2 failed: ", std::strerror(errno)));
+    }
+    g_signal_pipe_write = fds_[1];
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    for (int sig : kForwardedSignals) ::sigaction(sig, &sa, &old_[sig]);
+    sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+    ::sigaction(SIGCHLD, &sa, &old_[SIGCHLD]);
+  }
+  ~SignalPipe() {
+    for (int sig : kForwardedSignals) ::sigaction(sig, &old_[sig], nullptr);
+    ::sigaction(SIGCHLD, &old_[SIGCHLD], nullptr);
+    g_signal_pipe_write = -1;
+    ::close(fds_[0]);
+    ::close(fds_[1]);
+  }
+  int read_fd() const { return fds_[0]; }
+  // Signals received since the last call (SIGCHLD included).
+  std::vector<int> drain() {
+    std::vector<int> sigs;
+    unsigned char buf[64];
+    ssize_t n;
+    while ((n = ::read(fds_[0], buf, sizeof buf)) > 0) {
+      for (ssize_t i = 0; i < n; ++i) sigs.push_back(buf[i]);
+    }
+    return sigs;
+  }
+
+ private:
+  int fds_[2] = {-1, -1};
+  struct sigaction old_[NSIG] {};
+};
+
+void write_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) {
+        pollfd p{fd, POLLOUT, 0};
+        ::poll(&p, 1, 100);
+        continue;
+      }
+      return;  // console or log gone (EPIPE, disk full): drop the output, keep supervising
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+// One output stream of one worker: the read end of its pipe and where lines go.
+struct Stream {
+  int fd = -1;
+  int console_fd = -1;  // 1 or 2, or -1 when this stream is not shown
+  int file_fd = -1;
+  LineSplitter splitter;
+  std::string prefix;
+
+  void close_all() {
+    if (fd >= 0) ::close(fd);
+    if (file_fd >= 0) ::close(file_fd);
+    fd = file_fd = -1;
+  }
+  // Reads what is there; returns false at EOF (or error).
+  bool pump() {
+    char buf[65536];
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
+    if (n <= 0) {
+      finish();
+      return false;
+    }
+    const std::string_view bytes(buf, static_cast<size_t>(n));
+    if (file_fd >= 0) write_all(file_fd, bytes);
+    if (console_fd >= 0) splitter.feed(bytes, [this](std::string_view line) { emit(line); });
+    return true;
+  }
+  void finish() {
+    if (console_fd >= 0) splitter.flush([this](std::string_view line) { emit(line); });
+    close_all();
+  }
+  void emit(std::string_view line) {
+    std::string out;
+    out.reserve(prefix.size() + line.size());
+    out += prefix;
+    out += line;
+    write_all(console_fd, out);
+  }
+};
+
+struct Worker {
+  WorkerLaunch launch;
+  pid_t pid = -1;
+  bool running = false;
+  Stream out;
+  Stream err;
+};
+
+int open_log(const std::string& path) {
+  if (path.empty()) return -1;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
+  if (fd < 0) throw ddp::IoError(ddp::str("cannot open log file ", path, ": ", std::strerror(errno)));
+  return fd;
+}
+
+// Strings execve needs, built before fork (the child may only call async-signal-safe functions).
+struct ExecArgs {
+  std::vector<char*> argv;
+  std::vector<char*> envp;
+  ExecArgs(const std::vector<std::string>& args, const std::vector<std::string>& env) {
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
+  }
+};
+
+[[noreturn]] void child_after_fork(pid_t launcher, const char* path, const ExecArgs& args, int out_w,
+                                   int err_w) {
+  // Signals are blocked here (see start_all); handlers go back to the defaults before unblocking.
+  ::setpgid(0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != launcher) ::_exit(127);  // the launcher died before prctl: do not run orphaned
+  ::dup2(out_w, STDOUT_FILENO);
+  ::dup2(err_w, STDERR_FILENO);
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  for (int sig : kForwardedSignals) ::sigaction(sig, &dfl, nullptr);
+  ::sigaction(SIGCHLD, &dfl, nullptr);
+  ::sigaction(SIGPIPE, &dfl, nullptr);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::execve(path, args.argv.data(), args.envp.data());
+  const char msg[] = "ddp_launch: execve of the training binary failed\n";
+  [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+  ::_exit(127);
+}
+
+using Clock = std::chrono::steady_clock;
+
+class Attempt {
+ public:
+  Attempt(const SupervisorOptions& options, SignalPipe& signals, std::vector<WorkerLaunch> launches)
+      : options_(options), signals_(signals) {
+    for (auto& l : launches) {
+      workers_.emplace_back();
+      workers_.back().launch = std::move(l);
+    }
+  }
+
+  // Only reached with workers still running when start-up failed half-way (an exception).
+  ~Attempt() {
+    for (auto& w : workers_) {
+      if (w.running) {
+        ::kill(-w.pid, SIGKILL);
+        ::waitpid(w.pid, nullptr, 0);
+      }
+      w.out.close_all();
+      w.err.close_all();
+    }
+  }
+  Attempt(const Attempt&) = delete;
+  Attempt& operator=(const Attempt&) = delete;
+
+  // Runs the attempt to its end; `failures` holds what failed (empty: every worker exited 0).
+  void run() {
+    start_all();
+    while (true) {
+      handle_signals();
+      reap();
+      if (stop_deadline_ && Clock::now() >= *stop_deadline_ && !killed_) kill_all(SIGKILL);
+      if (running_count() == 0) break;
+      wait_for_events(next_timeout_ms());
+    }
+    drain_output();
+    // Grandchildren left in a worker's process group go too (see Note [Supervision]).
+    for (auto& w : workers_) ::kill(-w.pid, SIGKILL);
+  }
+
+  std::vector<WorkerExit> failures;
+  std::optional<int> launcher_signal;
+
+ private:
+  void start_all() {
+    const pid_t self = ::getpid();
+    std::vector<std::string> args = options_.program_args;
+    for (auto& w : workers_) {
+      int out_pipe[2], err_pipe[2];
+      if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
+        throw ddp::Error(ddp::str("pipe2 failed: ", std::strerror(errno)));
+      }
+      // Log files are opened before fork, so a failure here leaves no worker behind.
+      w.out.file_fd = open_log(w.launch.stdout_log);
+      w.err.file_fd = open_log(w.launch.stderr_log);
+      ExecArgs exec_args(args, w.launch.env);
+      // Signals stay blocked across fork(): the child must not run our handlers (they would write
+      // to the shared self-pipe); it unblocks them after restoring the default dispositions.
+      sigset_t all, old;
+      sigfillset(&all);
+      ::sigprocmask(SIG_SETMASK, &all, &old);
+      const pid_t pid = ::fork();
+      if (pid == 0) child_after_fork(self, options_.program_path.c_str(), exec_args, out_pipe[1], err_pipe[1]);
+      const int fork_errno = errno;
+      ::sigprocmask(SIG_SETMASK, &old, nullptr);
+      if (pid < 0) throw ddp::Error(ddp::str("fork failed: ", std::strerror(fork_errno)));
+      ::setpgid(pid, pid);  // also here, so the group exists before we ever signal it
+      ::close(out_pipe[1]);
+      ::close(err_pipe[1]);
+      w.pid = pid;
+      w.running = true;
+      setup_stream(w.out, out_pipe[0], w.launch.stdout_to_console ? STDOUT_FILENO : -1, w.launch.rank);
+      setup_stream(w.err, err_pipe[0], w.launch.stderr_to_console ? STDERR_FILENO : -1, w.launch.rank);
+    }
+  }
+
+  static void setup_stream(Stream& s, int fd, int console_fd, int rank) {
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    s.fd = fd;
+    s.console_fd = console_fd;
+    s.prefix = rank_prefix(rank);
+  }
+
+  int running_count() const {
+    return static_cast<int>(std::count_if(workers_.begin(), workers_.end(), [](const Worker& w) { return w.running; }));
+  }
+
+  int next_timeout_ms() const {
+    int ms = std::max(1, static_cast<int>(options_.monitor_interval_s * 1000));
+    if (stop_deadline_ && !killed_) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*stop_deadline_ - Clock::now()).count();
+      ms = std::min<long long>(ms, std::max<long long>(0, left + 1));
+    }
+    return ms;
+  }
+
+  // poll() on the signal pipe and every open output pipe; reads what is ready.
+  void wait_for_events(int timeout_ms) {
+    std::vector<pollfd> fds{{signals_.read_fd(), POLLIN, 0}};
+    std::vector<Stream*> streams;
+    for (auto& w : workers_) {
+      for (Stream* s : {&w.out, &w.err}) {
+        if (s->fd >= 0) {
+          fds.push_back({s->fd, POLLIN, 0});
+          streams.push_back(s);
+        }
+      }
+    }
+    const int n = ::poll(fds.data(), fds.size(), timeout_ms);
+    if (n <= 0) return;
+    for (size_t i = 1; i < fds.size(); ++i) {
+      if (fds[i].revents != 0) streams[i - 1]->pump();
+    }
+  }
+
+  void handle_signals() {
+    for (int sig : signals_.drain()) {
+      if (sig == SIGCHLD) continue;
+      if (!launcher_signal) launcher_signal = sig;
+      spdlog::warn("received {}: forwarding it to {} workers", signal_name(sig), running_count());
+      for (auto& w : workers_) {
+        if (w.running) ::kill(-w.pid, sig);
+      }
+      begin_stop(false);
+    }
+  }
+
+  void reap() {
+    for (auto& w : workers_) {
+      if (!w.running) continue;
+      int status = 0;
+      const pid_t r = ::waitpid(w.pid, &status, WNOHANG);
+      if (r != w.pid) continue;
+      w.running = false;
+      WorkerExit exit;
+      exit.rank = w.launch.rank;
+      exit.local_rank = w.launch.local_rank;
+      exit.pid = w.pid;
+      exit.time = std::chrono::system_clock::now();
+      exit.error_file = w.launch.error_file;
+      if (WIFSIGNALED(status)) {
+        exit.signal = WTERMSIG(status);
+      } else {
+        exit.exit_code = WEXITSTATUS(status);
+      }
+      if (!exit.signal && exit.exit_code == 0) continue;
+      exit.error = read_error_file(exit.error_file);
+      exit.after_stop = stopping_;
+      failures.push_back(std::move(exit));
+      begin_stop(true);
+    }
+  }
+
+  // The group stops: SIGTERM to every running worker (unless a forwarded signal already went out),
+  // SIGKILL when the grace period is over.
+  void begin_stop(bool send_sigterm) {
+    if (!stopping_ && send_sigterm && running_count() > 0) {
+      spdlog::warn("a worker failed: sending SIGTERM to the {} other workers (SIGKILL after {} s)",
+                   running_count(), options_.shutdown_grace_s);
+      for (auto& w : workers_) {
+        if (w.running) ::kill(-w.pid, SIGTERM);
+      }
+    }
+    if (!stopping_) {
+      stopping_ = true;
+      stop_deadline_ = Clock::now() + std::chrono::microseconds(static_cast<long long>(options_.shutdown_grace_s * 1e6));
+    }
+  }
+
+  void kill_all(int sig) {
+    killed_ = true;
+    for (auto& w : workers_) {
+      if (w.running) {
+        spdlog::warn("rank {} (pid {}) still running after the {} s grace period: sending {}", w.launch.rank,
+                     w.pid, options_.shutdown_grace_s, signal_name(sig));
+        ::kill(-w.pid, sig);
+      }
+    }
+  }
+
+  // Workers are gone; read what is left in their pipes (bounded: a grandchild may hold a pipe open).
+  void drain_output() {
+    const auto deadline = Clock::now() + std::chrono::seconds(2);
+    while (Clock::now() < deadline) {
+      bool open = false;
+      for (auto& w : workers_) open = open || w.out.fd >= 0 || w.err.fd >= 0;
+      if (!open) break;
+      wait_for_events(50);
+      signals_.drain();
+    }
+    for (auto& w : workers_) {
+      w.out.finish();
+      w.err.finish();
+    }
+  }
+
+  const SupervisorOptions& options_;
+  SignalPipe& signals_;
+  std::vector<Worker> workers_;
+  bool stopping_ = false;
+  bool killed_ = false;
+  std::optional<Clock::time_point> stop_deadline_;
+};
+
+std::string format_time(std::chrono::system_clock::time_point t) {
+  const std::time_t secs = std::chrono::system_clock::to_time_t(t);
+  std::tm tm{};
+  ::gmtime_r(&secs, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count() % 1000;
+  char out[80];
+  std::snprintf(out, sizeof out, "%s.%03dZ", buf, static_cast<int>(ms));
+  return out;
+}
+
+std::string describe_exit(const WorkerExit& e) {
+  if (e.signal) return ddp::str(signal_name(*e.signal), " (signal ", *e.signal, ", exit code ", 128 + *e.signal, ")");
+  return ddp::str(e.exit_code);
+}
+
+}  // namespace
+
+std::string signal_name(int sig) {
+  switch (sig) {
+    case SIGHUP: return "SIGHUP";
+    case SIGINT: return "SIGINT";
+    case SIGQUIT: return "SIGQUIT";
+    case SIGILL: return "SIGILL";
+    case SIGTRAP: return "SIGTRAP";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGKILL: return "SIGKILL";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGSEGV: return "SIGSEGV";
+    case SIGUSR2: return "SIGUSR2";
+    case SIGPIPE: return "SIGPIPE";
+    case SIGALRM: return "SIGALRM";
+    case SIGTERM: return "SIGTERM";
+    case SIGXCPU: return "SIGXCPU";
+    default: return ddp::str("signal ", sig);
+  }
+}
+
+SupervisorResult supervise(const SupervisorOptions& options, const GroupFactory& make_group) {
+  SignalPipe signals;
+  SupervisorResult result;
+  for (int attempt = 0;; ++attempt) {
+    Attempt run(options, signals, make_group(attempt));
+    run.run();
+    result.attempts = attempt + 1;
+    result.launcher_signal = run.launcher_signal;
+    result.root_cause.reset();
+    result.other_failures.clear();
+    if (!run.failures.empty()) {
+      // Root cause: the earliest failure observed before the launcher began stopping the group.
+      auto first = std::find_if(run.failures.begin(), run.failures.end(), [](const WorkerExit& e) { return !e.after_stop; });
+      if (first == run.failures.end()) first = run.failures.begin();
+      result.root_cause = *first;
+      for (auto it = run.failures.begin(); it != run.failures.end(); ++it) {
+        if (it != first) result.other_failures.push_back(*it);
+      }
+    }
+    if (run.launcher_signal) {
+      result.exit_code = 128 + *run.launcher_signal;
+      return result;
+    }
+    if (!result.root_cause) {
+      result.exit_code = 0;
+      return result;
+    }
+    result.exit_code = result.root_cause->launcher_exit_code();
+    if (attempt >= options.max_restarts) return result;
+    spdlog::warn("worker group failed (rank {} exited with {}): restart {} of {}", result.root_cause->rank,
+                 describe_exit(*result.root_cause), attempt + 1, options.max_restarts);
+  }
+}
+
+std::string format_failure_summary(const SupervisorResult& result, const std::string& host_name) {
+  const std::string rule(64, '=');
+  std::string out = rule + "\n";
+  if (!result.root_cause) {
+    out += ddp::str("ddp_launch: stopped by ", signal_name(result.launcher_signal.value_or(0)),
+                    "; every worker exited cleanly\n");
+    return out + rule + "\n";
+  }
+  const WorkerExit& e = *result.root_cause;
+  out += ddp::str("ddp_launch: worker group FAILED", result.attempts > 1 ? ddp::str(" after ", result.attempts, " attempts") : "",
+                  result.launcher_signal ? " (launcher received " + signal_name(*result.launcher_signal) + ")" : "", "\n");
+  out += "Root cause (first observed failure):\n";
+  out += ddp::str("  time      : ", format_time(e.time), "\n");
+  out += ddp::str("  host      : ", host_name, "\n");
+  out += ddp::str("  rank      : ", e.rank, " (local_rank: ", e.local_rank, ")\n");
+  out += ddp::str("  pid       : ", e.pid, "\n");
+  out += ddp::str("  exitcode  : ", describe_exit(e), "\n");
+  out += ddp::str("  error_file: ", e.error ? e.error_file : "<N/A>", "\n");
+  if (e.error) {
+    out += ddp::str("  message   : ", e.error->message, "\n");
+    if (!e.error->callstack.empty()) out += ddp::str("  traceback :\n", e.error->callstack, "\n");
+  } else {
+    out += "  message   : <the worker wrote no error file; see its output above>\n";
+  }
+  if (!result.other_failures.empty()) {
+    out += "Other failures:\n";
+    for (const auto& o : result.other_failures) {
+      out += ddp::str("  rank ", o.rank, " (local_rank: ", o.local_rank, "): exitcode ", describe_exit(o),
+                      o.after_stop ? " (after the launcher stopped the group)" : "",
+                      o.error ? " message: " + o.error->message : "", "\n");
+    }
+  }
+  return out + rule + "\n";
+}
+
+}  // namespace ddp::launcher

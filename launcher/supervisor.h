@@ -1,0 +1,70 @@
+#pragma once
+// The process supervisor: starts the local worker group, pipes its output, forwards signals,
+// stops the group on the first failure, restarts it, reaps every child. See Note [Supervision].
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/error_file.h"
+
+namespace ddp::launcher {
+
+// Everything needed to start one worker of one attempt.
+struct WorkerLaunch {
+  int local_rank = 0;
+  int rank = 0;
+  std::vector<std::string> env;   // complete environment, "KEY=VALUE"
+  std::string error_file;         // TORCHELASTIC_ERROR_FILE, read back on failure
+  bool stdout_to_console = true;
+  bool stderr_to_console = true;
+  std::string stdout_log;         // empty: not written to a file
+  std::string stderr_log;
+};
+
+// One attempt's workers, built by the caller for attempt k (restart count k).
+using GroupFactory = std::function<std::vector<WorkerLaunch>(int attempt)>;
+
+struct SupervisorOptions {
+  std::string program_path;             // resolved executable
+  std::vector<std::string> program_args;  // argv, verbatim (argv[0] as the user gave it)
+  double monitor_interval_s = 0.1;
+  double shutdown_grace_s = 10;
+  int max_restarts = 0;
+  std::string host_name;
+};
+
+// How a worker ended.
+struct WorkerExit {
+  int rank = 0;
+  int local_rank = 0;
+  int pid = 0;
+  int exit_code = 0;              // when !signal
+  std::optional<int> signal;      // killed by this signal
+  std::chrono::system_clock::time_point time;
+  std::string error_file;
+  std::optional<WorkerError> error;  // what the worker wrote to its error file
+  bool after_stop = false;        // ended after the launcher began stopping the group
+  int launcher_exit_code() const { return signal ? 128 + *signal : exit_code; }
+};
+
+struct SupervisorResult {
+  int exit_code = 0;
+  int attempts = 0;                       // attempts run (1 + restarts used)
+  std::optional<int> launcher_signal;     // a signal the launcher received and forwarded
+  std::optional<WorkerExit> root_cause;   // the first failure of the last attempt
+  std::vector<WorkerExit> other_failures;
+};
+
+// Runs attempts until one succeeds, restarts are used up, or the launcher is signalled.
+// Installs handlers for SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD for its duration.
+SupervisorResult supervise(const SupervisorOptions& options, const GroupFactory& make_group);
+
+// torchrun-like failure summary text (several lines).
+std::string format_failure_summary(const SupervisorResult& result, const std::string& host_name);
+
+// "SIGTERM" for 15, "signal 99" for unknown numbers.
+std::string signal_name(int signal);
+
+}  // namespace ddp::launcher

@@ -1,0 +1,44 @@
+#pragma once
+// The environment of each worker: pure functions of the configuration and the rendezvous result.
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ddp::launcher {
+
+// Where this node sits in the job, once rendezvous (static or dynamic) is done.
+struct NodeAssignment {
+  int nnodes = 1;
+  int node_rank = 0;
+  int nproc_per_node = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string run_id = "none";
+  int max_restarts = 0;
+};
+
+// What differs per worker and per attempt.
+struct WorkerSlot {
+  int local_rank = 0;
+  int restart_count = 0;
+  std::string error_file;                 // TORCHELASTIC_ERROR_FILE
+  std::optional<std::string> visible_gpu;  // CUDA_VISIBLE_DEVICES
+};
+
+// rank = node_rank * nproc_per_node + local_rank (every node runs the same number of workers).
+int global_rank(const NodeAssignment& node, int local_rank);
+
+// The variables ddp_launch sets for one worker (not the inherited ones), in a stable order.
+std::vector<std::pair<std::string, std::string>> launcher_variables(const NodeAssignment& node,
+                                                                    const WorkerSlot& slot);
+
+// Whether OMP_NUM_THREADS=1 is added (torchrun: unset and more than one worker on the node).
+bool needs_omp_default(const std::map<std::string, std::string>& inherited, int nproc_per_node);
+
+// The complete environment of a worker: inherited variables, overridden by the launcher's, plus
+// OMP_NUM_THREADS=1 when needs_omp_default(). Returned as "KEY=VALUE" strings for execve.
+std::vector<std::string> worker_environment(const std::map<std::string, std::string>& inherited,
+                                            const NodeAssignment& node, const WorkerSlot& slot);
+
+}  // namespace ddp::launcher

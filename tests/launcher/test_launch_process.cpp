@@ -1,0 +1,426 @@
+// Process tests: the real ddp_launch binary starting launch_test_worker (no LibTorch).
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <sched.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <memory>
+#include <set>
+
+#include "ddp/str.h"
+#include "launcher/net.h"
+#include "tests/launcher/process_harness.h"
+
+using namespace ddp::launcher;
+using namespace ddp::launcher::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::vector<std::string> with_worker(std::vector<std::string> launcher_args, const std::vector<std::string>& worker_args) {
+  launcher_args.push_back(worker_path());
+  launcher_args.insert(launcher_args.end(), worker_args.begin(), worker_args.end());
+  return launcher_args;
+}
+
+std::string record_path(const TempDir& dir, int rank, int attempt = 0) {
+  return dir.path() + "/rank" + std::to_string(rank) + ".attempt" + std::to_string(attempt);
+}
+
+// The pids the workers of attempt 0 recorded.
+std::vector<int> recorded_pids(const TempDir& dir, int nworkers) {
+  std::vector<int> pids;
+  for (int rank = 0; rank < nworkers; ++rank) pids.push_back(read_record(record_path(dir, rank)).pid);
+  return pids;
+}
+
+size_t count_lines(const std::string& text) { return static_cast<size_t>(std::count(text.begin(), text.end(), '\n')); }
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
+  return n;
+}
+
+// Starts one ddp_launch per node at once and waits for all of them.
+std::vector<LaunchOutcome> run_nodes(const std::vector<std::vector<std::string>>& per_node_args,
+                                     std::chrono::milliseconds timeout) {
+  std::vector<std::unique_ptr<Child>> nodes;
+  for (const auto& args : per_node_args) {
+    std::vector<std::string> argv{launcher_path()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    nodes.push_back(std::make_unique<Child>(argv, std::map<std::string, std::string>{{"DDP_TEST_PASSTHROUGH", "kept as is"}}));
+  }
+  std::vector<LaunchOutcome> outcomes;
+  for (auto& node : nodes) {
+    auto outcome = node->wait(timeout);
+    REQUIRE(outcome);
+    outcomes.push_back(*outcome);
+  }
+  return outcomes;
+}
+
+void check_worker_env(const TempDir& dir, int nnodes, int nproc, const std::string& run_id) {
+  const int world = nnodes * nproc;
+  std::set<std::string> error_files;
+  std::set<std::string> ports;
+  std::set<std::string> group_of_rank0;
+  for (int rank = 0; rank < world; ++rank) {
+    INFO("rank " << rank << " of " << nnodes << "x" << nproc);
+    REQUIRE(wait_for_files(dir.path(), "rank" + std::to_string(rank) + ".", 1, 5s));
+    const auto r = read_record(record_path(dir, rank));
+    const int node = std::stoi(r.env.at("GROUP_RANK"));
+    CHECK(r.env.at("RANK") == std::to_string(rank));
+    CHECK(r.env.at("LOCAL_RANK") == std::to_string(rank - node * nproc));
+    CHECK(r.env.at("WORLD_SIZE") == std::to_string(world));
+    CHECK(r.env.at("LOCAL_WORLD_SIZE") == std::to_string(nproc));
+    CHECK(r.env.at("GROUP_WORLD_SIZE") == std::to_string(nnodes));
+    CHECK(rank / nproc == node);
+    CHECK(r.env.at("ROLE_RANK") == std::to_string(rank));
+    CHECK(r.env.at("ROLE_WORLD_SIZE") == std::to_string(world));
+    CHECK(r.env.at("MASTER_ADDR") == "127.0.0.1");
+    CHECK(r.env.at("MASTER_PORT") != "0");
+    ports.insert(r.env.at("MASTER_PORT"));
+    CHECK(r.env.at("TORCHELASTIC_RESTART_COUNT") == "0");
+    CHECK(r.env.at("TORCHELASTIC_MAX_RESTARTS") == "1");
+    CHECK(r.env.at("TORCHELASTIC_RUN_ID") == run_id);
+    CHECK_FALSE(r.env.at("TORCHELASTIC_ERROR_FILE").empty());
+    error_files.insert(r.env.at("TORCHELASTIC_ERROR_FILE"));
+    if (nproc > 1) {
+      CHECK(r.env.at("OMP_NUM_THREADS") == "1");
+    } else {
+      CHECK(r.env.count("OMP_NUM_THREADS") == 0);
+    }
+    CHECK(r.env.at("DDP_TEST_PASSTHROUGH") == "kept as is");
+    CHECK(r.argv == std::vector<std::string>{worker_path(), "--out", dir.path(), "two words", "--nnodes", "7"});
+  }
+  CHECK(static_cast<int>(error_files.size()) == world);  // one error file per worker
+  CHECK(ports.size() == 1);
+}
+
+}  // namespace
+
+TEST_CASE("every variable reaches the workers, static rendezvous, nnodes x nproc", "[process][env]") {
+  for (auto [nnodes, nproc] : std::vector<std::pair<int, int>>{{1, 1}, {1, 3}, {2, 2}, {3, 1}}) {
+    INFO(nnodes << " nodes x " << nproc << " workers");
+    TempDir dir;
+    const int port = nnodes == 1 ? 0 : pick_free_port("127.0.0.1");
+    std::vector<std::vector<std::string>> nodes;
+    for (int node = 0; node < nnodes; ++node) {
+      nodes.push_back(with_worker({"--nnodes", std::to_string(nnodes), "--node_rank", std::to_string(node),
+                                   "--nproc_per_node", std::to_string(nproc), "--master_addr", "127.0.0.1",
+                                   "--master_port", std::to_string(port), "--max_restarts", "1"},
+                                  {"--out", dir.path(), "two words", "--nnodes", "7"}));
+    }
+    for (const auto& outcome : run_nodes(nodes, 20s)) {
+      CHECK(outcome.exit_code == 0);
+      CHECK(count_of(outcome.err, "OMP_NUM_THREADS=1") == (nproc > 1 ? 1u : 0u));
+    }
+    check_worker_env(dir, nnodes, nproc, "none");
+  }
+}
+
+TEST_CASE("dynamic rendezvous: two launchers get node ranks from the c10d store", "[process][rdzv]") {
+  TempDir dir;
+  const std::string endpoint = "127.0.0.1:" + std::to_string(pick_free_port("127.0.0.1"));
+  std::vector<std::vector<std::string>> nodes;
+  for (int node = 0; node < 2; ++node) {
+    nodes.push_back(with_worker({"--nnodes", "2", "--nproc_per_node", "2", "--rdzv_endpoint", endpoint, "--rdzv_id",
+                                 "job42", "--rdzv_timeout", "30", "--max_restarts", "1"},
+                                {"--out", dir.path(), "two words", "--nnodes", "7"}));
+  }
+  for (const auto& outcome : run_nodes(nodes, 60s)) {
+    INFO(outcome.err);
+    CHECK(outcome.exit_code == 0);
+  }
+  check_worker_env(dir, 2, 2, "job42");
+  CHECK(read_record(record_path(dir, 0)).env.at("MASTER_PORT") != endpoint.substr(endpoint.find(':') + 1));
+}
+
+TEST_CASE("a rendezvous that cannot complete fails after --rdzv_timeout, naming what it waited for",
+          "[process][rdzv]") {
+  TempDir dir;
+  const std::string endpoint = "127.0.0.1:" + std::to_string(pick_free_port("127.0.0.1"));
+  const auto outcome = run_launcher(with_worker({"--nnodes", "2", "--nproc_per_node", "1", "--rdzv_endpoint", endpoint,
+                                                 "--rdzv_id", "lonely", "--rdzv_timeout", "1.5"},
+                                                {"--out", dir.path()}),
+                                    {}, 30s);
+  INFO(outcome.err);
+  CHECK(outcome.exit_code == 1);
+  CHECK_THAT(outcome.err, Catch::Contains("1 of 2 nodes joined"));
+  CHECK_THAT(outcome.err, Catch::Contains(endpoint));
+  CHECK_THAT(outcome.err, Catch::Contains("'lonely'"));
+  CHECK(list_dir(dir.path()).empty());  // no worker started
+}
+
+TEST_CASE("a worker exits 3: the launcher exits 3, siblings are stopped, summary names the root cause",
+          "[process][failure]") {
+  TempDir dir;
+  const auto outcome = run_launcher(
+      with_worker({"--nproc_per_node", "3", "--master_port", "0", "--shutdown_grace", "2"},
+                  {"--out", dir.path(), "--sleep", "0:60", "--sleep", "2:60", "--sleep", "1:0.3", "--exit", "1:3",
+                   "--error-message", "1:boom from rank one"}),
+      {}, 30s);
+  INFO(outcome.err);
+  CHECK(outcome.exit_code == 3);
+  CHECK(outcome.seconds < 10);  // SIGTERM stopped the sleepers well before their 60 s
+  CHECK_THAT(outcome.err, Catch::Contains("rank      : 1 (local_rank: 1)"));
+  CHECK_THAT(outcome.err, Catch::Contains("exitcode  : 3"));
+  CHECK_THAT(outcome.err, Catch::Contains("message   : boom from rank one"));
+  CHECK_THAT(outcome.err, Catch::Contains("host      : " + this_host_name()));
+  CHECK_THAT(outcome.err, Catch::Contains("error.json"));
+  CHECK(wait_gone(recorded_pids(dir, 3), 1s).empty());
+}
+
+TEST_CASE("siblings that ignore SIGTERM get SIGKILL after --shutdown_grace", "[process][failure]") {
+  TempDir dir;
+  const auto outcome = run_launcher(
+      with_worker({"--nproc_per_node", "3", "--master_port", "0", "--shutdown_grace", "1"},
+                  {"--out", dir.path(), "--ignore-sigterm", "--sleep", "0:60", "--sleep", "2:60", "--sleep", "1:0.5",
+                   "--exit", "1:3"}),
+      {}, 30s);
+  INFO(outcome.err);
+  CHECK(outcome.exit_code == 3);
+  CHECK(outcome.seconds >= 1.0);  // the grace period was granted ...
+  CHECK(outcome.seconds < 8);     // ... and then SIGKILL ended it
+  CHECK_THAT(outcome.err, Catch::Contains("grace period: sending SIGKILL"));
+  CHECK_THAT(outcome.err, Catch::Contains("message   : <the worker wrote no error file"));
+  CHECK(wait_gone(recorded_pids(dir, 3), 1s).empty());
+}
+
+TEST_CASE("a worker killed by a signal: exit code 128+N and the signal's name", "[process][failure]") {
+  TempDir dir;
+  const auto outcome = run_launcher(with_worker({"--nproc_per_node", "2", "--master_port", "0", "--shutdown_grace", "2"},
+                                                {"--out", dir.path(), "--sleep", "1:60", "--signal", "0:9"}),
+                                    {}, 30s);
+  INFO(outcome.err);
+  CHECK(outcome.exit_code == 128 + 9);
+  CHECK_THAT(outcome.err, Catch::Contains("exitcode  : SIGKILL (signal 9, exit code 137)"));
+  CHECK_THAT(outcome.err, Catch::Contains("rank      : 0"));
+}
+
+TEST_CASE("the launcher killed with SIGKILL leaves no worker alive", "[process][signals]") {
+  TempDir dir;
+  Child launcher(with_worker({launcher_path(), "--nproc_per_node", "3", "--master_port", "0"},
+                             {"--out", dir.path(), "--sleep", "*:60"}));
+  REQUIRE(wait_for_files(dir.path(), "rank", 3, 10s));
+  const std::vector<int> pids = recorded_pids(dir, 3);
+  for (int pid : pids) CHECK(process_alive(pid));
+  launcher.signal(SIGKILL);
+  REQUIRE(launcher.wait(5s));
+  CHECK(wait_gone(pids, 5s).empty());  // PR_SET_PDEATHSIG took them down
+}
+
+TEST_CASE("SIGTERM to the launcher is forwarded to every worker", "[process][signals]") {
+  for (int sig : {SIGTERM, SIGINT}) {
+    INFO("signal " << sig);
+    TempDir dir;
+    Child launcher(with_worker({launcher_path(), "--nproc_per_node", "2", "--master_port", "0", "--shutdown_grace", "5"},
+                               {"--out", dir.path(), "--mark-sigterm", "--sleep", "*:60"}));
+    REQUIRE(wait_for_files(dir.path(), "rank", 2, 10s));
+    launcher.signal(sig);
+    const auto outcome = launcher.wait(10s);
+    REQUIRE(outcome);
+    CHECK(outcome->exit_code == 128 + sig);
+    if (sig == SIGTERM) {
+      // The workers' handler saw SIGTERM and exited 0 (it writes sigterm<rank>).
+      CHECK(wait_for_files(dir.path(), "sigterm", 2, 1s));
+      CHECK_THAT(outcome->err, Catch::Contains("received SIGTERM: forwarding it to 2 workers"));
+    } else {
+      CHECK_THAT(outcome->err, Catch::Contains("received SIGINT"));
+    }
+    CHECK(wait_gone(recorded_pids(dir, 2), 2s).empty());
+  }
+}
+
+TEST_CASE("restarts: the group restarts with TORCHELASTIC_RESTART_COUNT raised, up to --max_restarts",
+          "[process][restart]") {
+  {
+    TempDir dir;
+    const auto outcome = run_launcher(with_worker({"--nproc_per_node", "2", "--master_port", "0", "--max_restarts", "2",
+                                                   "--shutdown_grace", "2"},
+                                                  {"--out", dir.path(), "--sleep", "0:0.3", "--exit", "0:5", "--fail-attempts", "1"}),
+                                      {}, 30s);
+    INFO(outcome.err);
+    CHECK(outcome.exit_code == 0);
+    CHECK_THAT(outcome.err, Catch::Contains("restart 1 of 2"));
+    for (int rank = 0; rank < 2; ++rank) {
+      CHECK(read_record(record_path(dir, rank, 0)).env.at("TORCHELASTIC_RESTART_COUNT") == "0");
+      const auto second = read_record(record_path(dir, rank, 1));
+      CHECK(second.env.at("TORCHELASTIC_RESTART_COUNT") == "1");
+      CHECK(second.env.at("TORCHELASTIC_MAX_RESTARTS") == "2");
+    }
+    CHECK_FALSE(wait_for_files(dir.path(), "rank0.attempt2", 1, 0ms));
+  }
+  {
+    TempDir dir;
+    const auto outcome = run_launcher(with_worker({"--nproc_per_node", "1", "--master_port", "0", "--max_restarts", "1",
+                                                   "--monitor_interval", "0.05"},
+                                                  {"--out", dir.path(), "--exit", "0:4"}),
+                                      {}, 30s);
+    CHECK(outcome.exit_code == 4);
+    CHECK_THAT(outcome.err, Catch::Contains("FAILED after 2 attempts"));
+    CHECK(list_dir(dir.path()) == std::vector<std::string>{"rank0.attempt0", "rank0.attempt1"});
+  }
+}
+
+TEST_CASE("console lines carry the rank prefix; --log_dir layout; --redirects and --tee", "[process][logs]") {
+  TempDir dir;
+  const std::string logs = dir.path() + "/logs";
+  const auto outcome = run_launcher(
+      with_worker({"--nproc_per_node", "2", "--master_port", "0", "--log_dir", logs, "--run_id", "myrun",
+                   "--max_restarts", "1"},
+                  {"--print", "out line", "--eprint", "err line", "--print-partial", "tail", "--sleep", "1:0.3", "--exit", "1:1",
+                   "--fail-attempts", "1", "--error-message", "1:first attempt fails"}),
+      {}, 30s);
+  INFO(outcome.out << outcome.err);
+  CHECK(outcome.exit_code == 0);
+  CHECK(list_dir(logs) == std::vector<std::string>{"myrun"});
+  CHECK(list_dir(logs + "/myrun") == std::vector<std::string>{"attempt_0", "attempt_1"});
+  for (int attempt : {0, 1}) {
+    const std::string a = logs + "/myrun/attempt_" + std::to_string(attempt);
+    CHECK(list_dir(a) == std::vector<std::string>{"0", "1"});
+    for (int rank : {0, 1}) {
+      const std::string d = a + "/" + std::to_string(rank);
+      CHECK(read_text(d + "/stdout.log") == "out line\ntail");
+      CHECK(read_text(d + "/stderr.log") == "err line\n");
+    }
+  }
+  CHECK(list_dir(logs + "/myrun/attempt_0/1") == std::vector<std::string>{"error.json", "stderr.log", "stdout.log"});
+  CHECK_THAT(read_text(logs + "/myrun/attempt_0/1/error.json"), Catch::Contains("first attempt fails"));
+  // Without redirects the console shows every line once per attempt, prefixed, partial lines flushed.
+  CHECK(count_of(outcome.out, "[rank 0]: out line\n") == 2);
+  CHECK(count_of(outcome.out, "[rank 1]: tail\n") == 2);
+  CHECK(count_of(outcome.err, "[rank 1]: err line\n") == 2);
+
+  SECTION("--redirects 3 keeps the console clean, --tee 1 brings stdout back") {
+    const auto quiet = run_launcher(with_worker({"--nproc_per_node", "2", "--master_port", "0", "--log_dir", logs,
+                                                 "--run_id", "quiet", "--redirects", "3"},
+                                                {"--print", "out line", "--eprint", "err line"}));
+    CHECK(quiet.exit_code == 0);
+    CHECK(quiet.out.find("[rank") == std::string::npos);
+    CHECK(quiet.err.find("[rank") == std::string::npos);
+    CHECK(read_text(logs + "/quiet/attempt_0/1/stdout.log") == "out line\n");
+    const auto teed = run_launcher(with_worker({"--nproc_per_node", "2", "--master_port", "0", "--log_dir", logs,
+                                                "--run_id", "teed", "--redirects", "3", "--tee", "1"},
+                                               {"--print", "out line", "--eprint", "err line"}));
+    CHECK(count_of(teed.out, "out line") == 2);
+    CHECK(teed.err.find("[rank") == std::string::npos);
+    // Per-rank map: only local rank 0's streams are redirected.
+    const auto mixed = run_launcher(with_worker({"--nproc_per_node", "2", "--master_port", "0", "--log_dir", logs,
+                                                 "--run_id", "mixed", "--redirects", "0:3"},
+                                                {"--print", "out line"}));
+    CHECK(mixed.out == "[rank 1]: out line\n");
+  }
+}
+
+TEST_CASE("--local_ranks_filter shows only the chosen ranks", "[process][logs]") {
+  const auto outcome = run_launcher(with_worker({"--nproc_per_node", "3", "--master_port", "0", "--local_ranks_filter", "0,2"},
+                                                {"--print", "hello", "--eprint", "oops"}));
+  CHECK(outcome.exit_code == 0);
+  CHECK(count_of(outcome.out, "[rank 0]: hello\n") == 1);
+  CHECK(count_of(outcome.out, "[rank 2]: hello\n") == 1);
+  CHECK(outcome.out.find("[rank 1]") == std::string::npos);
+  CHECK(outcome.err.find("[rank 1]") == std::string::npos);
+  CHECK(count_of(outcome.err, "[rank 2]: oops\n") == 1);
+}
+
+TEST_CASE("--dry_run prints commands and environments and starts nothing", "[process][dry_run]") {
+  TempDir dir;
+  const auto outcome = run_launcher(with_worker({"--nproc_per_node", "2", "--nnodes", "2", "--node_rank", "1",
+                                                 "--master_addr", "10.9.8.7", "--dry_run"},
+                                                {"--out", dir.path(), "a b"}));
+  CHECK(outcome.exit_code == 0);
+  CHECK(list_dir(dir.path()).empty());
+  CHECK_THAT(outcome.out, Catch::Contains("[rank 3]: command: " + worker_path() + " --out " + dir.path() + " 'a b'"));
+  CHECK_THAT(outcome.out, Catch::Contains("RANK=2 LOCAL_RANK=0 WORLD_SIZE=4"));
+  CHECK_THAT(outcome.out, Catch::Contains("MASTER_ADDR=10.9.8.7 MASTER_PORT=29500"));
+}
+
+TEST_CASE("Slurm's variables reach the real binary", "[process][slurm]") {
+  const auto outcome = run_launcher({"--dry_run", "--nproc_per_node", "2", "/bin/true"},
+                                    {{"SLURM_NNODES", "5"},
+                                     {"SLURM_NODEID", "1"},
+                                     {"SLURM_JOB_NODELIST", "ns[3182447,3185995,3186000-3186002]"},
+                                     {"SLURM_JOB_ID", "777"}});
+  INFO(outcome.err);
+  CHECK(outcome.exit_code == 0);
+  CHECK_THAT(outcome.out, Catch::Contains("2 workers on node 1 of 5, world size 10, master ns3182447:10777"));
+  CHECK_THAT(outcome.out, Catch::Contains("[rank 3]: env: RANK=3 LOCAL_RANK=1"));
+}
+
+TEST_CASE("bad input: exit code 2, one line on stderr, no worker started", "[process][bad_input]") {
+  TempDir dir;
+  const std::string not_executable = dir.path() + "/not_executable";
+  std::ofstream(not_executable) << "#!/bin/sh\n";
+  // A port in use on the master: a listening socket of ours.
+  const int busy = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(busy, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::listen(busy, 1) == 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(busy, reinterpret_cast<sockaddr*>(&addr), &len);
+  const std::string busy_port = std::to_string(ntohs(addr.sin_port));
+  const std::string w = worker_path();
+  const std::string out = dir.path() + "/started";
+  ::mkdir(out.c_str(), 0755);
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--no_such_flag", w}, "unknown flag '--no_such_flag'"},
+      {{"--nproc_per_node", "two", w}, "expects an integer, got 'two'"},
+      {{"--nproc_per_node", "0", w}, "--nproc_per_node"},
+      {{"--nnodes", "2", "--node_rank", "5", w}, "--node_rank 5 must be below --nnodes 2"},
+      {{"--nnodes", "2", "--master_port", "0", w}, "single node only"},
+      {{"--master_port", busy_port, w}, "port " + busy_port + " on 127.0.0.1 is already in use"},
+      {{dir.path() + "/missing"}, "does not exist"},
+      {{not_executable}, "is not executable"},
+      {{"no-such-program-anywhere"}, "not found in PATH"},
+      {{"--shutdown_grace", "soon", w}, "--shutdown_grace"},
+      {{"--gpus", "0,x", w}, "--gpus"},
+      {{"--redirects", "9", w}, "--redirects"},
+      {{"--nproc_per_node", "2"}, "no training binary"},
+  };
+  for (const auto& [args, expected] : cases) {
+    std::vector<std::string> argv = args;
+    if (argv.back() != "2") argv.insert(argv.end(), {"--out", out});  // (the last case has no worker)
+    INFO(ddp::join(argv, " "));
+    const auto outcome = run_launcher(argv, {}, 10s);
+    INFO(outcome.err);
+    CHECK(outcome.exit_code == 2);
+    CHECK(count_lines(outcome.err) == 1);
+    CHECK(outcome.err.rfind("ddp_launch: error: ", 0) == 0);
+    CHECK_THAT(outcome.err, Catch::Contains(expected));
+    CHECK(outcome.out.empty());
+  }
+  CHECK(list_dir(out).empty());
+  ::close(busy);
+}
+
+TEST_CASE("without a GPU driver, --gpus auto and --nproc_per_node gpu fail cleanly", "[process][bad_input]") {
+  if (void* nvml = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL)) {
+    ::dlclose(nvml);
+    SUCCEED("this machine has NVML; the no-driver path cannot be checked here");
+    return;
+  }
+  for (const auto& args : std::vector<std::vector<std::string>>{{"--gpus", "auto", "/bin/true"},
+                                                                 {"--nproc_per_node", "gpu", "/bin/true"}}) {
+    INFO(ddp::join(args, " "));
+    const auto outcome = run_launcher(args, {}, 10s);
+    CHECK(outcome.exit_code == 2);
+    CHECK(count_lines(outcome.err) == 1);
+    CHECK_THAT(outcome.err, Catch::Contains("cannot load libnvidia-ml.so.1"));
+  }
+  // nproc_per_node auto falls back to the CPU count.
+  const auto outcome = run_launcher({"--nproc_per_node", "auto", "--dry_run", "/bin/true"}, {}, 10s);
+  CHECK(outcome.exit_code == 0);
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  REQUIRE(::sched_getaffinity(0, sizeof cpus, &cpus) == 0);
+  CHECK_THAT(outcome.out, Catch::Contains(ddp::str("dry run: ", CPU_COUNT(&cpus), " workers")));
+}

@@ -1,0 +1,365 @@
+// Unit tests of ddp_launch's pure logic: flags, environment, host lists, GPU choice, error files.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <fstream>
+#include <set>
+
+#include "launcher/config.h"
+#include "launcher/error_file.h"
+#include "launcher/gpu_select.h"
+#include "launcher/hostlist.h"
+#include "launcher/line_splitter.h"
+#include "launcher/log_layout.h"
+#include "launcher/worker_env.h"
+
+using namespace ddp::launcher;
+
+namespace {
+
+LaunchEnvironment plain_env(std::map<std::string, std::string> extra = {}) {
+  extra.emplace("PATH", "/usr/bin:/bin");
+  return LaunchEnvironment::from_map(std::move(extra));
+}
+
+LaunchConfig parse(std::vector<std::string> args, const LaunchEnvironment& env = plain_env()) {
+  std::vector<const char*> argv{"ddp_launch"};
+  for (const auto& a : args) argv.push_back(a.c_str());
+  return parse_launch_args(static_cast<int>(argv.size()), argv.data(), env).config;
+}
+
+std::string usage_error(std::vector<std::string> args, const LaunchEnvironment& env = plain_env()) {
+  try {
+    parse(std::move(args), env);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+std::map<std::string, std::string> as_map(const std::vector<std::pair<std::string, std::string>>& vars) {
+  return {vars.begin(), vars.end()};
+}
+
+}  // namespace
+
+TEST_CASE("flags take torchrun's names in both spellings", "[launcher][config]") {
+  const auto a = parse({"--nproc_per_node", "4", "--nnodes=2", "--node-rank", "1", "--master-addr", "10.0.0.1",
+                        "--master_port=1234", "/bin/true"});
+  CHECK(a.nproc.number == 4);
+  CHECK(a.nnodes == 2);
+  CHECK(a.node_rank == 1);
+  CHECK(a.master_addr == "10.0.0.1");
+  CHECK(a.master_port == 1234);
+  const auto b = parse({"--nproc-per-node=3", "--max-restarts", "2", "--shutdown-grace", "0.5", "/bin/true"});
+  CHECK(b.nproc.number == 3);
+  CHECK(b.max_restarts == 2);
+  CHECK(b.shutdown_grace_s == Approx(0.5));
+}
+
+TEST_CASE("defaults follow torchrun", "[launcher][config]") {
+  const auto c = parse({"/bin/true"});
+  CHECK(c.nnodes == 1);
+  CHECK(c.node_rank == 0);
+  CHECK(c.nproc.number == 1);
+  CHECK(c.master_addr == "127.0.0.1");
+  CHECK(c.master_port == 29500);
+  CHECK(c.run_id == "none");
+  CHECK(c.max_restarts == 0);
+  CHECK(c.shutdown_grace_s == Approx(10));
+  CHECK_FALSE(c.dry_run);
+}
+
+TEST_CASE("the worker's arguments pass verbatim, flags included", "[launcher][config]") {
+  const auto c = parse({"--nproc_per_node", "2", "/bin/echo", "--nproc_per_node", "9", "a b", "--", "-x"});
+  CHECK(c.program_path == "/bin/echo");
+  CHECK(c.program_args == std::vector<std::string>{"/bin/echo", "--nproc_per_node", "9", "a b", "--", "-x"});
+  CHECK(c.nproc.number == 2);
+  const auto d = parse({"--", "true", "-v"});
+  CHECK(d.program_args == std::vector<std::string>{"true", "-v"});
+  CHECK(d.program_path == "/usr/bin/true");  // found through PATH like execvp
+}
+
+TEST_CASE("nproc_per_node accepts gpu, cpu and auto", "[launcher][config]") {
+  CHECK(parse({"--nproc_per_node", "gpu", "/bin/true"}).nproc.kind == NprocRequest::Kind::kGpu);
+  CHECK(parse({"--nproc_per_node", "cpu", "/bin/true"}).nproc.kind == NprocRequest::Kind::kCpu);
+  CHECK(parse({"--nproc_per_node", "auto", "/bin/true"}).nproc.kind == NprocRequest::Kind::kAuto);
+  CHECK(parse({"--gpus", "0,3,5", "/bin/true"}).nproc.number == 3);
+  CHECK(parse({"--gpus", "auto:2", "/bin/true"}).nproc.number == 2);
+}
+
+TEST_CASE("standalone means one node on loopback with a free port", "[launcher][config]") {
+  const auto c = parse({"--standalone", "--nproc_per_node", "2", "/bin/true"});
+  CHECK(c.master_addr == "127.0.0.1");
+  CHECK(c.master_port == 0);
+  CHECK(c.node_rank == 0);
+  CHECK(c.run_id != "none");
+}
+
+TEST_CASE("bad input is one clear UsageError", "[launcher][config]") {
+  struct Case {
+    std::vector<std::string> args;
+    std::string expected;  // a part of the message
+  };
+  const std::vector<Case> cases = {
+      {{"--bogus", "/bin/true"}, "unknown flag '--bogus'"},
+      {{"-x", "/bin/true"}, "unknown flag '-x'"},
+      {{"--nnodes", "two", "/bin/true"}, "--nnodes expects an integer, got 'two'"},
+      {{"--nnodes", "1:4", "/bin/true"}, "elastic"},
+      {{"--nproc_per_node", "0", "/bin/true"}, "--nproc_per_node"},
+      {{"--nproc_per_node", "1.5", "/bin/true"}, "expects an integer"},
+      {{"--nnodes", "2", "--node_rank", "2", "/bin/true"}, "--node_rank 2 must be below --nnodes 2"},
+      {{"--node_rank", "-1", "/bin/true"}, "--node_rank must be in"},
+      {{"--nnodes", "2", "--master_port", "0", "/bin/true"}, "--master_port 0"},
+      {{"--master_port", "70000", "/bin/true"}, "--master_port must be in 0..65535"},
+      {{"--master_port", "12x", "/bin/true"}, "expects an integer"},
+      {{"--shutdown_grace", "-1", "/bin/true"}, "--shutdown_grace"},
+      {{"--monitor_interval", "0", "/bin/true"}, "--monitor_interval must be > 0"},
+      {{"--redirects", "4", "/bin/true"}, "--redirects must be in 0..3"},
+      {{"--tee", "0:1,x", "/bin/true"}, "LOCAL_RANK:STREAMS"},
+      {{"--gpus", "0,0", "/bin/true"}, "names GPU 0 twice"},
+      {{"--gpus", "a,b", "/bin/true"}, "--gpus"},
+      {{"--nproc_per_node", "4", "--gpus", "0,1", "/bin/true"}, "give one GPU per worker"},
+      {{"--rdzv_endpoint", "nohostport", "/bin/true"}, "HOST:PORT"},
+      {{"--rdzv_endpoint", "h:1", "--node_rank", "0", "/bin/true"}, "exclude each other"},
+      {{"--standalone", "--nnodes", "2", "/bin/true"}, "--standalone"},
+      {{"--nproc_per_node", "2"}, "no training binary"},
+      {{"--nproc_per_node"}, "--nproc_per_node needs a value"},
+      {{"/nonexistent/worker"}, "does not exist"},
+      {{"/etc/passwd"}, "not executable"},
+      {{"/tmp"}, "is a directory"},
+      {{"surely-not-a-program-xyz"}, "not found in PATH"},
+  };
+  for (const auto& c : cases) {
+    INFO(ddp::join(c.args, " "));
+    const std::string msg = usage_error(c.args);
+    CHECK_THAT(msg, Catch::Contains(c.expected));
+    CHECK(msg.find('\n') == std::string::npos);
+  }
+}
+
+TEST_CASE("Slurm's variables fill in what the flags leave out", "[launcher][config][slurm]") {
+  const auto slurm = plain_env({{"SLURM_NNODES", "3"},
+                                {"SLURM_NODEID", "2"},
+                                {"SLURM_JOB_NODELIST", "gpu[07-09]"},
+                                {"SLURM_JOB_ID", "123456"}});
+  const auto c = parse({"--nproc_per_node", "4", "/bin/true"}, slurm);
+  CHECK(c.nnodes == 3);
+  CHECK(c.node_rank == 2);
+  CHECK(c.master_addr == "gpu07");
+  CHECK(c.master_port == 10000 + 123456 % 50000);
+  // Explicit flags win.
+  const auto d = parse({"--nnodes", "1", "--node_rank", "0", "--master_addr", "h", "--master_port", "2000", "/bin/true"},
+                       slurm);
+  CHECK(d.nnodes == 1);
+  CHECK(d.node_rank == 0);
+  CHECK(d.master_addr == "h");
+  CHECK(d.master_port == 2000);
+  CHECK_THAT(usage_error({"/bin/true"}, plain_env({{"SLURM_NNODES", "x"}, {"SLURM_NODEID", "0"}, {"SLURM_JOB_NODELIST", "a"}})),
+             Catch::Contains("SLURM_NNODES='x'"));
+  CHECK_THAT(usage_error({"/bin/true"}, plain_env({{"SLURM_NNODES", "2"}, {"SLURM_NODEID", "2"}, {"SLURM_JOB_NODELIST", "a,b"}})),
+             Catch::Contains("SLURM_NODEID=2"));
+}
+
+TEST_CASE("Slurm host lists expand", "[launcher][hostlist]") {
+  using V = std::vector<std::string>;
+  CHECK(expand_hostlist("ns[3182447,3185995,3186000-3186002]") ==
+        V{"ns3182447", "ns3185995", "ns3186000", "ns3186001", "ns3186002"});
+  CHECK(expand_hostlist("node[001-003]") == V{"node001", "node002", "node003"});
+  CHECK(expand_hostlist("node[8-11]") == V{"node8", "node9", "node10", "node11"});
+  CHECK(expand_hostlist("a[1-2],b3") == V{"a1", "a2", "b3"});
+  CHECK(expand_hostlist("single") == V{"single"});
+  CHECK(expand_hostlist("x-1.cluster,y") == V{"x-1.cluster", "y"});
+  CHECK(expand_hostlist("r[1-2]-n[01,03]") == V{"r1-n01", "r1-n03", "r2-n01", "r2-n03"});
+  for (const char* bad : {"a[1-2", "a]1[", "a[]", "a[3-1]", "a[x]", "a,,b", "", "a[1-2]]", "a[[1]]"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(expand_hostlist(bad), UsageError);
+  }
+}
+
+TEST_CASE("worker environment for several nnodes x nproc", "[launcher][env]") {
+  for (int nnodes : {1, 2, 3}) {
+    for (int nproc : {1, 2, 4}) {
+      std::set<int> ranks;
+      for (int node_rank = 0; node_rank < nnodes; ++node_rank) {
+        NodeAssignment node;
+        node.nnodes = nnodes;
+        node.node_rank = node_rank;
+        node.nproc_per_node = nproc;
+        node.master_addr = "10.1.2.3";
+        node.master_port = 4242;
+        node.run_id = "job7";
+        node.max_restarts = 3;
+        for (int lr = 0; lr < nproc; ++lr) {
+          WorkerSlot slot;
+          slot.local_rank = lr;
+          slot.restart_count = 1;
+          slot.error_file = "/e/" + std::to_string(lr);
+          const auto vars = as_map(launcher_variables(node, slot));
+          const int rank = node_rank * nproc + lr;
+          ranks.insert(rank);
+          CHECK(vars.at("RANK") == std::to_string(rank));
+          CHECK(vars.at("LOCAL_RANK") == std::to_string(lr));
+          CHECK(vars.at("WORLD_SIZE") == std::to_string(nnodes * nproc));
+          CHECK(vars.at("LOCAL_WORLD_SIZE") == std::to_string(nproc));
+          CHECK(vars.at("GROUP_RANK") == std::to_string(node_rank));
+          CHECK(vars.at("GROUP_WORLD_SIZE") == std::to_string(nnodes));
+          CHECK(vars.at("ROLE_RANK") == std::to_string(rank));
+          CHECK(vars.at("ROLE_WORLD_SIZE") == std::to_string(nnodes * nproc));
+          CHECK(vars.at("MASTER_ADDR") == "10.1.2.3");
+          CHECK(vars.at("MASTER_PORT") == "4242");
+          CHECK(vars.at("TORCHELASTIC_RESTART_COUNT") == "1");
+          CHECK(vars.at("TORCHELASTIC_MAX_RESTARTS") == "3");
+          CHECK(vars.at("TORCHELASTIC_RUN_ID") == "job7");
+          CHECK(vars.at("TORCHELASTIC_ERROR_FILE") == "/e/" + std::to_string(lr));
+          CHECK(vars.count("CUDA_VISIBLE_DEVICES") == 0);
+          CHECK(vars.size() == 14);
+        }
+      }
+      CHECK(static_cast<int>(ranks.size()) == nnodes * nproc);
+    }
+  }
+}
+
+TEST_CASE("inherited variables pass through; OMP_NUM_THREADS=1 only when unset and nproc > 1", "[launcher][env]") {
+  NodeAssignment node;
+  node.nproc_per_node = 2;
+  WorkerSlot slot;
+  slot.visible_gpu = "5";
+  const std::map<std::string, std::string> inherited{{"HOME", "/h"}, {"RANK", "99"}};
+  const auto env = worker_environment(inherited, node, slot);
+  auto has = [&](const std::string& kv) { return std::find(env.begin(), env.end(), kv) != env.end(); };
+  CHECK(has("HOME=/h"));
+  CHECK(has("RANK=0"));
+  CHECK_FALSE(has("RANK=99"));
+  CHECK(has("OMP_NUM_THREADS=1"));
+  CHECK(has("CUDA_VISIBLE_DEVICES=5"));
+  CHECK(has("CUDA_DEVICE_ORDER=PCI_BUS_ID"));
+  CHECK_FALSE(needs_omp_default({{"OMP_NUM_THREADS", "4"}}, 2));
+  CHECK_FALSE(needs_omp_default({}, 1));
+  const auto kept = worker_environment({{"OMP_NUM_THREADS", "4"}}, node, WorkerSlot{});
+  CHECK(std::find(kept.begin(), kept.end(), "OMP_NUM_THREADS=4") != kept.end());
+}
+
+namespace {
+
+class FakeGpus : public GpuProvider {
+ public:
+  std::vector<GpuInfo> list;
+  std::vector<GpuInfo> gpus() override { return list; }
+};
+
+GpuInfo gpu(int index, double free_gib, std::vector<GpuProcess> procs = {}) {
+  GpuInfo g;
+  g.index = index;
+  g.name = "FakeGPU";
+  g.total_bytes = 80ull << 30;
+  g.free_bytes = static_cast<std::uint64_t>(free_gib * (1ull << 30));
+  g.processes = std::move(procs);
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("GPU selection with a fake NVML", "[launcher][gpu]") {
+  FakeGpus fake;
+  fake.list = {gpu(0, 10), gpu(1, 79, {{4242, "python", 1ull << 30}}), gpu(2, 70), gpu(3, 75)};
+  GpuProvider& provider = fake;
+  // Busy GPU 1 is refused; most free first (3, 2), reported in index order.
+  CHECK(select_gpus(provider.gpus(), GpuSelectionOptions().set_count(2)) == std::vector<int>{2, 3});
+  CHECK(select_gpus(provider.gpus(), GpuSelectionOptions().set_count(3)) == std::vector<int>{0, 2, 3});
+  // With --allow_busy_gpus the busy one (most free memory) is taken.
+  CHECK(select_gpus(provider.gpus(), GpuSelectionOptions().set_count(1).set_allow_busy(true)) == std::vector<int>{1});
+  // Too few: the error lists every GPU with its free memory and its processes.
+  try {
+    select_gpus(provider.gpus(), GpuSelectionOptions().set_count(4));
+    FAIL("expected a UsageError");
+  } catch (const UsageError& e) {
+    const std::string msg = e.what();
+    CHECK_THAT(msg, Catch::Contains("needs 4 free GPUs, 3 qualify"));
+    CHECK_THAT(msg, Catch::Contains("GPU 1 (FakeGPU): 79.0 GiB free of 80.0 GiB, busy: pid 4242 (python) 1.0 GiB"));
+    CHECK_THAT(msg, Catch::Contains("GPU 0 (FakeGPU): 10.0 GiB free"));
+    CHECK_THAT(msg, Catch::Contains("--allow_busy_gpus"));
+  }
+  fake.list.clear();
+  CHECK_THROWS_WITH(select_gpus(provider.gpus(), GpuSelectionOptions()), Catch::Contains("NVML reports none"));
+}
+
+TEST_CASE("gpus and stream specs parse", "[launcher][config]") {
+  CHECK(parse_gpu_request("0,3,5").list == std::vector<int>{0, 3, 5});
+  CHECK(parse_gpu_request("auto").mode == GpuRequest::Mode::kAuto);
+  CHECK(parse_gpu_request("auto:3").auto_count == 3);
+  const auto all = parse_stream_spec("--redirects", "3");
+  CHECK(all.for_local_rank(0) == kStdBoth);
+  CHECK(all.for_local_rank(7) == kStdBoth);
+  const auto map = parse_stream_spec("--tee", "0:1,1:2");
+  CHECK(map.for_local_rank(0) == kStdOut);
+  CHECK(map.for_local_rank(1) == kStdErr);
+  CHECK(map.for_local_rank(2) == kStdNone);
+  CHECK_THROWS_AS(parse_stream_spec("--tee", "0:1,0:2"), UsageError);
+}
+
+TEST_CASE("error files in torchrun's format", "[launcher][error_file]") {
+  const std::string torchrun_text =
+      R"({"message": {"message": "RuntimeError: boom \"x\"\nline2 \u00e9", "extraInfo": {"py_callstack": "Traceback...", "timestamp": "1700000000"}}})";
+  const auto e = parse_error_json(torchrun_text);
+  REQUIRE(e);
+  CHECK(e->message == "RuntimeError: boom \"x\"\nline2 \xc3\xa9");
+  CHECK(e->callstack == "Traceback...");
+  CHECK(e->timestamp == 1700000000);
+  const auto plain = parse_error_json(R"({"message": "plain text"})");
+  REQUIRE(plain);
+  CHECK(plain->message == "plain text");
+  CHECK_FALSE(plain->timestamp);
+  for (const char* bad : {"", "{", "[]", R"({"msg": "x"})", R"({"message": 3})", R"({"message": {"extraInfo": {}}})",
+                          R"({"message": "x"} trailing)"}) {
+    INFO(bad);
+    CHECK_FALSE(parse_error_json(bad));
+  }
+  WorkerError w;
+  w.message = "tab\there \"quoted\" \x01";
+  w.callstack = "frame 1\nframe 2";
+  w.timestamp = 42;
+  const auto back = parse_error_json(format_error_json(w));
+  REQUIRE(back);
+  CHECK(back->message == w.message);
+  CHECK(back->callstack == w.callstack);
+  CHECK(back->timestamp == 42);
+
+  char dir[] = "/tmp/ddp_error_file_test_XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string path = std::string(dir) + "/error.json";
+  CHECK_FALSE(read_error_file(path));
+  REQUIRE(write_error_file(path, w));
+  REQUIRE(read_error_file(path));
+  CHECK(read_error_file(path)->message == w.message);
+  std::remove(path.c_str());
+  rmdir(dir);
+}
+
+TEST_CASE("console lines get one rank prefix; partial lines are flushed", "[launcher][output]") {
+  CHECK(rank_prefix(3) == "[rank 3]: ");
+  LineSplitter splitter(16);
+  std::vector<std::string> lines;
+  const LineSplitter::Emit emit = [&](std::string_view l) { lines.emplace_back(l); };
+  splitter.feed("ab", emit);
+  CHECK(lines.empty());
+  splitter.feed("c\nde\nf", emit);
+  CHECK(lines == std::vector<std::string>{"abc\n", "de\n"});
+  splitter.feed("0123456789abcdefXYZ", emit);  // longer than max_line: emitted in a piece
+  CHECK(lines.size() == 3);
+  CHECK(lines[2] == "f0123456789abcde\n");
+  splitter.flush(emit);
+  CHECK(lines.back() == "fXYZ\n");
+  splitter.flush(emit);
+  CHECK(lines.size() == 4);
+}
+
+TEST_CASE("log path layout", "[launcher][logs]") {
+  const auto f = worker_files("/logs", "run1", 2, 5);
+  CHECK(f.dir == "/logs/run1/attempt_2/5");
+  CHECK(f.stdout_log == "/logs/run1/attempt_2/5/stdout.log");
+  CHECK(f.stderr_log == "/logs/run1/attempt_2/5/stderr.log");
+  CHECK(f.error_file == "/logs/run1/attempt_2/5/error.json");
+}
