@@ -25,6 +25,7 @@
 
 #include "ddp/error.h"
 #include "ddp/log.h"
+#include "ddp/process_group.h"
 
 namespace ddp {
 namespace fs = std::filesystem;
@@ -963,6 +964,18 @@ fs::path save_checkpoint(const fs::path& root, const torch::nn::Module& model,
   }
   if (failure) std::rethrow_exception(failure);
   return root / name;
+}
+
+fs::path save_checkpoint(const fs::path& root, const torch::nn::Module& model,
+                         const torch::optim::Optimizer* optimizer, const TrainingProgress& progress,
+                         ProcessGroup& group, CheckpointOptions options) {
+  options.world_size(group.size());
+  fs::path path;
+  // Rank 0 writes; the others wait for its "ok" (or its error) and then do nothing.
+  main_process_first(group, [&] {
+    path = save_checkpoint(root, model, optimizer, progress, group.rank(), nullptr, options);
+  });
+  return path;
 }
 
 CheckpointInfo verify_checkpoint(const fs::path& checkpoint) {

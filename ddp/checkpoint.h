@@ -144,8 +144,19 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& root,
                                       const std::function<void()>& barrier,
                                       const CheckpointOptions& options = {});
 
-// The same with a process group: anything with rank(), size() and barrier(), e.g. ddp::ProcessGroup
-// (by reference or shared_ptr).
+class ProcessGroup;
+
+// The same with ddp::ProcessGroup: rank 0 writes while the others wait (bounded by the group's
+// timeout) for it to report success through the group's store; if rank 0's write fails, it throws
+// its error and every other rank throws ddp::CommunicationError quoting it (nobody hangs or goes on
+// believing the checkpoint exists).
+std::filesystem::path save_checkpoint(const std::filesystem::path& root,
+                                      const torch::nn::Module& model,
+                                      const torch::optim::Optimizer* optimizer,
+                                      const TrainingProgress& progress, ProcessGroup& group,
+                                      CheckpointOptions options = {});
+
+// The same with anything else that has rank(), size() and barrier() (by reference or shared_ptr).
 template <typename Group, typename = decltype(std::declval<Group&>().rank())>
 std::filesystem::path save_checkpoint(const std::filesystem::path& root,
                                       const torch::nn::Module& model,
