@@ -1,0 +1,270 @@
+// Scenario "train": model x mode x batch size training steps, each configuration warm-up then timed
+// iterations, with the step split into data, forward, backward compute, communication wait and
+// optimizer. The models are the examples' (examples/models); the data is synthetic, see
+// Note [Synthetic data].
+#include <torch/torch.h>
+
+#include <cmath>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#ifdef DDP_BENCH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+#include "benchmarks/scenarios/runtime.h"
+#include "benchmarks/scenarios/scenarios.h"
+#include "ddp/data_parallel.h"
+#include "ddp/distributed_data_parallel.h"
+#include "examples/models/lenet.h"
+#include "examples/models/resnet.h"
+
+namespace ddp::bench {
+namespace {
+
+// Note [Synthetic data]
+// Each configuration keeps --pool-batches batches of uint8 images in memory, shaped like the real sets
+// (Fashion-MNIST 1x28x28 for lenet, CIFAR-10 3x32x32 for resnet18), and cycles through them. The
+// "data" phase does what the examples' loader does per batch: slice, convert to float, normalise. The
+// pixels are noise shifted by 12 grey levels per class, so the task is learnable and the loss column
+// falls (a sanity check that training really happens), and no download is needed. Each rank draws its
+// own batches (seed + rank), as a DistributedSampler would give it its own samples.
+struct SyntheticData {
+  torch::Tensor images;  // uint8 [pool * batch, C, H, W]
+  torch::Tensor labels;  // int64 [pool * batch]
+  int64_t batch = 0, pool = 0;
+  double mean = 0, stddev = 1;
+
+  SyntheticData(const std::string& model, int64_t batch_, int64_t pool_, int rank) : batch(batch_), pool(pool_) {
+    const bool cifar = model == "resnet18";
+    const int64_t channels = cifar ? 3 : 1, side = cifar ? 32 : 28;
+    torch::manual_seed(1000 + rank);
+    labels = torch::randint(10, {pool * batch}, torch::kLong);
+    images = (torch::randint(128, {pool * batch, channels, side, side}, torch::kLong) +
+              labels.view({-1, 1, 1, 1}) * 12).to(torch::kUInt8);
+    mean = cifar ? 0.4734 : 0.2860;
+    stddev = cifar ? 0.2516 : 0.3530;
+  }
+  std::pair<torch::Tensor, torch::Tensor> get(int64_t step, torch::Device device) const {
+    const int64_t start = (step % pool) * batch;
+    torch::Tensor x = images.narrow(0, start, batch).to(device).to(torch::kFloat).div_(255.0).sub_(mean).div_(stddev);
+    return {x, labels.narrow(0, start, batch).to(device)};
+  }
+};
+
+const std::vector<std::string> kColumns = {
+    "model", "data", "mode", "world_size", "devices", "batch_per_rank", "global_batch", "threads", "warmup",
+    "iters", "it_per_s", "samples_per_s", "step_ms_median", "step_ms_mean", "step_ms_stddev", "data_ms",
+    "forward_ms", "backward_compute_ms", "comm_wait_ms", "optimizer_ms", "comm_ms", "comm_hidden_pct",
+    "peak_mem_mib", "peak_mem_kind", "scaling_eff", "final_loss"};
+
+struct Config {
+  std::string model, mode;
+  int64_t batch = 0;
+};
+
+struct Measurement {
+  double elapsed_s = 0;           // timed iterations, slowest rank
+  std::vector<double> step_ms;    // this rank's step times
+  std::map<std::string, double> phase_ms;  // per timed iteration, this rank
+  double comm_ms = 0, hidden_ms = 0;       // DDP's statistics over the timed iterations
+  double final_loss = 0;
+  int devices = 1;
+};
+
+// Memory the configuration peaked at on this rank: the CUDA caching allocator's peak of allocated
+// bytes on a GPU, the resident set's high-water mark (VmHWM, reset before each configuration) on CPU.
+struct PeakMemory {
+  std::string kind;
+  void reset(torch::Device device) {
+#ifdef DDP_BENCH_CUDA
+    if (device.is_cuda()) {
+      c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+      kind = "cuda_allocated";
+      return;
+    }
+#endif
+    (void)device;
+    kind = reset_peak_rss() ? "rss_hwm" : "rss_hwm_process";
+  }
+  double mib(torch::Device device) const {
+#ifdef DDP_BENCH_CUDA
+    if (device.is_cuda()) {
+      const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+      return static_cast<double>(stats.allocated_bytes[0].peak) / (1 << 20);
+    }
+#endif
+    (void)device;
+    return static_cast<double>(peak_rss_bytes()) / (1 << 20);
+  }
+};
+
+// Runs warm-up + timed iterations of `forward` (the model in one of the modes).
+template <class Forward>
+Measurement train_loop(Forward&& forward, std::vector<torch::Tensor> parameters, const SyntheticData& data,
+                       torch::Device device, const BenchOptions& options,
+                       const std::function<DdpStats()>& ddp_stats) {
+  torch::optim::SGD optimizer(parameters, torch::optim::SGDOptions(0.01).momentum(0.9));
+  Measurement m;
+  PhaseTimer timer;
+  DdpStats before;
+  torch::Tensor loss;
+  std::chrono::steady_clock::time_point start;
+  for (int64_t i = 0; i < options.warmup + options.iters; ++i) {
+    if (i == options.warmup) {
+      timer.clear();
+      if (ddp_stats) before = ddp_stats();
+      start = std::chrono::steady_clock::now();
+    }
+    timer.start();
+    auto [x, y] = data.get(i, device);
+    double step = timer.lap("data");
+    loss = torch::nn::functional::cross_entropy(forward(x), y);
+    step += timer.lap("forward");
+    loss.backward();
+    step += timer.lap("backward");
+    optimizer.step();
+    optimizer.zero_grad();
+    step += timer.lap("optimizer");
+    if (i >= options.warmup) m.step_ms.push_back(step);
+  }
+  m.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double n = static_cast<double>(options.iters);
+  for (const auto& [phase, total] : timer.totals_ms()) m.phase_ms[phase] = total / n;
+  m.final_loss = loss.item<double>();
+  if (ddp_stats) {
+    // DdpStats are averages over all synchronised iterations: difference the sums.
+    const DdpStats after = ddp_stats();
+    const double count = static_cast<double>(after.iterations - before.iterations);
+    const auto delta = [&](double DdpStats::*field) {
+      return count > 0 ? (after.*field * after.iterations - before.*field * before.iterations) / count : 0.0;
+    };
+    const double exposed = delta(&DdpStats::exposed_wait_ms);
+    m.phase_ms["comm_wait"] = exposed;
+    m.phase_ms["backward"] -= exposed;  // backward's wall time = compute + exposed wait
+    m.comm_ms = delta(&DdpStats::communication_ms);
+    m.hidden_ms = delta(&DdpStats::hidden_communication_ms);
+  }
+  return m;
+}
+
+template <class Holder>
+Measurement run_mode(Holder model, const Config& config, const std::shared_ptr<ProcessGroup>& group,
+                     const BenchOptions& options, int rank) {
+  const SyntheticData data(config.model, config.batch, options.pool_batches, rank);
+  if (config.mode == "single") {
+    const torch::Device device = torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+    model->to(device);
+    return train_loop([&](const torch::Tensor& x) { return model->forward(x); }, model->parameters(), data, device,
+                      options, nullptr);
+  }
+  if (config.mode == "dp") {
+    DataParallel<Holder> dp(model);
+    Measurement m = train_loop([&](const torch::Tensor& x) { return dp(x); }, dp.parameters(), data,
+                               dp.devices().front(), options, nullptr);
+    m.devices = static_cast<int>(dp.devices().size());
+    return m;
+  }
+  const torch::Device device = group->device();
+  model->to(device);
+  DistributedDataParallel<Holder> ddp_model(model, group);
+  group->barrier();
+  return train_loop([&](const torch::Tensor& x) { return ddp_model(x); }, ddp_model.parameters(), data, device,
+                    options, [&] { return ddp_model.stats(); });
+}
+
+}  // namespace
+
+int run_train(const BenchOptions& options) {
+  const auto group = bench_process_group();
+  const int rank = group->rank(), world = group->size();
+  const int threads = configure_threads(options.threads);
+  const bool main_rank = rank == 0;
+  Table table(kColumns);
+  std::map<std::string, double> single_rate;  // "model/batch" -> samples/s of mode single
+  for (const auto& model_name : options.models) {
+    for (int64_t batch : options.batch_sizes) {
+      for (const auto& mode : options.modes) {
+        if (mode != "ddp" && world > 1) {
+          if (main_rank) std::cerr << "ddp_bench: skipping mode " << mode << " at world size " << world
+                                   << " (one process: run it without the launcher)" << std::endl;
+          continue;
+        }
+        const Config config{model_name, mode, batch};
+        const torch::Device device = mode == "ddp"                  ? group->device()
+                                     : torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0)
+                                                                   : torch::Device(torch::kCPU);
+        PeakMemory memory;
+        memory.reset(device);
+        torch::manual_seed(0);  // same initial weights in every mode
+        const Measurement m =
+            model_name == "lenet"
+                ? run_mode(examples::models::LeNet(examples::models::LeNetOptions(1, 28)), config, group, options, rank)
+                : run_mode(examples::models::ResNet18(3, 10), config, group, options, rank);
+        const int ranks = mode == "ddp" ? world : 1;
+        ProcessGroup* reduce_group = mode == "ddp" ? group.get() : nullptr;
+        const double elapsed = reduce(reduce_group, m.elapsed_s, c10d::ReduceOp::MAX);
+        const double peak = reduce(reduce_group, memory.mib(device), c10d::ReduceOp::MAX);
+        const double loss = reduce(reduce_group, m.final_loss, c10d::ReduceOp::SUM) / ranks;
+        const double samples_per_s = static_cast<double>(ranks * batch * options.iters) / elapsed;
+        const std::string key = model_name + "/" + std::to_string(batch);
+        if (mode == "single") single_rate[key] = samples_per_s;
+        if (!main_rank) continue;
+        const Summary steps = summarize(m.step_ms);
+        const auto phase = [&](const char* name) {
+          const auto it = m.phase_ms.find(name);
+          return it == m.phase_ms.end() ? 0.0 : it->second;
+        };
+        table.add_row();
+        table.set("model", model_name);
+        table.set("data", "synthetic");
+        table.set("mode", mode);
+        table.set("world_size", std::to_string(ranks));
+        table.set("devices", std::to_string(mode == "dp" ? m.devices : 1));
+        table.set("batch_per_rank", std::to_string(batch));
+        table.set("global_batch", std::to_string(ranks * batch));
+        table.set("threads", std::to_string(threads));
+        table.set("warmup", std::to_string(options.warmup));
+        table.set("iters", std::to_string(options.iters));
+        table.set("it_per_s", static_cast<double>(options.iters) / elapsed, 2);
+        table.set("samples_per_s", samples_per_s, 1);
+        table.set("step_ms_median", steps.median, 3);
+        table.set("step_ms_mean", steps.mean, 3);
+        table.set("step_ms_stddev", steps.stddev, 3);
+        table.set("data_ms", phase("data"), 3);
+        table.set("forward_ms", phase("forward"), 3);
+        table.set("backward_compute_ms", phase("backward"), 3);
+        table.set("comm_wait_ms", phase("comm_wait"), 3);
+        table.set("optimizer_ms", phase("optimizer"), 3);
+        table.set("comm_ms", m.comm_ms, 3);
+        table.set("comm_hidden_pct", m.comm_ms > 0 ? 100.0 * m.hidden_ms / m.comm_ms : 0.0, 1);
+        table.set("peak_mem_mib", peak, 1);
+        table.set("peak_mem_kind", memory.kind);
+        // Scaling efficiency: samples/s over (devices x samples/s of one device at the same per-device batch).
+        const int devices_used = mode == "dp" ? m.devices : ranks;
+        const auto base = single_rate.find(model_name + "/" + std::to_string(batch));
+        const double one_device = options.baseline_samples_per_s > 0 ? options.baseline_samples_per_s
+                                  : base != single_rate.end()       ? base->second
+                                                                    : 0.0;
+        table.set("scaling_eff", one_device > 0 ? fixed(samples_per_s / (devices_used * one_device), 3) : "");
+        table.set("final_loss", loss, 4);
+      }
+    }
+  }
+  if (main_rank) {
+    emit(table, options,
+         {{"scenario", "train"}, {"world_size", std::to_string(world)}, {"backend", group->backend_name()},
+          {"threads", std::to_string(threads)}, {"data", "synthetic (Note [Synthetic data])"}},
+         {"ddp_bench train: world " + std::to_string(world) + ", backend " + group->backend_name() + ", " +
+              std::to_string(threads) + " threads/rank, synthetic data; times in ms per step (means over the timed "
+              "iterations), step_ms_median over steps",
+          "scaling_eff = samples_per_s / (devices * samples/s of one device at the same per-device batch)"});
+  }
+  group->barrier();
+  return 0;
+}
+
+}  // namespace ddp::bench
