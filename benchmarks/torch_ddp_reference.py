@@ -110,6 +110,7 @@ def main():
         print(f"torch_ddp model={args.model} world={world} batch_per_rank={args.batch} threads={torch.get_num_threads()} "
               f"samples_per_s={world * args.batch * args.iters / elapsed.item():.1f} step_ms={steps[len(steps) // 2]:.3f} "
               f"final_loss={loss.item():.4f}", flush=True)
+    dist.barrier()  # no rank tears Gloo down while another still talks to it
     dist.destroy_process_group()
 
 
