@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Turns ddp_bench CSV (one file, rows of any number of runs, e.g. from scripts/bench_sweep.sh) into PNG
 # charts with gnuplot (Debian's gnuplot-nox, installed here when missing):
-#   <out>/throughput.png  samples/s against world size (or device count), one line per model/mode/batch
+#   <out>/throughput_<model>.png  samples/s against world size (or device count), one line per mode/batch
 #   <out>/breakdown_<model>.png  step time split into data, forward, backward compute, comm wait and
 #                         optimizer (stacked bars, one per configuration)
 # Usage: scripts/plot_bench.sh RESULTS.csv [OUT_DIR (default: the CSV's folder)]
@@ -38,28 +38,32 @@ tail -n +2 "$csv" | awk -F, -v m="$c_model" -v o="$c_mode" -v w="$c_ws" -v d="$c
       print parts[1] "\t" xs[k] "\t" med
     }
   }' | sort -t$'\t' -k1,1 -k2,2n > "$work/series.tsv"
-plots=""
-while IFS= read -r name; do
-  file="$work/series_$(echo "$name" | tr ' /' '__').dat"
-  awk -F'\t' -v n="$name" '$1 == n { print $2, $3 }' "$work/series.tsv" > "$file"
-  plots+="${plots:+, }'$file' using 1:2 with linespoints lw 2 pt 7 title '$name'"
-done < <(cut -f1 "$work/series.tsv" | sort -u)
-gnuplot <<GP
+charts=""
+for model in $(cut -d' ' -f1 "$work/series.tsv" | sort -u); do
+  plots=""
+  while IFS= read -r name; do
+    file="$work/series_$(echo "$name" | tr ' /' '__').dat"
+    awk -F'\t' -v n="$name" '$1 == n { print $2, $3 }' "$work/series.tsv" > "$file"
+    plots+="${plots:+, }'$file' using 1:2 with linespoints lw 2 pt 7 title '$name'"
+  done < <(cut -f1 "$work/series.tsv" | sort -u | grep "^$model ")
+  gnuplot <<GP
 set terminal pngcairo size 1000,600 font 'sans,11'
-set output '$out/throughput.png'
-set title 'ddp\_bench: samples/s against world size (ddp) or device count (single, dp)'
+set output '$out/throughput_$model.png'
+set title 'ddp\_bench $model: samples/s against world size (ddp) or device count (single, dp)' noenhanced
 set xlabel 'ranks / devices'
 set ylabel 'samples/s (all ranks)'
 set xtics 1
-set key outside right top
+set offsets 0.2, 0.2, 0, 0
+set key outside right top noenhanced
 set grid
 set yrange [0:*]
 plot $plots
 GP
+  charts+=" $out/throughput_$model.png"
+done
 
 # Breakdown: one chart per model (their step times differ by orders of magnitude), one stacked bar per
 # configuration (the last row of a repeated configuration wins).
-charts=""
 for model in $(tail -n +2 "$csv" | cut -d, -f"$c_model" | sort -u); do
   tail -n +2 "$csv" | awk -F, -v want="$model" -v m="$c_model" -v o="$c_mode" -v w="$c_ws" -v b="$c_batch" \
     -v d1="$c_data" -v d2="$c_fwd" -v d3="$c_bwd" -v d4="$c_comm" -v d5="$c_opt" '
@@ -84,4 +88,4 @@ plot '$work/breakdown.dat' using 2:xtic(1) title 'data', '' using 3 title 'forwa
 GP
   charts+=" $out/breakdown_$model.png"
 done
-echo "plot_bench: wrote $out/throughput.png$charts"
+echo "plot_bench: wrote$charts"
