@@ -377,10 +377,14 @@ struct DdpCore::Impl {
       for (std::size_t i = 0; i < params.size(); ++i) {
         if (!ready[i]) missing.push_back(i);
       }
-      // Finish what was launched, so that all ranks stay in step, then fail.
-      for (std::size_t b = 0; b < next_launch; ++b) {
+      // Note [Failing without a hang]
+      // Other ranks may have used these parameters and launched every bucket. Launch the rest
+      // here too (zeros for the missing gradients) and wait, so that their collectives complete;
+      // then fail. Their next collective fails fast once this rank has exited.
+      for (auto i : missing) mark_ready(i, false);
+      for (auto& b : buckets) {
         try {
-          group->wait(buckets[b].work, "gradient all-reduce");
+          if (b.work) group->wait(b.work, "gradient all-reduce");
         } catch (const std::exception&) {
         }
       }

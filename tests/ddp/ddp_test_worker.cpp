@@ -9,6 +9,7 @@
 //   timeout    this rank waits for a rank that never arrives: TimeoutError after --timeout-ms
 //   unreachable  no master listens: CommunicationError naming the address
 //   collectives  init through --init-method, all-reduce, broadcast, allgather, barrier, main_process_first
+//   fail       rank 1 throws: run_main writes the launcher's error file
 #include <torch/torch.h>
 
 #include <cmath>
@@ -253,22 +254,36 @@ int train(const Args& args, ddp::ProcessGroup& pg) {
 
 // --- failure modes -------------------------------------------------------------------------------
 
-int unused(ddp::ProcessGroup& pg) {
+// Without find_unused_parameters. Same usage on every rank: every rank fails naming never.*.
+// --rank-dependent: only rank 1 skips `extra`; rank 1 fails naming extra.*, and rank 0 (which
+// used everything) must not hang: its backward returns and the barrier after it completes.
+int unused(const Args& args, ddp::ProcessGroup& pg) {
+  const bool rank_dependent = args.count("rank-dependent") > 0;
   torch::manual_seed(1);
   ddp::DistributedDataParallel<Branchy> model(Branchy(), std::shared_ptr<ddp::ProcessGroup>(&pg, [](auto*) {}));
   auto x = torch::randn({4, 8});
+  const bool use_extra = !rank_dependent || pg.rank() != 1;
+  std::string what;
   try {
-    model(x, true).sum().backward();
+    auto out = model(x, use_extra);
+    // never.* takes part with weight 0 in the rank-dependent case, so only extra.* is missing.
+    auto loss = out.sum();
+    if (rank_dependent) loss = loss + 0 * model.module()->never(out).sum();
+    loss.backward();
   } catch (const std::exception& error) {
-    const std::string what = error.what();
+    what = error.what();
     std::cout << "expected error: " << what.substr(0, what.find('\n')) << "\n";
-    if (contains(what, "never.weight") && contains(what, "never.bias") &&
-        contains(what, "find_unused_parameters") && !contains(what, "fc1")) {
-      return 0;
-    }
-    return fail("the error does not name exactly the unused parameters: " + what);
   }
-  return fail("backward succeeded although never.weight and never.bias got no gradient");
+  const std::string missing = rank_dependent ? "extra" : "never";
+  const bool should_fail = !rank_dependent || pg.rank() == 1;
+  pg.barrier(std::chrono::seconds(20));
+  if (!should_fail) return what.empty() ? 0 : fail("rank 0 failed although it used every parameter: " + what);
+  if (what.empty()) return fail("backward succeeded although " + missing + ".* got no gradient");
+  if (contains(what, missing + ".weight") && contains(what, missing + ".bias") &&
+      contains(what, "find_unused_parameters") && !contains(what, "fc1")) {
+    return 0;
+  }
+  return fail("the error does not name exactly the unused parameters: " + what);
 }
 
 int mismatch(ddp::ProcessGroup& pg) {
@@ -353,6 +368,12 @@ int worker_main(int argc, char** argv) {
   const std::string command = argv[1];
   const Args args = parse_args(argc, argv, 2);
   if (command == "collectives") return collectives(args);
+  if (command == "fail") {
+    if (std::string(std::getenv("RANK")) == "1") {
+      throw ddp::CommunicationError("deliberate failure on rank 1 for the error-file test");
+    }
+    return 0;
+  }
   if (command == "timeout") {
     // This rank is told the world has 2 ranks, but nobody else comes.
     return expect_init_error(args, ddp::InitOptions().set_world_size(2), "timeout", {"rank 1", "WORLD_SIZE=2"});
@@ -372,7 +393,7 @@ int worker_main(int argc, char** argv) {
   options.timeout = std::chrono::seconds(get_int(args, "timeout-s", 60));
   auto pg = ddp::init_process_group(options);
   if (command == "train") return train(args, *pg);
-  if (command == "unused") return unused(*pg);
+  if (command == "unused") return unused(args, *pg);
   if (command == "mismatch") return mismatch(*pg);
   return fail("unknown subcommand " + command);
 }

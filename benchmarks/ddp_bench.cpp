@@ -1,0 +1,281 @@
+// DistributedDataParallel benchmarks (figures, not tests). Run under a launcher (ddp_launch or
+// torchrun-compatible) for world sizes > 1; see docs/ddp.md for the commands and the figures.
+//
+//   ddp_bench overhead   [--model lenet|mlp] [--batch 64] [--iters 200]  world size 1: DDP vs plain
+//   ddp_bench buckets    [--layers 16] [--width 1024] [--iters 10]       bucketed sync vs one flat all-reduce
+//   ddp_bench overlap    [--layers 16] [--width 1024] [--batch 64]        share of communication hidden
+//   ddp_bench throughput [--model lenet|resnet18] [--batch 64] [--iters 50]  samples/s of DDP training
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <string>
+#include <unistd.h>
+
+#include "ddp/distributed_data_parallel.h"
+#include "ddp/error.h"
+#include "ddp/process_group.h"
+#include "ddp/run_main.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Args = std::map<std::string, std::string>;
+
+long get_int(const Args& args, const std::string& key, long fallback) {
+  auto it = args.find(key);
+  return it == args.end() ? fallback : std::stol(it->second);
+}
+std::string get(const Args& args, const std::string& key, const std::string& fallback) {
+  auto it = args.find(key);
+  return it == args.end() ? fallback : it->second;
+}
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// --- models (the same architectures as benchmarks/ddp_torch_reference.py) -------------------------
+
+struct LeNetImpl : torch::nn::Module {
+  LeNetImpl()
+      : conv1(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 6, 5)))),
+        conv2(register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(6, 16, 5)))),
+        fc1(register_module("fc1", torch::nn::Linear(16 * 4 * 4, 120))),
+        fc2(register_module("fc2", torch::nn::Linear(120, 84))),
+        fc3(register_module("fc3", torch::nn::Linear(84, 10))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto h = torch::max_pool2d(torch::relu(conv1(x)), 2);
+    h = torch::max_pool2d(torch::relu(conv2(h)), 2);
+    return fc3(torch::relu(fc2(torch::relu(fc1(h.flatten(1))))));
+  }
+  torch::nn::Conv2d conv1, conv2;
+  torch::nn::Linear fc1, fc2, fc3;
+};
+TORCH_MODULE(LeNet);
+
+struct BasicBlockImpl : torch::nn::Module {
+  BasicBlockImpl(int in, int out, int stride)
+      : conv1(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false)))),
+        bn1(register_module("bn1", torch::nn::BatchNorm2d(out))),
+        conv2(register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(out, out, 3).padding(1).bias(false)))),
+        bn2(register_module("bn2", torch::nn::BatchNorm2d(out))) {
+    if (stride != 1 || in != out) {
+      downsample = register_module("downsample", torch::nn::Sequential(
+          torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)), torch::nn::BatchNorm2d(out)));
+    }
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto h = torch::relu(bn1(conv1(x)));
+    h = bn2(conv2(h));
+    return torch::relu(h + (downsample ? downsample->forward(x) : x));
+  }
+  torch::nn::Conv2d conv1;
+  torch::nn::BatchNorm2d bn1;
+  torch::nn::Conv2d conv2;
+  torch::nn::BatchNorm2d bn2;
+  torch::nn::Sequential downsample{nullptr};
+};
+TORCH_MODULE(BasicBlock);
+
+// torchvision's resnet18 layout (7x7 stem, max pool, 4 stages of 2 basic blocks), 10 classes.
+struct ResNet18Impl : torch::nn::Module {
+  ResNet18Impl()
+      : conv1(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 64, 7).stride(2).padding(3).bias(false)))),
+        bn1(register_module("bn1", torch::nn::BatchNorm2d(64))),
+        fc(register_module("fc", torch::nn::Linear(512, 10))) {
+    int in = 64;
+    const int widths[] = {64, 128, 256, 512};
+    for (int stage = 0; stage < 4; ++stage) {
+      torch::nn::Sequential layer;
+      layer->push_back(BasicBlock(in, widths[stage], stage == 0 ? 1 : 2));
+      layer->push_back(BasicBlock(widths[stage], widths[stage], 1));
+      in = widths[stage];
+      layers.push_back(register_module("layer" + std::to_string(stage + 1), layer));
+    }
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto h = torch::max_pool2d(torch::relu(bn1(conv1(x))), 3, 2, 1);
+    for (auto& layer : layers) h = layer->forward(h);
+    return fc(torch::adaptive_avg_pool2d(h, {1, 1}).flatten(1));
+  }
+  torch::nn::Conv2d conv1;
+  torch::nn::BatchNorm2d bn1;
+  torch::nn::Linear fc;
+  std::vector<torch::nn::Sequential> layers;
+};
+TORCH_MODULE(ResNet18);
+
+// A deep stack of square layers: many parameters, backward long enough to hide communication.
+struct DeepMlpImpl : torch::nn::Module {
+  DeepMlpImpl(int layers, int width) {
+    for (int i = 0; i < layers; ++i) stack->push_back(torch::nn::Linear(width, width)), stack->push_back(torch::nn::ReLU());
+    register_module("stack", stack);
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return stack->forward(x); }
+  torch::nn::Sequential stack;
+};
+TORCH_MODULE(DeepMlp);
+
+struct Batch {
+  torch::Tensor x, y;
+};
+
+Batch make_batch(const std::string& model, long batch, int classes = 10) {
+  torch::manual_seed(0);
+  if (model == "lenet") return {torch::randn({batch, 1, 28, 28}), torch::randint(classes, {batch})};
+  if (model == "resnet18") return {torch::randn({batch, 3, 32, 32}), torch::randint(classes, {batch})};
+  throw ddp::InvalidArgument("unknown --model " + model + " (lenet or resnet18)");
+}
+
+// Trains `iters` steps (after `warmup` untimed ones) and returns the seconds of the timed ones.
+template <class Model>
+double train_seconds(Model& model, std::vector<torch::Tensor> params, const Batch& batch, long warmup, long iters) {
+  torch::optim::SGD optimizer(params, torch::optim::SGDOptions(0.01).momentum(0.9));
+  Clock::time_point start;
+  for (long i = 0; i < warmup + iters; ++i) {
+    if (i == warmup) start = Clock::now();
+    optimizer.zero_grad();
+    torch::nn::functional::cross_entropy(model(batch.x), batch.y).backward();
+    optimizer.step();
+  }
+  return seconds_since(start);
+}
+
+std::shared_ptr<ddp::ProcessGroup> single_process_group() {
+  const auto path = std::filesystem::temp_directory_path() / ("ddp_bench_" + std::to_string(::getpid()));
+  std::filesystem::remove(path);
+  return ddp::init_process_group(
+      ddp::InitOptions().set_backend("gloo").set_init_method("file://" + path.string()).set_rank(0).set_world_size(1));
+}
+
+// World size 1: DDP against the plain module, alternating rounds so drift hits both alike.
+int overhead(const Args& args) {
+  const std::string model_name = get(args, "model", "lenet");
+  const long batch = get_int(args, "batch", 64), iters = get_int(args, "iters", 200), rounds = get_int(args, "rounds", 5);
+  auto pg = single_process_group();
+  const Batch data = make_batch(model_name, batch);
+  double plain = 0, wrapped = 0;
+  const auto run = [&](auto make) {
+    torch::manual_seed(1);
+    auto net = make();
+    auto ddp_net = make();
+    ddp::DistributedDataParallel<decltype(ddp_net)> model(ddp_net, pg);
+    for (long r = 0; r < rounds; ++r) {
+      plain += train_seconds(net, net->parameters(), data, 5, iters);
+      wrapped += train_seconds(model, model.parameters(), data, 5, iters);
+    }
+  };
+  if (model_name == "lenet") run([] { return LeNet(); });
+  else run([] { return ResNet18(); });
+  const double n = static_cast<double>(rounds * iters * batch);
+  std::printf("overhead model=%s batch=%ld threads=%d: plain %.1f samples/s, DDP(world 1) %.1f samples/s, DDP slower by %.2f%%\n",
+              model_name.c_str(), batch, torch::get_num_threads(), n / plain, n / wrapped, 100.0 * (wrapped / plain - 1.0));
+  return 0;
+}
+
+// Bucketed gradient sync (DDP's real bucket layout) against one all-reduce of the same bytes.
+int buckets(const Args& args) {
+  auto pg = ddp::init_process_group();
+  const int layers = static_cast<int>(get_int(args, "layers", 16)), width = static_cast<int>(get_int(args, "width", 1024));
+  const long iters = get_int(args, "iters", 10);
+  DeepMlp net(layers, width);
+  ddp::DistributedDataParallel<DeepMlp> model(net, pg);
+  const auto sizes = model.stats().bucket_bytes;
+  std::vector<torch::Tensor> bucket_tensors;
+  std::size_t total = 0;
+  for (auto bytes : sizes) {
+    bucket_tensors.push_back(torch::ones({static_cast<long>(bytes / 4)}));
+    total += bytes;
+  }
+  auto flat = torch::ones({static_cast<long>(total / 4)});
+  const auto time_it = [&](auto body) {
+    body();  // warm-up
+    pg->barrier();
+    const auto start = Clock::now();
+    for (long i = 0; i < iters; ++i) body();
+    return seconds_since(start) / static_cast<double>(iters);
+  };
+  double bucketed = 0, single = 0;
+  for (int round = 0; round < 3; ++round) {
+    bucketed += time_it([&] {
+      std::vector<c10::intrusive_ptr<c10d::Work>> works;
+      for (auto& t : bucket_tensors) works.push_back(pg->allreduce_async(t));
+      for (auto& w : works) pg->wait(w, "bucket all-reduce");
+    });
+    single += time_it([&] { pg->allreduce(flat); });
+  }
+  if (pg->rank() == 0) {
+    const double mb = static_cast<double>(total) / (1 << 20);
+    std::printf("buckets world=%d: %zu buckets, %.1f MiB: bucketed %.1f ms (%.0f MiB/s), one flat all-reduce %.1f ms "
+                "(%.0f MiB/s): %.1f%% of the flat bandwidth\n",
+                pg->size(), sizes.size(), mb, 1e3 * bucketed / 3, 3 * mb / bucketed, 1e3 * single / 3, 3 * mb / single,
+                100.0 * single / bucketed);
+  }
+  return 0;
+}
+
+// The share of communication that overlaps backward, from DDP's own statistics.
+int overlap(const Args& args) {
+  auto pg = ddp::init_process_group();
+  const int layers = static_cast<int>(get_int(args, "layers", 16)), width = static_cast<int>(get_int(args, "width", 1024));
+  const long batch = get_int(args, "batch", 64), iters = get_int(args, "iters", 10);
+  DeepMlp net(layers, width);
+  ddp::DistributedDataParallel<DeepMlp> model(net, pg);
+  torch::optim::SGD optimizer(model.parameters(), torch::optim::SGDOptions(0.001));
+  auto x = torch::randn({batch, width});
+  for (long i = 0; i < iters + 2; ++i) {
+    optimizer.zero_grad();
+    model(x).square().mean().backward();
+    optimizer.step();
+  }
+  const auto s = model.stats();
+  if (pg->rank() == 0) {
+    std::printf("overlap world=%d layers=%d width=%d batch=%ld buckets=%zu: forward %.1f ms, backward compute %.1f ms, "
+                "communication %.1f ms, hidden %.1f ms (%.0f%%), exposed wait %.1f ms\n",
+                pg->size(), layers, width, batch, s.bucket_bytes.size(), s.forward_ms, s.backward_compute_ms,
+                s.communication_ms, s.hidden_communication_ms, 100.0 * s.hidden_share(), s.exposed_wait_ms);
+  }
+  return 0;
+}
+
+int throughput(const Args& args) {
+  auto pg = ddp::init_process_group();
+  const std::string model_name = get(args, "model", "lenet");
+  const long batch = get_int(args, "batch", 64), iters = get_int(args, "iters", 50), warmup = get_int(args, "warmup", 5);
+  const Batch data = make_batch(model_name, batch);
+  double seconds = 0;
+  const auto run = [&](auto net) {
+    ddp::DistributedDataParallel<decltype(net)> model(net, pg);
+    pg->barrier();
+    seconds = train_seconds(model, model.parameters(), data, warmup, iters);
+  };
+  if (model_name == "lenet") run(LeNet());
+  else run(ResNet18());
+  auto t = torch::tensor({seconds}, torch::kDouble);
+  pg->allreduce(t, c10d::ReduceOp::MAX);
+  if (pg->rank() == 0) {
+    std::printf("throughput impl=ddp-cpp model=%s world=%d batch/rank=%ld threads=%d: %.1f samples/s\n", model_name.c_str(),
+                pg->size(), batch, torch::get_num_threads(),
+                static_cast<double>(pg->size() * batch * iters) / t.item<double>());
+  }
+  return 0;
+}
+
+int bench_main(int argc, char** argv) {
+  if (argc < 2) throw ddp::InvalidArgument("usage: ddp_bench <overhead|buckets|overlap|throughput> [--key value ...]");
+  Args args;
+  for (int i = 2; i + 1 < argc; i += 2) args[std::string(argv[i]).substr(2)] = argv[i + 1];
+  const std::string command = argv[1];
+  if (command == "overhead") return overhead(args);
+  if (command == "buckets") return buckets(args);
+  if (command == "overlap") return overlap(args);
+  if (command == "throughput") return throughput(args);
+  throw ddp::InvalidArgument("unknown benchmark " + command);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return ddp::run_main(argc, argv, bench_main); }
