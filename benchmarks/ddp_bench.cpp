@@ -247,10 +247,12 @@ int throughput(const Args& args) {
   const long batch = get_int(args, "batch", 64), iters = get_int(args, "iters", 50), warmup = get_int(args, "warmup", 5);
   const Batch data = make_batch(model_name, batch);
   double seconds = 0;
+  ddp::DdpStats stats;
   const auto run = [&](auto net) {
     ddp::DistributedDataParallel<decltype(net)> model(net, pg);
     pg->barrier();
     seconds = train_seconds(model, model.parameters(), data, warmup, iters);
+    stats = model.stats();
   };
   if (model_name == "lenet") run(LeNet());
   else run(ResNet18());
@@ -260,6 +262,10 @@ int throughput(const Args& args) {
     std::printf("throughput impl=ddp-cpp model=%s world=%d batch/rank=%ld threads=%d: %.1f samples/s\n", model_name.c_str(),
                 pg->size(), batch, torch::get_num_threads(),
                 static_cast<double>(pg->size() * batch * iters) / t.item<double>());
+    std::printf("  per iteration: forward %.2f ms, backward compute %.2f ms, communication %.2f ms (%.0f%% hidden), "
+                "exposed wait %.2f ms, %zu buckets\n",
+                stats.forward_ms, stats.backward_compute_ms, stats.communication_ms, 100.0 * stats.hidden_share(),
+                stats.exposed_wait_ms, stats.bucket_bytes.size());
   }
   return 0;
 }
