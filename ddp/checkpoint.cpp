@@ -19,11 +19,13 @@
 #include <memory>
 #include <mutex>
 #include <sstream>
+#include <stdexcept>
 #include <unordered_map>
 #include <utility>
 
 #include "ddp/error.h"
 #include "ddp/log.h"
+#include "ddp/process_group.h"
 
 namespace ddp {
 namespace fs = std::filesystem;
@@ -964,6 +966,18 @@ fs::path save_checkpoint(const fs::path& root, const torch::nn::Module& model,
   return root / name;
 }
 
+fs::path save_checkpoint(const fs::path& root, const torch::nn::Module& model,
+                         const torch::optim::Optimizer* optimizer, const TrainingProgress& progress,
+                         ProcessGroup& group, CheckpointOptions options) {
+  options.world_size(group.size());
+  fs::path path;
+  // Rank 0 writes; the others wait for its "ok" (or its error) and then do nothing.
+  main_process_first(group, [&] {
+    path = save_checkpoint(root, model, optimizer, progress, group.rank(), nullptr, options);
+  });
+  return path;
+}
+
 CheckpointInfo verify_checkpoint(const fs::path& checkpoint) {
   const Manifest manifest = read_manifest(checkpoint);
   for (const auto& file : manifest.files) {
@@ -1009,7 +1023,11 @@ std::vector<CheckpointInfo> list_checkpoints(const fs::path& root) {
     } catch (const IoError&) {
       // Listed anyway (the name says which step); verify_checkpoint() reports what is wrong.
       info.path = entry.path();
-      info.step = std::stoll(name.substr(5));
+      try {
+        info.step = std::stoll(name.substr(5));
+      } catch (const std::out_of_range&) {
+        continue;  // more digits than any step: not ours
+      }
     }
     result.push_back(info);
   }

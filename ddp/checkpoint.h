@@ -23,10 +23,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "ddp/error.h"
 #include "samplers/distributed_sampler.h"
 
 namespace ddp {
@@ -141,8 +144,20 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& root,
                                       const std::function<void()>& barrier,
                                       const CheckpointOptions& options = {});
 
-// The same with a process group: anything with rank() and barrier(), e.g. ddp::ProcessGroup.
-template <typename Group>
+class ProcessGroup;
+
+// The same with ddp::ProcessGroup: rank 0 writes while the others wait (bounded by the group's
+// timeout) for it to report success through the group's store; if rank 0's write fails, it throws
+// its error and every other rank throws ddp::CommunicationError quoting it (nobody hangs or goes on
+// believing the checkpoint exists).
+std::filesystem::path save_checkpoint(const std::filesystem::path& root,
+                                      const torch::nn::Module& model,
+                                      const torch::optim::Optimizer* optimizer,
+                                      const TrainingProgress& progress, ProcessGroup& group,
+                                      CheckpointOptions options = {});
+
+// The same with anything else that has rank(), size() and barrier() (by reference or shared_ptr).
+template <typename Group, typename = decltype(std::declval<Group&>().rank())>
 std::filesystem::path save_checkpoint(const std::filesystem::path& root,
                                       const torch::nn::Module& model,
                                       const torch::optim::Optimizer* optimizer,
@@ -151,6 +166,17 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& root,
   options.world_size(static_cast<int>(group.size()));
   return save_checkpoint(root, model, optimizer, progress, static_cast<int>(group.rank()),
                          [&group] { group.barrier(); }, options);
+}
+
+template <typename Group>
+std::filesystem::path save_checkpoint(const std::filesystem::path& root,
+                                      const torch::nn::Module& model,
+                                      const torch::optim::Optimizer* optimizer,
+                                      const TrainingProgress& progress,
+                                      const std::shared_ptr<Group>& group,
+                                      const CheckpointOptions& options = {}) {
+  DDP_CHECK(group != nullptr, "save_checkpoint: the process group is null");
+  return save_checkpoint(root, model, optimizer, progress, *group, options);
 }
 
 // Loads a checkpoint folder into model (and optimizer, which may be null) on any rank and with any

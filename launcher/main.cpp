@@ -1,5 +1,4 @@
 // ddp_launch: starts the workers of one node of a data-parallel job. See docs/launcher.md.
-#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 
@@ -13,8 +12,8 @@
 #include "launcher/line_splitter.h"
 #include "launcher/log_layout.h"
 #include "launcher/net.h"
-#include "launcher/nvml_provider.h"
 #include "launcher/rdzv_client.h"
+#include "launcher/resources.h"
 #include "launcher/supervisor.h"
 #include "launcher/worker_env.h"
 
@@ -24,65 +23,6 @@
 
 namespace ddp::launcher {
 namespace {
-
-int cpu_count() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-  return 1;
-}
-
-int visible_gpu_count(const LaunchEnvironment& env) {
-  if (auto cvd = env.get("CUDA_VISIBLE_DEVICES")) {
-    if (cvd->empty()) return 0;
-    return static_cast<int>(std::count(cvd->begin(), cvd->end(), ',')) + 1;
-  }
-  return static_cast<int>(load_nvml_provider()->gpus().size());
-}
-
-int resolve_nproc(const LaunchConfig& c, const LaunchEnvironment& env) {
-  switch (c.nproc.kind) {
-    case NprocRequest::Kind::kNumber: return c.nproc.number;
-    case NprocRequest::Kind::kCpu: return cpu_count();
-    case NprocRequest::Kind::kGpu: {
-      const int n = visible_gpu_count(env);
-      if (n == 0) throw UsageError("--nproc_per_node gpu: no GPU is visible (CUDA_VISIBLE_DEVICES or NVML)");
-      return n;
-    }
-    case NprocRequest::Kind::kAuto: {
-      int n = 0;
-      try {
-        n = visible_gpu_count(env);
-      } catch (const UsageError&) {
-        n = 0;  // no driver: CPUs
-      }
-      return n > 0 ? n : cpu_count();
-    }
-  }
-  return 1;
-}
-
-// CUDA_VISIBLE_DEVICES for each local rank, or empty when --gpus is not given.
-std::vector<std::string> resolve_gpus(const LaunchConfig& c, int nproc) {
-  std::vector<int> picked;
-  if (c.gpus.mode == GpuRequest::Mode::kNone) return {};
-  if (c.gpus.mode == GpuRequest::Mode::kList) {
-    if (static_cast<int>(c.gpus.list.size()) < nproc) {
-      throw UsageError(ddp::str("--gpus lists ", c.gpus.list.size(), " GPUs for ", nproc, " workers"));
-    }
-    picked = c.gpus.list;
-  } else {
-    const int want = c.gpus.auto_count.value_or(nproc);
-    if (want < nproc) throw UsageError(ddp::str("--gpus auto:", want, " is fewer GPUs than ", nproc, " workers"));
-    auto provider = load_nvml_provider();
-    const auto gpus = provider->gpus();
-    picked = select_gpus(gpus, GpuSelectionOptions().set_count(want).set_allow_busy(c.allow_busy_gpus));
-    spdlog::info("--gpus auto picked GPUs {}", ddp::join(picked, ","));
-  }
-  std::vector<std::string> out;
-  for (int i = 0; i < nproc; ++i) out.push_back(std::to_string(picked[i]));
-  return out;
-}
 
 std::string shell_quote(const std::string& s) {
   if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@%") ==
@@ -101,8 +41,10 @@ bool shown_on_console(const LaunchConfig& c, int local_rank) {
 }
 
 int run(const LaunchConfig& c, const LaunchEnvironment& env) {
-  const int nproc = resolve_nproc(c, env);
-  const std::vector<std::string> gpus = resolve_gpus(c, nproc);
+  MachineResources machine = MachineResources::of_this_machine();
+  const int nproc = resolve_nproc(c, env, machine);
+  const std::vector<std::string> gpus = resolve_visible_gpus(c, nproc, machine);
+  if (c.gpus.mode == GpuRequest::Mode::kAuto) spdlog::info("--gpus auto picked GPUs {}", ddp::join(gpus, ","));
   for (const auto& note : c.notes) spdlog::info("{}", note);
 
   NodeAssignment node;
@@ -158,7 +100,9 @@ int run(const LaunchConfig& c, const LaunchEnvironment& env) {
   }
 
   // Per-run folder: --log_dir, or a temporary one for the error files (and redirected output).
-  std::string base = c.log_dir;
+  // Absolute, so that TORCHELASTIC_ERROR_FILE still works for a worker that changes directory.
+  std::string base = c.log_dir.empty() ? std::string() : std::filesystem::absolute(c.log_dir).lexically_normal().string();
+  while (base.size() > 1 && base.back() == '/') base.pop_back();
   bool temporary = false;
   if (base.empty()) {
     std::string tmpl = env.get("TMPDIR").value_or("/tmp") + "/ddp_launch_XXXXXX";
@@ -206,13 +150,12 @@ int run(const LaunchConfig& c, const LaunchEnvironment& env) {
     return group;
   };
 
-  SupervisorOptions options;
-  options.program_path = c.program_path;
-  options.program_args = c.program_args;
-  options.monitor_interval_s = c.monitor_interval_s;
-  options.shutdown_grace_s = c.shutdown_grace_s;
-  options.max_restarts = c.max_restarts;
-  options.host_name = this_host_name();
+  const SupervisorOptions options = SupervisorOptions()
+                                        .set_program(c.program_path, c.program_args)
+                                        .set_monitor_interval(c.monitor_interval_s)
+                                        .set_shutdown_grace(c.shutdown_grace_s)
+                                        .set_max_restarts(c.max_restarts)
+                                        .set_host_name(this_host_name());
   const SupervisorResult result = supervise(options, make_group);
   if (result.exit_code != 0) {
     std::fputs(format_failure_summary(result, options.host_name).c_str(), stderr);

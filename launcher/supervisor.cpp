@@ -187,8 +187,16 @@ struct ExecArgs {
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
   ::execve(path, args.argv.data(), args.envp.data());
-  const char msg[] = "ddp_launch: execve of the training binary failed\n";
-  [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+  // Only async-signal-safe calls here: format "errno N" by hand.
+  char msg[512] = "ddp_launch: execve failed (errno ";
+  size_t len = std::strlen(msg);
+  char digits[16];
+  int nd = 0;
+  for (int e = errno; nd == 0 || e > 0; e /= 10) digits[nd++] = static_cast<char>('0' + e % 10);
+  while (nd > 0 && len < sizeof msg - 4) msg[len++] = digits[--nd];
+  msg[len++] = ')';
+  msg[len++] = '\n';
+  [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, msg, len);
   ::_exit(127);
 }
 
@@ -207,7 +215,7 @@ class Attempt {
   // Only reached with workers still running when start-up failed half-way (an exception).
   ~Attempt() {
     for (auto& w : workers_) {
-      if (w.running) {
+      if (w.running && w.pid > 0) {
         ::kill(-w.pid, SIGKILL);
         ::waitpid(w.pid, nullptr, 0);
       }
@@ -230,7 +238,9 @@ class Attempt {
     }
     drain_output();
     // Grandchildren left in a worker's process group go too (see Note [Supervision]).
-    for (auto& w : workers_) ::kill(-w.pid, SIGKILL);
+    for (auto& w : workers_) {
+      if (w.pid > 0) ::kill(-w.pid, SIGKILL);
+    }
   }
 
   std::vector<WorkerExit> failures;
@@ -241,13 +251,17 @@ class Attempt {
     const pid_t self = ::getpid();
     std::vector<std::string> args = options_.program_args;
     for (auto& w : workers_) {
-      int out_pipe[2], err_pipe[2];
-      if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
-        throw ddp::Error(ddp::str("pipe2 failed: ", std::strerror(errno)));
-      }
       // Log files are opened before fork, so a failure here leaves no worker behind.
       w.out.file_fd = open_log(w.launch.stdout_log);
       w.err.file_fd = open_log(w.launch.stderr_log);
+      int out_pipe[2], err_pipe[2];
+      if (::pipe2(out_pipe, O_CLOEXEC) != 0) throw ddp::Error(ddp::str("pipe2 failed: ", std::strerror(errno)));
+      w.out.fd = out_pipe[0];
+      if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
+        ::close(out_pipe[1]);
+        throw ddp::Error(ddp::str("pipe2 failed: ", std::strerror(errno)));
+      }
+      w.err.fd = err_pipe[0];
       ExecArgs exec_args(args, w.launch.env);
       // Signals stay blocked across fork(): the child must not run our handlers (they would write
       // to the shared self-pipe); it unblocks them after restoring the default dispositions.
@@ -258,20 +272,19 @@ class Attempt {
       if (pid == 0) child_after_fork(self, options_.program_path.c_str(), exec_args, out_pipe[1], err_pipe[1]);
       const int fork_errno = errno;
       ::sigprocmask(SIG_SETMASK, &old, nullptr);
-      if (pid < 0) throw ddp::Error(ddp::str("fork failed: ", std::strerror(fork_errno)));
-      ::setpgid(pid, pid);  // also here, so the group exists before we ever signal it
       ::close(out_pipe[1]);
       ::close(err_pipe[1]);
+      if (pid < 0) throw ddp::Error(ddp::str("fork failed: ", std::strerror(fork_errno)));
+      ::setpgid(pid, pid);  // also here, so the group exists before we ever signal it
       w.pid = pid;
       w.running = true;
-      setup_stream(w.out, out_pipe[0], w.launch.stdout_to_console ? STDOUT_FILENO : -1, w.launch.rank);
-      setup_stream(w.err, err_pipe[0], w.launch.stderr_to_console ? STDERR_FILENO : -1, w.launch.rank);
+      setup_stream(w.out, w.launch.stdout_to_console ? STDOUT_FILENO : -1, w.launch.rank);
+      setup_stream(w.err, w.launch.stderr_to_console ? STDERR_FILENO : -1, w.launch.rank);
     }
   }
 
-  static void setup_stream(Stream& s, int fd, int console_fd, int rank) {
-    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-    s.fd = fd;
+  static void setup_stream(Stream& s, int console_fd, int rank) {
+    ::fcntl(s.fd, F_SETFL, ::fcntl(s.fd, F_GETFL) | O_NONBLOCK);
     s.console_fd = console_fd;
     s.prefix = rank_prefix(rank);
   }

@@ -33,6 +33,16 @@ struct SupervisorOptions {
   double shutdown_grace_s = 10;
   int max_restarts = 0;
   std::string host_name;
+
+  SupervisorOptions& set_program(std::string path, std::vector<std::string> args) {
+    program_path = std::move(path);
+    program_args = std::move(args);
+    return *this;
+  }
+  SupervisorOptions& set_monitor_interval(double s) { monitor_interval_s = s; return *this; }
+  SupervisorOptions& set_shutdown_grace(double s) { shutdown_grace_s = s; return *this; }
+  SupervisorOptions& set_max_restarts(int n) { max_restarts = n; return *this; }
+  SupervisorOptions& set_host_name(std::string h) { host_name = std::move(h); return *this; }
 };
 
 // How a worker ended.

@@ -129,9 +129,10 @@ class DistributedSampler : public torch::data::samplers::Sampler<> {
   // The number of samples this rank gets per epoch (PyTorch's len(sampler)).
   int64_t size() const;
   int64_t dataset_size() const;
-  // How many of this rank's indices next() handed out in the current epoch. A loader with workers
-  // prefetches: this may run up to max_jobs batches ahead of what the training loop consumed, so a
-  // checkpoint should count consumed batches instead (see state()).
+  // How many of this rank's indices next() handed out in the current epoch (before the epoch starts:
+  // its pending start index). A loader with workers prefetches: this may run up to max_jobs batches
+  // ahead of what the training loop consumed, so a checkpoint should count consumed samples instead
+  // (see state()).
   int64_t position() const;
 
   // {epoch, position, num_replicas}; pass consumed = samples the loop actually trained on this epoch

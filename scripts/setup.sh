@@ -5,7 +5,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-debian_packages=(g++ cmake ninja-build pkg-config libcxxopts-dev libspdlog-dev catch2 libgloo-dev
+debian_packages=(g++ cmake ninja-build pkg-config libcxxopts-dev libspdlog-dev catch2 libgloo-dev zlib1g-dev
                  dataset-fashion-mnist)
 missing=()
 for pkg in "${debian_packages[@]}"; do

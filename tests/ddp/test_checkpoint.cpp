@@ -314,11 +314,29 @@ TEST_CASE("checkpoint round trip: model, optimizer momentum, progress, RNG", "[c
     } group;
     const fs::path again = ddp::save_checkpoint(dir.path() / "pg", model, &optimizer, progress, group);
     CHECK(group.count == 1);
+    auto shared_group = std::make_shared<FakeGroup>();
+    ddp::save_checkpoint(dir.path() / "pg", model, &optimizer, progress, shared_group);
+    CHECK(shared_group->count == 1);
     CHECK(ddp::list_checkpoints(dir.path() / "pg").at(0).world_size == 3);
     Mlp other;
     CHECK_NOTHROW(ddp::load_checkpoint(again, other, nullptr,
                                        ddp::CheckpointOptions().map_location(torch::kCPU)));
   }
+}
+
+TEST_CASE("Adam's state survives a checkpoint", "[checkpoint]") {
+  TempDir dir;
+  torch::manual_seed(5);
+  Mlp model;
+  torch::optim::Adam optimizer(model.parameters(), torch::optim::AdamOptions(0.01));
+  train_steps(model, optimizer, 2, 30);
+  const fs::path saved = ddp::save_checkpoint(dir.path(), model, &optimizer, {1, 2, {}}, 0, nullptr);
+  Mlp restored;
+  torch::optim::Adam restored_optimizer(restored.parameters(), torch::optim::AdamOptions(0.01));
+  ddp::load_checkpoint(saved, restored, &restored_optimizer);
+  train_steps(model, optimizer, 2, 31);
+  train_steps(restored, restored_optimizer, 2, 31);
+  require_same_state(ddp::state_dict(model), ddp::state_dict(restored));
 }
 
 TEST_CASE("only rank 0 writes; every rank waits at the barrier, also when the write fails",

@@ -8,12 +8,14 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <set>
 
 #include "ddp/str.h"
 #include "launcher/net.h"
+#include "launcher/supervisor.h"
 #include "tests/launcher/process_harness.h"
 
 using namespace ddp::launcher;
@@ -89,7 +91,7 @@ void check_worker_env(const TempDir& dir, int nnodes, int nproc, const std::stri
     CHECK(r.env.at("TORCHELASTIC_RESTART_COUNT") == "0");
     CHECK(r.env.at("TORCHELASTIC_MAX_RESTARTS") == "1");
     CHECK(r.env.at("TORCHELASTIC_RUN_ID") == run_id);
-    CHECK_FALSE(r.env.at("TORCHELASTIC_ERROR_FILE").empty());
+    CHECK(r.env.at("TORCHELASTIC_ERROR_FILE").front() == '/');
     error_files.insert(r.env.at("TORCHELASTIC_ERROR_FILE"));
     if (nproc > 1) {
       CHECK(r.env.at("OMP_NUM_THREADS") == "1");
@@ -125,21 +127,25 @@ TEST_CASE("every variable reaches the workers, static rendezvous, nnodes x nproc
   }
 }
 
-TEST_CASE("dynamic rendezvous: two launchers get node ranks from the c10d store", "[process][rdzv]") {
-  TempDir dir;
-  const std::string endpoint = "127.0.0.1:" + std::to_string(pick_free_port("127.0.0.1"));
-  std::vector<std::vector<std::string>> nodes;
-  for (int node = 0; node < 2; ++node) {
-    nodes.push_back(with_worker({"--nnodes", "2", "--nproc_per_node", "2", "--rdzv_endpoint", endpoint, "--rdzv_id",
-                                 "job42", "--rdzv_timeout", "30", "--max_restarts", "1"},
-                                {"--out", dir.path(), "two words", "--nnodes", "7"}));
+TEST_CASE("dynamic rendezvous: launchers get node ranks from the c10d store", "[process][rdzv]") {
+  for (auto [nnodes, nproc] : std::vector<std::pair<int, int>>{{2, 2}, {3, 1}}) {
+    INFO(nnodes << " nodes x " << nproc << " workers");
+    TempDir dir;
+    const std::string port = std::to_string(pick_free_port("127.0.0.1"));
+    std::vector<std::vector<std::string>> nodes;
+    for (int node = 0; node < nnodes; ++node) {
+      nodes.push_back(with_worker({"--nnodes", std::to_string(nnodes), "--nproc_per_node", std::to_string(nproc),
+                                   "--rdzv_endpoint", "127.0.0.1:" + port, "--rdzv_id", "job42", "--rdzv_timeout",
+                                   "30", "--max_restarts", "1"},
+                                  {"--out", dir.path(), "two words", "--nnodes", "7"}));
+    }
+    for (const auto& outcome : run_nodes(nodes, 60s)) {
+      INFO(outcome.err);
+      CHECK(outcome.exit_code == 0);
+    }
+    check_worker_env(dir, nnodes, nproc, "job42");
+    CHECK(read_record(record_path(dir, 0)).env.at("MASTER_PORT") != port);  // the workers' own port
   }
-  for (const auto& outcome : run_nodes(nodes, 60s)) {
-    INFO(outcome.err);
-    CHECK(outcome.exit_code == 0);
-  }
-  check_worker_env(dir, 2, 2, "job42");
-  CHECK(read_record(record_path(dir, 0)).env.at("MASTER_PORT") != endpoint.substr(endpoint.find(':') + 1));
 }
 
 TEST_CASE("a rendezvous that cannot complete fails after --rdzv_timeout, naming what it waited for",
@@ -162,13 +168,16 @@ TEST_CASE("a worker exits 3: the launcher exits 3, siblings are stopped, summary
           "[process][failure]") {
   TempDir dir;
   const auto outcome = run_launcher(
-      with_worker({"--nproc_per_node", "3", "--master_port", "0", "--shutdown_grace", "2"},
+      with_worker({"--nproc_per_node", "3", "--master_port", "0", "--shutdown_grace", "5"},
                   {"--out", dir.path(), "--sleep", "0:60", "--sleep", "2:60", "--sleep", "1:0.3", "--exit", "1:3",
                    "--error-message", "1:boom from rank one"}),
       {}, 30s);
   INFO(outcome.err);
   CHECK(outcome.exit_code == 3);
-  CHECK(outcome.seconds < 10);  // SIGTERM stopped the sleepers well before their 60 s
+  // SIGTERM stopped the sleepers within the grace period: no SIGKILL was needed.
+  CHECK(outcome.seconds < 5);
+  CHECK(outcome.err.find("sending SIGKILL") == std::string::npos);
+  CHECK_THAT(outcome.err, Catch::Contains("rank 0 (local_rank: 0): exitcode SIGTERM"));
   CHECK_THAT(outcome.err, Catch::Contains("rank      : 1 (local_rank: 1)"));
   CHECK_THAT(outcome.err, Catch::Contains("exitcode  : 3"));
   CHECK_THAT(outcome.err, Catch::Contains("message   : boom from rank one"));
@@ -206,7 +215,9 @@ TEST_CASE("a worker killed by a signal: exit code 128+N and the signal's name", 
 
 TEST_CASE("the launcher killed with SIGKILL leaves no worker alive", "[process][signals]") {
   TempDir dir;
-  Child launcher(with_worker({launcher_path(), "--nproc_per_node", "3", "--master_port", "0"},
+  // --log_dir inside the test's folder: a launcher killed with SIGKILL cannot remove its own folder.
+  Child launcher(with_worker({launcher_path(), "--nproc_per_node", "3", "--master_port", "0", "--log_dir",
+                              dir.path() + "/logs"},
                              {"--out", dir.path(), "--sleep", "*:60"}));
   REQUIRE(wait_for_files(dir.path(), "rank", 3, 10s));
   const std::vector<int> pids = recorded_pids(dir, 3);
@@ -216,8 +227,8 @@ TEST_CASE("the launcher killed with SIGKILL leaves no worker alive", "[process][
   CHECK(wait_gone(pids, 5s).empty());  // PR_SET_PDEATHSIG took them down
 }
 
-TEST_CASE("SIGTERM to the launcher is forwarded to every worker", "[process][signals]") {
-  for (int sig : {SIGTERM, SIGINT}) {
+TEST_CASE("SIGTERM, SIGINT, SIGHUP, SIGQUIT to the launcher are forwarded to every worker", "[process][signals]") {
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) {
     INFO("signal " << sig);
     TempDir dir;
     Child launcher(with_worker({launcher_path(), "--nproc_per_node", "2", "--master_port", "0", "--shutdown_grace", "5"},
@@ -232,7 +243,7 @@ TEST_CASE("SIGTERM to the launcher is forwarded to every worker", "[process][sig
       CHECK(wait_for_files(dir.path(), "sigterm", 2, 1s));
       CHECK_THAT(outcome->err, Catch::Contains("received SIGTERM: forwarding it to 2 workers"));
     } else {
-      CHECK_THAT(outcome->err, Catch::Contains("received SIGINT"));
+      CHECK_THAT(outcome->err, Catch::Contains("received " + signal_name(sig) + ": forwarding it to 2 workers"));
     }
     CHECK(wait_gone(recorded_pids(dir, 2), 2s).empty());
   }
@@ -423,4 +434,39 @@ TEST_CASE("without a GPU driver, --gpus auto and --nproc_per_node gpu fail clean
   CPU_ZERO(&cpus);
   REQUIRE(::sched_getaffinity(0, sizeof cpus, &cpus) == 0);
   CHECK_THAT(outcome.out, Catch::Contains(ddp::str("dry run: ", CPU_COUNT(&cpus), " workers")));
+}
+
+TEST_CASE("a relative --log_dir gives workers absolute error-file paths", "[process][logs]") {
+  TempDir dir;
+  const std::string relative = std::filesystem::relative(dir.path() + "/logs").string();
+  REQUIRE(relative.front() != '/');
+  const auto outcome = run_launcher(with_worker({"--nproc_per_node", "1", "--master_port", "0", "--log_dir", relative,
+                                                 "--run_id", "rel"},
+                                                {"--out", dir.path()}));
+  CHECK(outcome.exit_code == 0);
+  CHECK(read_record(record_path(dir, 0)).env.at("TORCHELASTIC_ERROR_FILE") ==
+        dir.path() + "/logs/rel/attempt_0/0/error.json");
+}
+
+TEST_CASE("a binary the kernel cannot execute: exit 127 with the errno", "[process][failure]") {
+  TempDir dir;
+  const std::string script = dir.path() + "/no_shebang";
+  std::ofstream(script) << "echo this is not a program\n";
+  ::chmod(script.c_str(), 0755);
+  const auto outcome = run_launcher({"--nproc_per_node", "1", "--master_port", "0", script}, {}, 10s);
+  CHECK(outcome.exit_code == 127);
+  CHECK_THAT(outcome.err, Catch::Contains("[rank 0]: ddp_launch: execve failed (errno " + std::to_string(ENOEXEC) + ")"));
+}
+
+TEST_CASE("--gpus 0,3,5 gives each local worker one GPU", "[process][env]") {
+  TempDir dir;
+  const auto outcome = run_launcher(with_worker({"--gpus", "0,3,5", "--master_port", "0"}, {"--out", dir.path()}));
+  CHECK(outcome.exit_code == 0);
+  const std::vector<std::string> expected{"0", "3", "5"};
+  for (int rank = 0; rank < 3; ++rank) {  // three GPUs listed: three workers
+    const auto r = read_record(record_path(dir, rank));
+    CHECK(r.env.at("CUDA_VISIBLE_DEVICES") == expected[rank]);
+    CHECK(r.env.at("CUDA_DEVICE_ORDER") == "PCI_BUS_ID");
+    CHECK(r.env.at("LOCAL_WORLD_SIZE") == "3");
+  }
 }

@@ -12,6 +12,7 @@
 #include "launcher/hostlist.h"
 #include "launcher/line_splitter.h"
 #include "launcher/log_layout.h"
+#include "launcher/resources.h"
 #include "launcher/worker_env.h"
 
 using namespace ddp::launcher;
@@ -362,4 +363,66 @@ TEST_CASE("log path layout", "[launcher][logs]") {
   CHECK(f.stdout_log == "/logs/run1/attempt_2/5/stdout.log");
   CHECK(f.stderr_log == "/logs/run1/attempt_2/5/stderr.log");
   CHECK(f.error_file == "/logs/run1/attempt_2/5/error.json");
+}
+
+namespace {
+
+// A loader of FakeGpus that counts how often NVML would have been loaded.
+GpuProviderLoader fake_loader(std::vector<GpuInfo> gpus, int* loads) {
+  return [gpus, loads] {
+    ++*loads;
+    auto fake = std::make_unique<FakeGpus>();
+    fake->list = gpus;
+    return std::unique_ptr<GpuProvider>(std::move(fake));
+  };
+}
+
+GpuProviderLoader no_driver(int* loads) {
+  return [loads]() -> std::unique_ptr<GpuProvider> {
+    ++*loads;
+    throw UsageError("cannot load libnvidia-ml.so.1");
+  };
+}
+
+}  // namespace
+
+TEST_CASE("nproc_per_node gpu|cpu|auto and --gpus auto resolve against the machine", "[launcher][gpu]") {
+  const std::vector<GpuInfo> four = {gpu(0, 70), gpu(1, 10, {{7, "other", 60ull << 30}}), gpu(2, 79), gpu(3, 50)};
+  int loads = 0;
+  {
+    MachineResources machine(16, fake_loader(four, &loads));
+    CHECK(resolve_nproc(parse({"--nproc_per_node", "gpu", "/bin/true"}), plain_env(), machine) == 4);
+    CHECK(resolve_nproc(parse({"--nproc_per_node", "auto", "/bin/true"}), plain_env(), machine) == 4);
+    CHECK(resolve_nproc(parse({"--nproc_per_node", "cpu", "/bin/true"}), plain_env(), machine) == 16);
+    // --gpus auto:3 (three workers): the free GPUs 0, 2, 3; the busy GPU 1 is refused.
+    const auto c = parse({"--gpus", "auto:3", "/bin/true"});
+    CHECK(resolve_visible_gpus(c, resolve_nproc(c, plain_env(), machine), machine) ==
+          std::vector<std::string>{"0", "2", "3"});
+    // Four workers need the busy one too: refused with the list, unless --allow_busy_gpus.
+    const auto all = parse({"--nproc_per_node", "gpu", "--gpus", "auto", "/bin/true"});
+    CHECK_THROWS_WITH(resolve_visible_gpus(all, 4, machine), Catch::Contains("pid 7 (other)"));
+    const auto busy_ok = parse({"--nproc_per_node", "gpu", "--gpus", "auto", "--allow_busy_gpus", "/bin/true"});
+    CHECK(resolve_visible_gpus(busy_ok, 4, machine) == std::vector<std::string>{"0", "1", "2", "3"});
+    CHECK(loads == 1);  // NVML is loaded once
+  }
+  {
+    // CUDA_VISIBLE_DEVICES decides what "gpu" counts, without loading NVML.
+    MachineResources machine(16, fake_loader(four, &loads));
+    loads = 0;
+    const auto env = plain_env({{"CUDA_VISIBLE_DEVICES", "1,3"}});
+    CHECK(resolve_nproc(parse({"--nproc_per_node", "gpu", "/bin/true"}), env, machine) == 2);
+    CHECK(loads == 0);
+    // Without --gpus nothing is loaded either.
+    CHECK(resolve_visible_gpus(parse({"--nproc_per_node", "2", "/bin/true"}), 2, machine).empty());
+    CHECK(loads == 0);
+  }
+  {
+    // No driver: gpu is an error, auto falls back to the CPUs, --gpus 0,1 still works.
+    MachineResources machine(6, no_driver(&loads));
+    CHECK_THROWS_WITH(resolve_nproc(parse({"--nproc_per_node", "gpu", "/bin/true"}), plain_env(), machine),
+                      Catch::Contains("libnvidia-ml.so.1"));
+    CHECK(resolve_nproc(parse({"--nproc_per_node", "auto", "/bin/true"}), plain_env(), machine) == 6);
+    CHECK(resolve_visible_gpus(parse({"--gpus", "4,1", "/bin/true"}), 2, machine) == std::vector<std::string>{"4", "1"});
+    CHECK_THROWS_AS(resolve_visible_gpus(parse({"--gpus", "auto", "/bin/true"}), 1, machine), UsageError);
+  }
 }

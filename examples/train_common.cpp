@@ -1,0 +1,402 @@
+#include "examples/train_common.h"
+
+#include <torch/torch.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <thread>
+
+#include "ddp/checkpoint.h"
+#include "ddp/data_parallel.h"
+#include "ddp/distributed_data_parallel.h"
+#include "ddp/error.h"
+#include "ddp/process_group.h"
+#include "ddp/run_main.h"
+#include "examples/data/cifar10.h"
+#include "examples/data/fashion_mnist.h"
+#include "examples/data/image_dataset.h"
+#include "examples/metrics.h"
+#include "examples/models/lenet.h"
+#include "examples/models/resnet.h"
+#include "examples/progress.h"
+#include "samplers/distributed_sampler.h"
+
+namespace ddp::examples {
+namespace {
+
+using data::ImageDataset;
+using Clock = std::chrono::steady_clock;
+
+// Where this process stands: its rank among the processes and the device it computes on.
+struct Runtime {
+  int rank = 0;
+  int world_size = 1;
+  int local_size = 1;  // processes on this node
+  torch::Device device = torch::kCPU;
+  std::vector<torch::Device> devices;  // what the model runs on: several in dp
+  std::string backend = "none";
+  std::shared_ptr<ProcessGroup> group;  // ddp only
+  bool main() const { return rank == 0; }
+};
+
+Runtime make_runtime(const TrainOptions& options) {
+  Runtime rt;
+  switch (options.mode) {
+    case Mode::single:
+      rt.device = torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+      rt.devices = {rt.device};
+      break;
+    case Mode::dp:
+      rt.devices = visible_devices();
+      rt.device = rt.devices.front();
+      break;
+    case Mode::ddp:
+      // Rank, world size and rendez-vous from the environment ddp_launch sets (env://).
+      rt.group = init_process_group();
+      rt.rank = rt.group->rank();
+      rt.world_size = rt.group->size();
+      rt.local_size = rt.group->local_size();
+      rt.device = rt.group->device();
+      rt.devices = {rt.device};
+      rt.backend = rt.group->backend_name();
+      break;
+  }
+  return rt;
+}
+
+struct DataSets {
+  std::unique_ptr<ImageDataset> train, test;
+  int64_t train_size = 0, test_size = 0;
+  int64_t channels = 0, image_size = 0;
+};
+
+DataSets load_data(const ProgramSpec& spec, const TrainOptions& options) {
+  data::ImageSet train, test;
+  data::Normalization normalization;
+  data::AugmentOptions augment;
+  if (spec.dataset == "fashion-mnist") {
+    train = data::load_fashion_mnist(options.data_dir, data::Split::train);
+    test = data::load_fashion_mnist(options.data_dir, data::Split::test);
+    normalization = data::fashion_mnist_normalization();
+  } else {
+    train = data::load_cifar10(options.data_dir, data::Split::train);
+    test = data::load_cifar10(options.data_dir, data::Split::test);
+    normalization = data::cifar10_normalization();
+    // The usual CIFAR recipe: random horizontal flip and random 32x32 crop of the image padded by 4.
+    augment.flip(true).crop_padding(4).seed(options.seed);
+  }
+  train.truncate(options.limit);
+  test.truncate(options.limit);
+  DataSets sets;
+  sets.train_size = train.count;
+  sets.test_size = test.count;
+  sets.channels = train.channels;
+  sets.image_size = train.height;
+  sets.train = std::make_unique<ImageDataset>(train, normalization, augment);
+  sets.test = std::make_unique<ImageDataset>(test, normalization);
+  return sets;
+}
+
+// Note [Data order]
+// Every mode draws its order from a DistributedSampler: one seeded permutation per epoch, rank r of R
+// taking positions r, r + R, r + 2R, ... single and dp use it with one replica. So the DDP step s on
+// R ranks with batch B covers exactly the samples of step s of a single run with batch R*B, and both
+// runs compute the same gradient (the mean over the same R*B samples).
+samplers::DistributedSampler make_sampler(int64_t size, const Runtime& rt, uint64_t seed) {
+  return samplers::DistributedSampler(size, samplers::DistributedSamplerOptions(rt.world_size, rt.rank).seed(seed));
+}
+
+// The model as the training loop sees it, whichever the mode.
+struct Trainee {
+  std::shared_ptr<torch::nn::Module> module;  // the parameters the optimizer steps
+  std::function<torch::Tensor(const torch::Tensor&)> forward;
+  // Forward for evaluation. In ddp each rank evaluates its own share of the test set, possibly a
+  // different number of batches, so this must not be DDP's forward (it may communicate).
+  std::function<torch::Tensor(const torch::Tensor&)> evaluate;
+  // A guard that suspends gradient synchronisation while it lives (ddp); empty in the other modes.
+  std::function<std::shared_ptr<void>()> no_sync;
+};
+
+template <class Holder>
+Trainee wrap(Holder model, const TrainOptions& options, const Runtime& rt) {
+  Trainee t;
+  t.module = model.ptr();
+  if (options.mode == Mode::dp) {
+    auto dp = std::make_shared<DataParallel<Holder>>(model, DataParallelOptions().devices(rt.devices));
+    t.forward = [dp](const torch::Tensor& x) { return dp->forward(x); };
+    t.evaluate = t.forward;
+  } else if (options.mode == Mode::ddp) {
+    model->to(rt.device);
+    auto ddp = std::make_shared<DistributedDataParallel<Holder>>(model, rt.group);
+    t.forward = [ddp](const torch::Tensor& x) { return ddp->forward(x); };
+    t.no_sync = [ddp] { return std::shared_ptr<void>(std::make_shared<NoSyncGuard>(ddp->no_sync())); };
+    t.evaluate = [model](const torch::Tensor& x) mutable { return model->forward(x); };
+  } else {
+    model->to(rt.device);
+    t.forward = [model](const torch::Tensor& x) mutable { return model->forward(x); };
+    t.evaluate = t.forward;
+  }
+  return t;
+}
+
+Trainee make_trainee(const TrainOptions& options, const DataSets& sets, const Runtime& rt) {
+  // The same seed on every rank gives every replica the same initial weights.
+  torch::manual_seed(options.seed);
+  if (options.model == "resnet18") return wrap(models::ResNet18(sets.channels, 10), options, rt);
+  return wrap(models::LeNet(models::LeNetOptions(sets.channels, sets.image_size)), options, rt);
+}
+
+// Element-wise sums over the ranks (the values themselves outside ddp).
+std::vector<double> sum_over_ranks(std::vector<double> values, const Runtime& rt) {
+  if (!rt.group) return values;
+  torch::Tensor t = torch::tensor(values, torch::kFloat64);
+  rt.group->allreduce(t);
+  return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+}
+
+// Top-1 accuracy on the test set (this rank's share of it in ddp, summed over the ranks).
+double evaluate(Trainee& trainee, ImageDataset& test, int64_t test_size, int64_t batch_size, const Runtime& rt) {
+  torch::NoGradGuard no_grad;
+  trainee.module->eval();
+  int64_t correct = 0, total = 0;
+  std::vector<size_t> rows;
+  for (int64_t i = rt.rank; i < test_size; i += rt.world_size) rows.push_back(static_cast<size_t>(i));
+  for (size_t start = 0; start < rows.size(); start += static_cast<size_t>(batch_size)) {
+    const size_t end = std::min(rows.size(), start + static_cast<size_t>(batch_size));
+    auto batch = test.get_batch(c10::ArrayRef<size_t>(rows.data() + start, end - start));
+    const torch::Tensor predicted = trainee.evaluate(batch.data.to(rt.device)).argmax(1).cpu();
+    correct += predicted.eq(batch.target).sum().item<int64_t>();
+    total += batch.target.size(0);
+  }
+  trainee.module->train();
+  const std::vector<double> sums = sum_over_ranks({static_cast<double>(correct), static_cast<double>(total)}, rt);
+  return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+}
+
+// --save-params: every parameter as float32, concatenated in registration order, native byte order.
+// A debug format for the tests, which compare runs without LibTorch.
+void save_parameters(const torch::nn::Module& module, const std::string& path) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  for (const auto& p : module.parameters()) {
+    const torch::Tensor values = p.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+    out.write(reinterpret_cast<const char*>(values.data_ptr<float>()),
+              static_cast<std::streamsize>(values.numel() * sizeof(float)));
+  }
+  if (!out) throw IoError(str(path, ": cannot write the parameters"));
+}
+
+std::string percent(double fraction) { return str(static_cast<double>(static_cast<int64_t>(fraction * 10000 + 0.5)) / 100, "%"); }
+
+// Note [Intra-op threads]
+// LibTorch starts one intra-op thread per core in every process. With several processes per node,
+// or other work on the machine, the threads of small models oversubscribe the cores and a step gets
+// many times slower. Unless told otherwise (--threads, OMP_NUM_THREADS) each process takes its share.
+void set_threads(const TrainOptions& options, int local_processes) {
+  if (options.threads > 0) {
+    torch::set_num_threads(static_cast<int>(options.threads));
+  } else if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    torch::set_num_threads(std::max(1, cores / std::max(1, local_processes)));
+  }
+}
+
+// The learning rate of optimizer step `step` (0-based) of `total`: constant, or a cosine from lr to 0.
+// A function of the step alone, so a resumed run continues the schedule exactly.
+double learning_rate(const TrainOptions& options, int64_t step, int64_t total) {
+  if (!options.cosine_lr || total <= 0) return options.lr;
+  constexpr double kPi = 3.14159265358979323846;
+  return options.lr * 0.5 * (1.0 + std::cos(kPi * static_cast<double>(step) / static_cast<double>(total)));
+}
+
+// Writes a checkpoint through the library: rank 0 writes, every rank waits for it.
+void save(const TrainOptions& options, const Runtime& rt, Trainee& trainee, torch::optim::Optimizer& optimizer,
+          int64_t step, const samplers::SamplerState& sampler_state) {
+  TrainingProgress progress;
+  progress.epoch = sampler_state.epoch;
+  progress.step = step;
+  progress.sampler = sampler_state;
+  if (rt.group) {
+    save_checkpoint(options.checkpoint_dir, *trainee.module, &optimizer, progress, *rt.group);
+  } else {
+    save_checkpoint(options.checkpoint_dir, *trainee.module, &optimizer, progress, 0, [] {});
+  }
+}
+
+RunMetrics start_metrics(const ProgramSpec& spec, const TrainOptions& options, const Runtime& rt, const DataSets& sets) {
+  RunMetrics metrics;
+  metrics.program = spec.name;
+  metrics.model = options.model;
+  metrics.mode = mode_name(options.mode);
+  metrics.backend = rt.backend;
+  metrics.world_size = rt.world_size;
+  for (const auto& d : rt.devices) metrics.devices.push_back(d.str());
+  metrics.batch_size = options.batch_size;
+  metrics.global_batch_size = options.batch_size * options.grad_accum * rt.world_size;
+  metrics.grad_accum = options.grad_accum;
+  metrics.train_samples = sets.train_size;
+  metrics.test_samples = sets.test_size;
+  metrics.epochs = options.epochs;
+  return metrics;
+}
+
+int train(const ProgramSpec& spec, const TrainOptions& options) {
+  Runtime rt = make_runtime(options);
+  set_threads(options, rt.local_size);
+  DataSets sets = load_data(spec, options);
+  Trainee trainee = make_trainee(options, sets, rt);
+  torch::optim::SGD optimizer(trainee.module->parameters(),
+                              torch::optim::SGDOptions(options.lr).momentum(options.momentum)
+                                  .weight_decay(options.weight_decay));
+  samplers::DistributedSampler sampler = make_sampler(sets.train_size, rt, options.seed);
+  RunMetrics metrics = start_metrics(spec, options, rt, sets);
+  const int64_t micro_batches = (sampler.size() + options.batch_size - 1) / options.batch_size;
+  const int64_t steps_per_epoch = (micro_batches + options.grad_accum - 1) / options.grad_accum;
+  const int64_t samples_per_micro_batch = options.batch_size * rt.world_size;
+
+  // --resume: model, optimizer (momentum), step, sampler epoch and position, RNG state.
+  int64_t start_epoch = 0, global_step = 0;
+  std::optional<samplers::SamplerState> resumed;
+  if (options.resume) {
+    if (const auto latest = find_latest_valid_checkpoint(options.checkpoint_dir)) {
+      const TrainingProgress progress = load_checkpoint(latest->path, *trainee.module, &optimizer);
+      global_step = progress.step;
+      start_epoch = progress.sampler.epoch;
+      resumed = progress.sampler;
+      if (rt.main()) std::cout << "resuming from " << latest->path.string() << " (epoch " << start_epoch + 1
+                               << ", step " << global_step << ")" << std::endl;
+    } else if (rt.main()) {
+      std::cout << "no checkpoint in " << options.checkpoint_dir << ": starting from scratch" << std::endl;
+    }
+  }
+
+  const bool terminal = is_terminal(STDOUT_FILENO);
+  if (rt.main()) {
+    std::cout << spec.name << ": " << options.model << " on " << sets.train_size << " training samples, mode "
+              << metrics.mode << ", " << rt.world_size << " process(es), device(s) " << join(metrics.devices, ",")
+              << ", " << metrics.global_batch_size << " samples per step, " << steps_per_epoch << " steps per epoch"
+              << std::endl;
+  }
+
+  double train_seconds = 0;
+  int64_t trained_samples = 0;
+  bool stopped = false;  // --max-steps reached
+  for (int64_t epoch = start_epoch; epoch < options.epochs && !stopped; ++epoch) {
+    const auto epoch_start = Clock::now();
+    sets.train->set_epoch(epoch);
+    int64_t micro = 0;  // micro-batches of this epoch done so far, on this rank
+    if (resumed && resumed->epoch == epoch) {
+      sampler.set_state(*resumed);  // mid-epoch: the loader starts after the consumed samples
+      micro = samplers::convert_start_index(*resumed, rt.world_size) / options.batch_size;
+    } else {
+      sampler.set_epoch(epoch);
+    }
+    auto loader = torch::data::make_data_loader(
+        *sets.train, sampler,
+        torch::data::DataLoaderOptions().batch_size(static_cast<size_t>(options.batch_size))
+            .workers(static_cast<size_t>(options.workers)));
+    std::optional<ProgressLine> progress;
+    if (rt.main()) {
+      progress.emplace(std::cout, terminal, str("epoch ", epoch + 1, "/", options.epochs), steps_per_epoch,
+                       metrics.global_batch_size);
+    }
+    trainee.module->train();
+    double loss_sum = 0;
+    int64_t loss_count = 0;
+    for (auto& batch : *loader) {
+      // The micro-batches of one optimizer step; the last group of an epoch may be shorter.
+      const int64_t group_start = micro - micro % options.grad_accum;
+      const int64_t group_size = std::min(options.grad_accum, micro_batches - group_start);
+      const bool sync = micro + 1 == group_start + group_size;
+      std::shared_ptr<void> guard;
+      if (!sync && trainee.no_sync) guard = trainee.no_sync();
+      const torch::Tensor output = trainee.forward(batch.data.to(rt.device));
+      const torch::Tensor loss = torch::nn::functional::cross_entropy(output, batch.target.to(output.device()));
+      (loss / static_cast<double>(group_size)).backward();
+      guard.reset();
+      loss_sum += loss.item<double>();
+      ++loss_count;
+      ++micro;
+      trained_samples += samples_per_micro_batch;
+      if (!sync) continue;
+      for (auto& group : optimizer.param_groups()) {
+        static_cast<torch::optim::SGDOptions&>(group.options())
+            .lr(learning_rate(options, global_step, options.epochs * steps_per_epoch));
+      }
+      optimizer.step();
+      optimizer.zero_grad();
+      ++global_step;
+      if (progress) progress->update(micro / options.grad_accum, loss_sum / static_cast<double>(loss_count));
+      const bool last = micro == micro_batches;
+      if (!options.checkpoint_dir.empty() && options.checkpoint_every > 0 && !last &&
+          global_step % options.checkpoint_every == 0) {
+        save(options, rt, trainee, optimizer, global_step, sampler.state(micro * options.batch_size));
+      }
+      if (options.max_steps > 0 && global_step >= options.max_steps) {
+        stopped = !last;
+        break;
+      }
+    }
+    if (progress) progress->finish();
+    const double seconds = std::chrono::duration<double>(Clock::now() - epoch_start).count();
+    train_seconds += seconds;
+    if (!options.checkpoint_dir.empty() && !stopped) {
+      save(options, rt, trainee, optimizer, global_step, samplers::SamplerState{epoch + 1, 0, rt.world_size});
+    }
+    const double accuracy = evaluate(trainee, *sets.test, sets.test_size, std::max<int64_t>(options.batch_size, 256), rt);
+    const std::vector<double> loss_sums = sum_over_ranks({loss_sum, static_cast<double>(loss_count)}, rt);
+    const double mean_loss = loss_sums[1] > 0 ? loss_sums[0] / loss_sums[1] : 0.0;
+    metrics.epoch_seconds.push_back(seconds);
+    metrics.epoch_train_loss.push_back(mean_loss);
+    metrics.epoch_test_accuracy.push_back(accuracy);
+    if (rt.main()) {
+      std::cout << "epoch " << epoch + 1 << "/" << options.epochs << ": train loss " << mean_loss
+                << ", test accuracy " << percent(accuracy) << ", " << seconds << " s" << std::endl;
+    }
+    if (options.max_steps > 0 && global_step >= options.max_steps) stopped = true;
+  }
+
+  metrics.samples_per_second = train_seconds > 0 ? static_cast<double>(trained_samples) / train_seconds : 0.0;
+  metrics.final_loss = metrics.epoch_train_loss.empty() ? 0.0 : metrics.epoch_train_loss.back();
+  metrics.final_accuracy = metrics.epoch_test_accuracy.empty() ? 0.0 : metrics.epoch_test_accuracy.back();
+  metrics.peak_memory_bytes = peak_rss_bytes();
+  metrics.peak_memory_kind = "rss";
+  if (rt.main()) {
+    std::cout << "final test accuracy " << percent(metrics.final_accuracy) << " (" << metrics.samples_per_second
+              << " samples/s, peak memory " << metrics.peak_memory_bytes / (1 << 20) << " MiB)" << std::endl;
+    if (!options.metrics_json.empty()) write_metrics(metrics, options.metrics_json);
+    if (!options.save_params.empty()) save_parameters(*trainee.module, options.save_params);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int train_main(int argc, char** argv, const ProgramSpec& spec) {
+  std::optional<TrainOptions> options;
+  try {
+    options = parse_train_options(argc, argv, spec);
+  } catch (const InvalidArgument& e) {
+    std::cerr << spec.name << ": error: " << e.what() << std::endl;
+    return 2;
+  }
+  if (!options) return 0;
+  // run_main prints any other error in one line and leaves it in ddp_launch's error file.
+  return run_main(argc, argv, [&](int, char**) {
+    try {
+      return train(spec, *options);
+    } catch (const InvalidArgument& e) {
+      std::cerr << spec.name << ": error: " << e.what() << std::endl;
+      return 2;
+    }
+  });
+}
+
+}  // namespace ddp::examples

@@ -1,0 +1,123 @@
+#include "examples/train_options.h"
+
+#include <cxxopts.hpp>
+
+#include <algorithm>
+#include <iostream>
+
+#include "ddp/error.h"
+
+namespace ddp::examples {
+
+const char* mode_name(Mode mode) {
+  switch (mode) {
+    case Mode::single: return "single";
+    case Mode::dp: return "dp";
+    case Mode::ddp: return "ddp";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr const char* kDebugGroup = "debug";
+
+template <typename T>
+T positive(const cxxopts::ParseResult& result, const std::string& flag, T minimum) {
+  const T value = result[flag].as<T>();
+  if (value < minimum) throw InvalidArgument(str("--", flag, " must be at least ", minimum, ", not ", value));
+  return value;
+}
+
+}  // namespace
+
+std::optional<TrainOptions> parse_train_options(int argc, char** argv, const ProgramSpec& spec) {
+  cxxopts::Options cli(spec.name, str("Trains a network on ", spec.dataset,
+                                      " in one process, with DataParallel, or under ddp_launch with DDP."));
+  const std::string models = join(spec.models, "|");
+  cli.add_options()
+      ("mode", "single | dp | ddp (ddp: start it with ddp_launch)", cxxopts::value<std::string>()->default_value("single"))
+      ("model", models, cxxopts::value<std::string>()->default_value(spec.models.front()))
+      ("epochs", "epochs to train", cxxopts::value<int64_t>()->default_value("5"))
+      ("batch-size", "samples per step: per process in ddp, in total in single and dp", cxxopts::value<int64_t>()->default_value(str(spec.default_batch_size)))
+      ("lr", "SGD learning rate", cxxopts::value<double>()->default_value(str(spec.default_lr)))
+      ("lr-schedule", "cosine (from --lr down to 0 over the run, per step) or constant", cxxopts::value<std::string>()->default_value("cosine"))
+      ("momentum", "SGD momentum", cxxopts::value<double>()->default_value("0.9"))
+      ("weight-decay", "SGD weight decay", cxxopts::value<double>()->default_value(str(spec.default_weight_decay)))
+      ("seed", "seed of the initial weights, the data order and the augmentation", cxxopts::value<uint64_t>()->default_value("0"))
+      ("data-dir", "folder of the data set", cxxopts::value<std::string>()->default_value(spec.default_data_dir))
+      ("checkpoint-dir", "write a checkpoint there after every epoch", cxxopts::value<std::string>()->default_value(""))
+      ("checkpoint-every", "also checkpoint every N optimizer steps within an epoch (0: at epoch ends only)", cxxopts::value<int64_t>()->default_value("0"))
+      ("resume", "continue from the checkpoint in --checkpoint-dir")
+      ("grad-accum", "micro-batches per optimizer step (DDP syncs only the last: no_sync)", cxxopts::value<int64_t>()->default_value("1"))
+      ("workers", "data loader threads (0: load in the training thread)", cxxopts::value<int64_t>()->default_value("0"))
+      ("threads", "intra-op threads per process (0: $OMP_NUM_THREADS, else cores / processes on the node)", cxxopts::value<int64_t>()->default_value("0"))
+      ("limit", "use only the first N training and test samples (0: all)", cxxopts::value<int64_t>()->default_value("0"))
+      ("metrics-json", "write the run's figures to this JSON file", cxxopts::value<std::string>()->default_value(""))
+      ("h,help", "print this help");
+  // Debug flags for the tests, left out of --help.
+  cli.add_options(kDebugGroup)
+      ("save-params", "write the final parameters (float32, concatenated) to FILE", cxxopts::value<std::string>()->default_value(""))
+      ("max-steps", "stop when the global step reaches N (an interruption)", cxxopts::value<int64_t>()->default_value("0"));
+  cxxopts::ParseResult result;
+  try {
+    result = cli.parse(argc, argv);
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw InvalidArgument(str(e.what(), " (see --help)"));
+  }
+  if (!result.unmatched().empty()) {
+    throw InvalidArgument(str("unexpected argument '", result.unmatched().front(), "' (see --help)"));
+  }
+  if (result.count("help")) {
+    std::cout << cli.help({""}) << std::flush;
+    return std::nullopt;
+  }
+  TrainOptions o;
+  try {
+    const std::string mode = result["mode"].as<std::string>();
+    if (mode == "single") {
+      o.mode = Mode::single;
+    } else if (mode == "dp") {
+      o.mode = Mode::dp;
+    } else if (mode == "ddp") {
+      o.mode = Mode::ddp;
+    } else {
+      throw InvalidArgument(str("--mode must be single, dp or ddp, not '", mode, "'"));
+    }
+    o.model = result["model"].as<std::string>();
+    if (std::find(spec.models.begin(), spec.models.end(), o.model) == spec.models.end()) {
+      throw InvalidArgument(str("--model must be ", join(spec.models, " or "), ", not '", o.model, "'"));
+    }
+    o.epochs = positive<int64_t>(result, "epochs", 1);
+    o.batch_size = positive<int64_t>(result, "batch-size", 1);
+    o.lr = result["lr"].as<double>();
+    if (!(o.lr > 0)) throw InvalidArgument(str("--lr must be positive, not ", o.lr));
+    const std::string schedule = result["lr-schedule"].as<std::string>();
+    if (schedule != "cosine" && schedule != "constant") {
+      throw InvalidArgument(str("--lr-schedule must be cosine or constant, not '", schedule, "'"));
+    }
+    o.cosine_lr = schedule == "cosine";
+    o.momentum = result["momentum"].as<double>();
+    if (!(o.momentum >= 0 && o.momentum < 1)) throw InvalidArgument(str("--momentum must be in [0, 1), not ", o.momentum));
+    o.weight_decay = positive<double>(result, "weight-decay", 0.0);
+    o.seed = result["seed"].as<uint64_t>();
+    o.data_dir = result["data-dir"].as<std::string>();
+    if (o.data_dir.empty()) throw InvalidArgument(str("--data-dir is required: the folder of ", spec.dataset));
+    o.checkpoint_dir = result["checkpoint-dir"].as<std::string>();
+    o.checkpoint_every = positive<int64_t>(result, "checkpoint-every", 0);
+    o.resume = result.count("resume") > 0;
+    if (o.resume && o.checkpoint_dir.empty()) throw InvalidArgument("--resume needs --checkpoint-dir");
+    o.grad_accum = positive<int64_t>(result, "grad-accum", 1);
+    o.workers = positive<int64_t>(result, "workers", 0);
+    o.threads = positive<int64_t>(result, "threads", 0);
+    o.limit = positive<int64_t>(result, "limit", 0);
+    o.metrics_json = result["metrics-json"].as<std::string>();
+    o.save_params = result["save-params"].as<std::string>();
+    o.max_steps = positive<int64_t>(result, "max-steps", 0);
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw InvalidArgument(str(e.what(), " (see --help)"));
+  }
+  return o;
+}
+
+}  // namespace ddp::examples

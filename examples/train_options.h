@@ -1,0 +1,51 @@
+#pragma once
+// The command line of the training programs, parsed once (cxxopts) into TrainOptions.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ddp::examples {
+
+enum class Mode { single, dp, ddp };
+const char* mode_name(Mode mode);
+
+// What differs between train_fashion_mnist and train_cifar10.
+struct ProgramSpec {
+  std::string name;              // e.g. "train_fashion_mnist"
+  std::string dataset;           // "fashion-mnist" or "cifar10"
+  std::string default_data_dir;  // empty: --data-dir is required
+  std::vector<std::string> models;  // the first is the default
+  double default_lr = 0.05;
+  int64_t default_batch_size = 64;
+  double default_weight_decay = 0.0;
+};
+
+struct TrainOptions {
+  Mode mode = Mode::single;
+  std::string model;
+  int64_t epochs = 5;
+  int64_t batch_size = 64;  // per process in ddp, total in single and dp
+  double lr = 0.05;
+  double momentum = 0.9;
+  bool cosine_lr = true;  // --lr-schedule cosine (default) or constant
+  double weight_decay = 0.0;
+  uint64_t seed = 0;
+  std::string data_dir;
+  std::string checkpoint_dir;  // empty: no checkpoints
+  int64_t checkpoint_every = 0;  // also every N optimizer steps within an epoch (0: at epoch ends only)
+  bool resume = false;
+  int64_t grad_accum = 1;
+  int64_t workers = 0;
+  int64_t threads = 0;  // intra-op threads per process; 0: OMP_NUM_THREADS, else cores / local processes
+  int64_t limit = 0;  // 0: every sample
+  std::string metrics_json;
+  std::string save_params;  // debug: final parameters, for the equivalence tests
+  int64_t max_steps = 0;    // debug: stop when the global step reaches this (an interruption; 0: none)
+};
+
+// Parses argv. Returns nullopt after printing --help. Throws ddp::InvalidArgument with a one-line
+// message for an unknown flag, a bad value or an inconsistent combination.
+std::optional<TrainOptions> parse_train_options(int argc, char** argv, const ProgramSpec& spec);
+
+}  // namespace ddp::examples

@@ -1,0 +1,231 @@
+// The training programs end to end, on real Fashion-MNIST samples and on generated CIFAR-10 files.
+// Every command runs under timeout(1), so a hung run fails the test instead of blocking it.
+#include <sys/wait.h>
+
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/examples/temp_dir.h"
+
+namespace fs = std::filesystem;
+using ddp::testing::TempDir;
+using Catch::Matchers::Contains;
+
+namespace {
+
+const std::string kBin = DDP_TEST_BIN_DIR;
+
+struct Run {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+Run run(const std::string& command, int timeout_seconds = 120) {
+  const std::string line = "timeout -k 5 " + std::to_string(timeout_seconds) + " " + command + " 2>&1";
+  FILE* pipe = popen(line.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  Run result;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) result.output.append(buffer, n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The numbers of a JSON field holding a number or an array of numbers (enough for --metrics-json).
+std::vector<double> json_numbers(const std::string& json, const std::string& key) {
+  const size_t at = json.find("\"" + key + "\":");
+  REQUIRE(at != std::string::npos);
+  size_t pos = at + key.size() + 3;
+  std::vector<double> values;
+  const bool array = json[json.find_first_not_of(' ', pos)] == '[';
+  const size_t end = array ? json.find(']', pos) : json.find_first_of(",\n}", pos);
+  std::string body = json.substr(pos, end - pos);
+  for (char& c : body) {
+    if (c == '[' || c == ',') c = ' ';
+  }
+  std::istringstream in(body);
+  double v;
+  while (in >> v) values.push_back(v);
+  return values;
+}
+
+std::vector<float> read_params(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<float> values(bytes.size() / sizeof(float));
+  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+  return values;
+}
+
+double max_abs_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(double(a[i]) - double(b[i])));
+  return worst;
+}
+
+void write_cifar10(const fs::path& dir, int records_per_file) {
+  // Class c images are bright in channel c % 3 and dark elsewhere, so the classes can be learnt.
+  unsigned seed = 1;
+  int file = 0;
+  for (const char* name : {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin",
+                           "data_batch_5.bin", "test_batch.bin"}) {
+    std::ofstream out(dir / name, std::ios::binary);
+    for (int r = 0; r < records_per_file; ++r) {
+      const int label = (r * 7 + file) % 10;
+      out.put(static_cast<char>(label));
+      for (int p = 0; p < 3072; ++p) {
+        seed = seed * 1103515245u + 12345u;
+        const int noise = static_cast<int>((seed >> 16) % 64);
+        out.put(static_cast<char>(p / 1024 == label % 3 ? 150 + noise + label * 4 : noise));
+      }
+    }
+    ++file;
+  }
+}
+
+}  // namespace
+
+// Requires a successful run, showing its output when it failed.
+#define REQUIRE_SUCCESS(run_result)        \
+  do {                                     \
+    INFO((run_result).output);             \
+    REQUIRE((run_result).exit_code == 0);  \
+  } while (false)
+
+TEST_CASE("single mode on 3000 real Fashion-MNIST samples: the loss falls", "[training]") {
+  TempDir tmp;
+  const Run r = run(kBin + "/train_fashion_mnist --limit 3000 --epochs 2 --batch-size 32 --lr 0.05 --metrics-json " +
+                    (tmp / "m.json"));
+  REQUIRE_SUCCESS(r);
+  CHECK_THAT(r.output, Contains("epoch 2/2: train loss") && Contains("final test accuracy"));
+  const std::string json = read_text(tmp / "m.json");
+  const auto losses = json_numbers(json, "epoch_train_loss");
+  REQUIRE(losses.size() == 2);
+  CHECK(losses[1] < 0.8 * losses[0]);
+  CHECK(json_numbers(json, "final_accuracy")[0] > 0.6);  // chance is 0.1
+  CHECK(json_numbers(json, "peak_memory_bytes")[0] > 0);
+  CHECK_THAT(json, Contains("\"mode\": \"single\"") && Contains("\"devices\": [\"cpu\"]"));
+}
+
+TEST_CASE("dp mode on a machine without GPUs says so, runs on the CPU and trains", "[training]") {
+  TempDir tmp;
+  const Run r = run(kBin + "/train_fashion_mnist --mode dp --workers 2 --limit 2000 --epochs 2 --metrics-json " +
+                    (tmp / "m.json"));
+  REQUIRE_SUCCESS(r);
+  CHECK_THAT(r.output, Contains("0 CUDA device(s) visible; running on the one device cpu"));
+  const auto losses = json_numbers(read_text(tmp / "m.json"), "epoch_train_loss");
+  REQUIRE(losses.size() == 2);
+  CHECK(losses[1] < 0.8 * losses[0]);
+}
+
+TEST_CASE("grad-accum 2 with batch 16 takes the same steps as batch 32", "[training]") {
+  TempDir tmp;
+  const std::string common = kBin + "/train_fashion_mnist --limit 512 --epochs 1 --lr 0.05 ";
+  REQUIRE_SUCCESS(run(common + "--batch-size 32 --save-params " + (tmp / "a.bin")));
+  REQUIRE_SUCCESS(run(common + "--batch-size 16 --grad-accum 2 --save-params " + (tmp / "b.bin")));
+  const auto a = read_params(tmp / "a.bin");
+  CHECK(a.size() == 61706);  // LeNet's parameters
+  CHECK(max_abs_difference(a, read_params(tmp / "b.bin")) < 1e-4);
+}
+
+TEST_CASE("DDP on 2 ranks (ddp_launch) and single on the concatenated batch end with the same parameters",
+          "[training][ddp]") {
+  TempDir tmp;
+  const std::string common = " --limit 512 --epochs 1 --lr 0.05 --seed 3 --save-params ";
+  const std::string launch = kBin + "/ddp_launch --nproc_per_node 2 --master_port 0 " + kBin + "/train_fashion_mnist --mode ddp";
+  REQUIRE_SUCCESS(run(kBin + "/train_fashion_mnist --batch-size 64" + common + (tmp / "single.bin")));
+  const Run ddp = run(launch + " --batch-size 32" + common + (tmp / "ddp.bin"));
+  REQUIRE_SUCCESS(ddp);
+  CHECK_THAT(ddp.output, Contains("mode ddp, 2 process(es)") && Contains("64 samples per step, 8 steps per epoch"));
+  // Only rank 0 reports.
+  CHECK(ddp.output.find("[rank 1]") == std::string::npos);
+  // Gradient accumulation in DDP (no_sync on the first micro-batch): 2 x 16 per rank, the same steps.
+  REQUIRE_SUCCESS(run(launch + " --batch-size 16 --grad-accum 2 --workers 1" + common + (tmp / "accum.bin")));
+  // Another seed ends elsewhere: the comparisons below are not trivially true.
+  REQUIRE_SUCCESS(run(kBin + "/train_fashion_mnist --batch-size 64 --limit 512 --epochs 1 --seed 4 --save-params " +
+                      (tmp / "other.bin")));
+  const auto single = read_params(tmp / "single.bin");
+  CHECK(max_abs_difference(single, read_params(tmp / "other.bin")) > 0.01);
+  CHECK(max_abs_difference(single, read_params(tmp / "ddp.bin")) < 1e-5);
+  CHECK(max_abs_difference(single, read_params(tmp / "accum.bin")) < 1e-5);
+}
+
+TEST_CASE("DDP with --resume after an interruption mid-epoch ends where an uninterrupted run does",
+          "[training][ddp]") {
+  TempDir tmp;
+  // 512 samples, 2 ranks x 32: 8 steps per epoch. The interrupted run checkpoints at steps 5 and 10
+  // (mid-epoch), and at 8 (end of epoch 1); it stops at step 11, the resumed run goes on from step 10.
+  const std::string program = kBin + "/ddp_launch --nproc_per_node 2 --master_port 0 " + kBin +
+                              "/train_fashion_mnist --mode ddp --limit 512 --epochs 2 --batch-size 32 --seed 5";
+  REQUIRE_SUCCESS(run(program + " --save-params " + (tmp / "whole.bin")));
+  const std::string checkpoints = " --checkpoint-dir " + (tmp / "ck");
+  REQUIRE_SUCCESS(run(program + checkpoints + " --checkpoint-every 5 --max-steps 11"));
+  CHECK(fs::exists(tmp.path / "ck" / "step-000000000010" / "MANIFEST"));
+  CHECK(fs::exists(tmp.path / "ck" / "step-000000000008" / "MANIFEST"));
+  const Run resumed = run(program + checkpoints + " --resume --save-params " + (tmp / "resumed.bin"));
+  REQUIRE_SUCCESS(resumed);
+  CHECK_THAT(resumed.output, Contains("step-000000000010 (epoch 2, step 10)"));
+  CHECK(fs::exists(tmp.path / "ck" / "step-000000000016" / "MANIFEST"));
+  CHECK(max_abs_difference(read_params(tmp / "whole.bin"), read_params(tmp / "resumed.bin")) < 1e-6);
+}
+
+TEST_CASE("bad command lines and missing data: one clear line and an exit code", "[training]") {
+  struct Case {
+    std::string arguments, message;
+  };
+  const std::vector<Case> cases = {
+      {"train_fashion_mnist --mode turbo", "train_fashion_mnist: error: --mode must be single, dp or ddp, not 'turbo'\n"},
+      {"train_fashion_mnist --batch-size -3", "--batch-size must be at least 1"},
+      {"train_fashion_mnist --no-such-flag", "no-such-flag"},
+      {"train_fashion_mnist --resume", "--resume needs --checkpoint-dir"},
+      {"train_cifar10 --model vgg --data-dir /tmp", "--model must be lenet or resnet18"},
+      {"train_cifar10", "--data-dir is required"},
+  };
+  for (const Case& c : cases) {
+    const Run r = run(kBin + "/" + c.arguments);
+    INFO(c.arguments);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.output, Contains(c.message));
+    CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
+  }
+  TempDir empty;
+  const Run r = run(kBin + "/train_fashion_mnist --data-dir " + empty.path.string());
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.output, Contains(empty / "train-images-idx3-ubyte.gz") && Contains("missing"));
+}
+
+TEST_CASE("train_cifar10 trains LeNet and ResNet-18 on generated files in the CIFAR-10 format", "[training]") {
+  TempDir data, tmp;
+  write_cifar10(data.path, 100);
+  const std::string program = kBin + "/train_cifar10 --data-dir " + data.path.string();
+  Run r = run(program + " --epochs 3 --batch-size 25 --lr 0.02 --metrics-json " + (tmp / "m.json"));
+  REQUIRE_SUCCESS(r);
+  CHECK_THAT(r.output, Contains("on 500 training samples"));
+  const auto losses = json_numbers(read_text(tmp / "m.json"), "epoch_train_loss");
+  REQUIRE(losses.size() == 3);
+  CHECK(losses[2] < losses[0]);
+  r = run(program + " --model resnet18 --limit 64 --epochs 1 --batch-size 32 --metrics-json " + (tmp / "r.json"));
+  REQUIRE_SUCCESS(r);
+  CHECK_THAT(read_text(tmp / "r.json"), Contains("\"model\": \"resnet18\""));
+}
