@@ -10,7 +10,15 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 model=$1 batch=$2 iters=$3 rounds=${4:-5} nproc=${5:-2}
 build=${DDP_BUILD_DIR:-$root/build}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-launch=("$build/bin/ddp_launch" --nproc_per_node "$nproc" --master_port 0)
+# Both sides start under the same launcher (the venv's torchrun; --no-python for the C++ binary):
+# torchrun puts each worker in a session of its own, and with the kernel's autogroup scheduling a
+# session's share of a busy machine does not depend on its thread count, so launchers that differ in
+# that would compare scheduling rather than DDP. DDP_COMPARE_LAUNCHER=ddp_launch uses ddp_launch for C++.
+if [[ ${DDP_COMPARE_LAUNCHER:-torchrun} == ddp_launch ]]; then
+  launch=("$build/bin/ddp_launch" --nproc_per_node "$nproc" --master_port 0)
+else
+  launch=("$root/.venv/bin/torchrun" --no-python --nproc_per_node "$nproc")
+fi
 args=(--model "$model" --batch "$batch" --iters "$iters" --warmup 3)
 cpp=() py=()
 run_cpp() { "${launch[@]}" "$build/bin/ddp_bench" throughput "${args[@]}" 2>&1 | grep -o '[0-9.]* samples/s' | cut -d' ' -f1; }

@@ -14,7 +14,8 @@
 // the folder into place and fsyncs <root>: a folder named step-* with a MANIFEST is complete, and a
 // crash at any point leaves the previous checkpoints untouched (leftover .tmp-* folders never count).
 // The checksums turn a truncated or corrupted file into a clear ddp::IoError, which lets
-// find_latest_valid_checkpoint() fall back to the previous checkpoint.
+// find_latest_valid_checkpoint() fall back to the previous checkpoint. One job writes into a root:
+// pruning removes other writers' temporary folders.
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 #include <torch/ordered_dict.h>

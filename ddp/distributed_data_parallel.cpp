@@ -446,8 +446,8 @@ struct DdpCore::Impl {
 
   // Join: the collectives a rank that has run out of data issues for one iteration of the others.
   void shadow_iteration(bool others_sync) {
-    if (options.broadcast_buffers && !buffer_groups.empty()) broadcast_buffers();
     if (!others_sync) return;
+    if (options.broadcast_buffers && !buffer_groups.empty()) broadcast_buffers();
     torch::NoGradGuard no_grad;
     for (auto& b : buckets) {
       (b.wire.defined() ? b.wire : b.flat).zero_();
@@ -535,7 +535,9 @@ void DdpCore::before_forward() {
     if (!m.divide_by_initial_world_size) m.divisor = active;
     ++m.join_iterations;
   }
-  if (m.options.broadcast_buffers && !m.buffer_groups.empty()) m.broadcast_buffers();
+  // Only forwards whose backward syncs broadcast (as PyTorch): a forward under NoGradGuard or
+  // no_sync() issues no collective, so evaluating on rank 0 alone cannot hang.
+  if (will_sync && m.options.broadcast_buffers && !m.buffer_groups.empty()) m.broadcast_buffers();
   m.armed = will_sync;
 }
 

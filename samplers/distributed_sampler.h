@@ -93,7 +93,7 @@ int64_t samples_per_rank(int64_t dataset_size, const DistributedSamplerOptions& 
 //     for (auto& batch : *loader) ...
 //   }
 //
-// clone() gives an independent sampler. Access is guarded by a mutex, so a data loader's main
+// clone() gives an independent sampler (e.g. for a second loader over the same data). Access is guarded by a mutex, so a data loader's main
 // thread and the training loop may use copies concurrently.
 //
 // Note [Sampler epoch start]

@@ -9,6 +9,7 @@
 //   timeout    this rank waits for a rank that never arrives: TimeoutError after --timeout-ms
 //   unreachable  no master listens: CommunicationError naming the address
 //   collectives  init through --init-method, all-reduce, broadcast, allgather, barrier, main_process_first
+//   eval_on_rank0  rank 0 alone runs no-grad forwards between steps: no hang, same parameters
 //   fail       rank 1 throws: run_main writes the launcher's error file
 #include <torch/torch.h>
 
@@ -286,6 +287,33 @@ int unused(const Args& args, ddp::ProcessGroup& pg) {
   return fail("the error does not name exactly the unused parameters: " + what);
 }
 
+// Rank 0 alone evaluates (no grad) between training steps, a common pattern: no collective may be
+// issued by that forward, or the ranks' collectives would pair up wrongly.
+int eval_on_rank0(ddp::ProcessGroup& pg) {
+  torch::manual_seed(3);
+  ddp::DistributedDataParallel<Cnn> model(Cnn(), std::shared_ptr<ddp::ProcessGroup>(&pg, [](auto*) {}));
+  torch::optim::SGD optimizer(model.parameters(), torch::optim::SGDOptions(0.1));
+  auto x = torch::randn({4, 1, 8, 8});
+  for (int step = 0; step < 3; ++step) {
+    if (pg.rank() == 0) {
+      torch::NoGradGuard no_grad;
+      model.eval();
+      model(x);
+      model.train();
+    }
+    optimizer.zero_grad();
+    model(x).square().mean().backward();
+    optimizer.step();
+  }
+  for (auto& p : model.parameters()) {
+    auto root = p.detach().clone();
+    pg.broadcast(root, 0);
+    if (!torch::equal(root, p.detach())) return fail("parameters diverged");
+  }
+  std::cout << "OK: rank " << pg.rank() << "\n";
+  return 0;
+}
+
 int mismatch(ddp::ProcessGroup& pg) {
   try {
     ddp::DistributedDataParallel<Mlp> model(Mlp(pg.rank() == 1 ? 17 : 16),
@@ -395,6 +423,7 @@ int worker_main(int argc, char** argv) {
   if (command == "train") return train(args, *pg);
   if (command == "unused") return unused(args, *pg);
   if (command == "mismatch") return mismatch(*pg);
+  if (command == "eval_on_rank0") return eval_on_rank0(*pg);
   return fail("unknown subcommand " + command);
 }
 

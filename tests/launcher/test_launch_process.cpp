@@ -164,6 +164,29 @@ TEST_CASE("a rendezvous that cannot complete fails after --rdzv_timeout, naming 
   CHECK(list_dir(dir.path()).empty());  // no worker started
 }
 
+TEST_CASE("a node beyond --nnodes is refused at rendezvous", "[process][rdzv]") {
+  TempDir dir;
+  const std::string endpoint = "127.0.0.1:" + std::to_string(pick_free_port("127.0.0.1"));
+  auto node_args = [&](const std::string& sleep) {
+    return with_worker({launcher_path(), "--nnodes", "2", "--nproc_per_node", "1", "--rdzv_endpoint", endpoint,
+                        "--rdzv_id", "full", "--rdzv_timeout", "20"},
+                       {"--out", dir.path(), "--sleep", sleep});
+  };
+  Child first(node_args("*:3"));
+  Child second(node_args("*:3"));
+  REQUIRE(wait_for_files(dir.path(), "rank", 2, 20s));  // both joined and started their workers
+  const std::vector<std::string> extra_args = node_args("*:0");
+  const auto extra = run_launcher({extra_args.begin() + 1, extra_args.end()}, {}, 30s);
+  INFO(extra.err);
+  CHECK(extra.exit_code == 1);
+  CHECK_THAT(extra.err, Catch::Contains("already has all 2 nodes"));
+  REQUIRE(first.wait(20s));
+  REQUIRE(second.wait(20s));
+  CHECK(first.wait(0ms)->exit_code == 0);
+  CHECK(second.wait(0ms)->exit_code == 0);
+  CHECK(list_dir(dir.path()).size() == 2);  // the extra node started no worker
+}
+
 TEST_CASE("a worker exits 3: the launcher exits 3, siblings are stopped, summary names the root cause",
           "[process][failure]") {
   TempDir dir;
