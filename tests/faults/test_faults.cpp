@@ -228,6 +228,9 @@ TEST_CASE("a rank that hangs in a step: the collective timeout fires on the othe
   CHECK(outcome->exit_code != 0);
   // Rank 0 is the root cause: its collective timed out (its message is in the summary).
   CHECK_THAT(outcome->err, Contains("rank      : 0 (local_rank: 0)"));
+  // The hung rank did not stop by itself: the launcher stopped it.
+  CHECK_THAT(outcome->err, Contains("rank 1 (local_rank: 1): exitcode SIGTERM") &&
+                               Contains("(after the launcher stopped the group)"));
   const std::string message = summary_message(outcome->err);
   CHECK_THAT(message, Contains("timed out") || Contains("Timed out") || Contains("timeout"));
   require_gone(recorded_pids(dir.path()));

@@ -3,7 +3,8 @@
 // of range, garbage bytes, empty strings, '=' forms, duplicates). Most runs use --dry_run; the
 // others only start /bin/true or /bin/false with a small worker count. Every run must end within
 // its timeout, never by a signal, with 0 or 2 (and a "ddp_launch: error:" line on stderr for 2), or
-// with the binary's own code. The seed is printed; DDP_FUZZ_SEED=<seed> replays a run.
+// with the binary's own code (PATH holds only true and false). The seed is printed; DDP_FUZZ_SEED=<seed> replays a run.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -162,8 +163,14 @@ TEST_CASE("ddp_launch: 1000+ random and malformed command lines end with 0 or 2,
   const uint64_t seed = from_env ? std::strtoull(from_env, nullptr, 10) : std::random_device{}();
   std::cout << "fuzz seed: " << seed << " (replay: DDP_FUZZ_SEED=" << seed << ")" << std::endl;
   INFO("seed " << seed);
-  // Relative --log_dir values and the like land in a scratch folder.
+  // Relative --log_dir values and the like land in a scratch folder. PATH holds only true and false:
+  // a short garbage token that becomes the training binary must not find '[', 'yes' or 'rm'.
   TempDir scratch;
+  const std::string bin = scratch.path() + "/bin";
+  REQUIRE(::mkdir(bin.c_str(), 0700) == 0);
+  REQUIRE(::symlink("/bin/true", (bin + "/true").c_str()) == 0);
+  REQUIRE(::symlink("/bin/false", (bin + "/false").c_str()) == 0);
+  const std::map<std::string, std::string> env{{"PATH", bin}};
   char previous[4096];
   REQUIRE(::getcwd(previous, sizeof previous) != nullptr);
   REQUIRE(::chdir(scratch.path().c_str()) == 0);
@@ -177,7 +184,7 @@ TEST_CASE("ddp_launch: 1000+ random and malformed command lines end with 0 or 2,
     std::vector<std::string> argv = fuzzer.next(real_run);
     real_runs += real_run;
     argv.insert(argv.begin(), launcher_path());
-    Child child(argv);
+    Child child(argv, env);
     const auto outcome = child.wait(10s);
     INFO("run " << i << ":" << printable(argv));
     REQUIRE(outcome);  // no hang
