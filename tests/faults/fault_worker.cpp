@@ -9,6 +9,7 @@
 // run step S (1-based) in restart attempt A (default 0, TORCHELASTIC_RESTART_COUNT), it
 //   exit     exits with code 3          segv     raises SIGSEGV        sigkill  raises SIGKILL
 //   hang     sleeps (inside the step, before its all-reduce) until it is killed
+//   hang_noterm  the same, ignoring SIGTERM (only SIGKILL ends it, like a rank stuck in a driver call)
 //   ckpt     starts writing checkpoint step-S and SIGKILLs itself half-way through model.pt
 // Each rank writes its pid to D/rank<R>.attempt<A>.pid, so that the test can check /proc.
 // The data of a step depend only on (step, rank), so a resumed run sees what an uninterrupted one
@@ -62,8 +63,8 @@ Fault parse_fault(const char* text) {
     else DDP_CHECK(false, "DDP_FAULT: unknown key '", key, "'");
   }
   DDP_CHECK(fault.kind == "exit" || fault.kind == "segv" || fault.kind == "sigkill" || fault.kind == "hang" ||
-                fault.kind == "ckpt",
-            "DDP_FAULT: kind must be exit|segv|sigkill|hang|ckpt, not '", fault.kind, "'");
+                fault.kind == "hang_noterm" || fault.kind == "ckpt",
+            "DDP_FAULT: kind must be exit|segv|sigkill|hang|hang_noterm|ckpt, not '", fault.kind, "'");
   return fault;
 }
 
@@ -118,6 +119,7 @@ void inject(const Fault& fault, const fs::path& checkpoint_dir, const fs::path& 
   if (fault.kind == "segv") ::raise(SIGSEGV);
   if (fault.kind == "sigkill") ::raise(SIGKILL);
   if (fault.kind == "ckpt") die_in_checkpoint(checkpoint_dir, fault.step);
+  if (fault.kind == "hang_noterm") ::signal(SIGTERM, SIG_IGN);
   while (true) std::this_thread::sleep_for(std::chrono::hours(1));  // hang
 }
 
