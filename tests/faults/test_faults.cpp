@@ -215,46 +215,47 @@ TEST_CASE("SIGINT or SIGTERM to the launcher stops the workers; the last checkpo
   }
 }
 
+namespace {
+
+// Rank 1 of 2 hangs (DDP_FAULT kind) at step 3; the process group's timeout is 2 s. Returns the
+// launcher's outcome and the seconds from the hang to a clean exit (every rank gone).
+std::pair<LaunchOutcome, double> run_hung_job(const std::string& kind, const std::string& grace) {
+  TempDir dir;
+  Child launcher(job({"--nproc_per_node", "2", "--shutdown_grace", grace},
+                     {"--steps", "100000", "--step-ms", "20", "--timeout-ms", "2000", "--pid-dir", dir.path()}),
+                 fault("rank=1,step=3,kind=" + kind));
+  const auto outcome = launcher.wait(60s);
+  const auto end = Clock::now();
+  REQUIRE(outcome);
+  require_gone(recorded_pids(dir.path()));
+  return {*outcome, seconds_since_fault(dir.path(), end)};
+}
+
+}  // namespace
+
 TEST_CASE("a rank that hangs in a step: the collective timeout fires on the others, the job ends",
           "[hang]") {
   SECTION("the hung rank stops on SIGTERM") {
-    TempDir dir;
-    Child launcher(job({"--nproc_per_node", "2", "--shutdown_grace", "3"},
-                       {"--steps", "100000", "--step-ms", "20", "--timeout-ms", "2000", "--pid-dir", dir.path()}),
-                   fault("rank=1,step=3,kind=hang"));
-    const auto outcome = launcher.wait(60s);
-    const auto end = Clock::now();
-    REQUIRE(outcome);
-    INFO(outcome->out << outcome->err);
-    CHECK(outcome->exit_code != 0);
+    const auto [outcome, seconds] = run_hung_job("hang", "3");
+    INFO(outcome.out << outcome.err);
+    CHECK(outcome.exit_code == 1);
     // Rank 0 is the root cause: its collective timed out (its message is in the summary).
-    CHECK_THAT(outcome->err, Contains("rank      : 0 (local_rank: 0)"));
+    CHECK_THAT(outcome.err, Contains("rank      : 0 (local_rank: 0)"));
     // The hung rank did not stop by itself: the launcher stopped it.
-    CHECK_THAT(outcome->err, Contains("rank 1 (local_rank: 1): exitcode SIGTERM") &&
-                                 Contains("(after the launcher stopped the group)"));
-    const std::string message = summary_message(outcome->err);
+    CHECK_THAT(outcome.err, Contains("rank 1 (local_rank: 1): exitcode SIGTERM") &&
+                                Contains("(after the launcher stopped the group)"));
+    const std::string message = summary_message(outcome.err);
     CHECK_THAT(message, Contains("timed out") || Contains("Timed out") || Contains("timeout"));
-    require_gone(recorded_pids(dir.path()));
-    const double seconds = seconds_since_fault(dir.path(), end);
     CHECK(seconds < 2 + 3 + 5);  // timeout + grace + slack
     report("rank 1 hangs at step 3, --timeout-ms 2000 (2 ranks)",
-           "exit " + std::to_string(outcome->exit_code) + ", all ranks gone " + fmt_seconds(seconds) +
-               " after the hang began; rank 0 says: " + message);
+           "exit 1, all ranks gone " + fmt_seconds(seconds) + " after the hang began; rank 0 says: " + message);
   }
   SECTION("the hung rank ignores SIGTERM: SIGKILL after --shutdown_grace") {
-    TempDir dir;
-    Child launcher(job({"--nproc_per_node", "2", "--shutdown_grace", "2"},
-                       {"--steps", "100000", "--step-ms", "20", "--timeout-ms", "2000", "--pid-dir", dir.path()}),
-                   fault("rank=1,step=3,kind=hang_noterm"));
-    const auto outcome = launcher.wait(60s);
-    const auto end = Clock::now();
-    REQUIRE(outcome);
-    INFO(outcome->out << outcome->err);
-    CHECK(outcome->exit_code == 1);
-    CHECK_THAT(outcome->err, Contains("rank      : 0 (local_rank: 0)"));
-    CHECK_THAT(outcome->err, Contains("rank 1 (local_rank: 1): exitcode SIGKILL"));
-    require_gone(recorded_pids(dir.path()));
-    const double seconds = seconds_since_fault(dir.path(), end);
+    const auto [outcome, seconds] = run_hung_job("hang_noterm", "2");
+    INFO(outcome.out << outcome.err);
+    CHECK(outcome.exit_code == 1);
+    CHECK_THAT(outcome.err, Contains("rank      : 0 (local_rank: 0)"));
+    CHECK_THAT(outcome.err, Contains("rank 1 (local_rank: 1): exitcode SIGKILL"));
     CHECK(seconds < 2 + 2 + 5);  // timeout + grace + slack
     report("rank 1 hangs at step 3 ignoring SIGTERM, --timeout-ms 2000, --shutdown_grace 2 (2 ranks)",
            "exit 1, the hung rank SIGKILLed after the grace period; all ranks gone " + fmt_seconds(seconds) +
