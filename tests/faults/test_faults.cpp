@@ -172,7 +172,9 @@ TEST_CASE("a rank that exits, segfaults or is SIGKILLed takes the whole job down
 
 TEST_CASE("the launcher SIGKILLed mid-training leaves no worker behind", "[launcher_kill]") {
   TempDir dir;
-  Child launcher(job({"--nproc_per_node", "2"}, {"--steps", "100000", "--step-ms", "20", "--pid-dir", dir.path()}));
+  // TMPDIR: a SIGKILLed launcher cannot remove its temporary folder (for the error files); TempDir does.
+  Child launcher(job({"--nproc_per_node", "2"}, {"--steps", "100000", "--step-ms", "20", "--pid-dir", dir.path()}),
+                 {{"TMPDIR", dir.path()}});
   const auto pids = wait_for_ranks(dir.path(), 2);
   std::this_thread::sleep_for(500ms);  // training
   for (const int pid : pids) REQUIRE(process_alive(pid));

@@ -170,7 +170,8 @@ TEST_CASE("ddp_launch: 1000+ random and malformed command lines end with 0 or 2,
   REQUIRE(::mkdir(bin.c_str(), 0700) == 0);
   REQUIRE(::symlink("/bin/true", (bin + "/true").c_str()) == 0);
   REQUIRE(::symlink("/bin/false", (bin + "/false").c_str()) == 0);
-  const std::map<std::string, std::string> env{{"PATH", bin}};
+  // TMPDIR: the log folders that --redirects/--tee without --log_dir keep for the user land there too.
+  const std::map<std::string, std::string> env{{"PATH", bin}, {"TMPDIR", scratch.path()}};
   char previous[4096];
   REQUIRE(::getcwd(previous, sizeof previous) != nullptr);
   REQUIRE(::chdir(scratch.path().c_str()) == 0);
