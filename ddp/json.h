@@ -29,4 +29,13 @@ inline std::string json_escape(const std::string& text) {
   return out;
 }
 
+// The error file of a failed worker in torchrun's format (TORCHELASTIC_ERROR_FILE), which
+// ddp_launch's and torchrun's failure summaries read:
+//   {"message": {"message": M, "extraInfo": {"py_callstack": C, "timestamp": "T"}}}
+inline std::string torchelastic_error_json(const std::string& message, const std::string& callstack,
+                                           long long unix_seconds) {
+  return "{\"message\": {\"message\": \"" + json_escape(message) + "\", \"extraInfo\": {\"py_callstack\": \"" +
+         json_escape(callstack) + "\", \"timestamp\": \"" + std::to_string(unix_seconds) + "\"}}}\n";
+}
+
 }  // namespace ddp

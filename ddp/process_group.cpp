@@ -10,6 +10,15 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <thread>
 
@@ -90,6 +99,49 @@ void check_world_size(c10d::Store& store, int rank, int world_size, milliseconds
   }
 }
 
+// Note [Bounded connect to the master]
+// c10d's TCPStore client retries its connect with a back-off that overshoots the timeout (a 3 s
+// timeout gave up after 6.3 s here) and the TCPStore options' timeout is also the store's default
+// for every later get/wait, so it cannot simply be shortened. Ranks other than 0 therefore first
+// wait, with a real deadline, until something accepts connections on MASTER_ADDR:MASTER_PORT; the
+// TCPStore then connects at once. Returns false when the deadline passes first.
+bool wait_until_listening(const std::string& host, int port, std::chrono::steady_clock::time_point deadline) {
+  using std::chrono::steady_clock;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  auto backoff = std::chrono::milliseconds(20);
+  while (true) {
+    addrinfo* found = nullptr;
+    if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) == 0) {
+      for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+        const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) continue;
+        bool connected = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+        if (!connected && errno == EINPROGRESS) {
+          const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady_clock::now());
+          pollfd pfd{fd, POLLOUT, 0};
+          if (::poll(&pfd, 1, static_cast<int>(std::clamp<long long>(left.count(), 0, 1000))) == 1) {
+            int error = 0;
+            socklen_t length = sizeof error;
+            connected = ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 && error == 0;
+          }
+        }
+        ::close(fd);
+        if (connected) {
+          ::freeaddrinfo(found);
+          return true;
+        }
+      }
+      ::freeaddrinfo(found);
+    }
+    const auto now = steady_clock::now();
+    if (now >= deadline) return false;
+    std::this_thread::sleep_for(std::min<steady_clock::duration>(backoff, deadline - now));
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+  }
+}
+
 c10::intrusive_ptr<c10d::Store> make_store(const InitMethod& method, const std::string& host, int port,
                                            int rank, int world_size, milliseconds timeout) {
   if (method.kind == InitMethod::Kind::file) {
@@ -105,6 +157,12 @@ c10::intrusive_ptr<c10d::Store> make_store(const InitMethod& method, const std::
   store_options.numWorkers = world_size;
   store_options.waitWorkers = false;
   store_options.timeout = timeout;
+  // See Note [Bounded connect to the master].
+  if (rank != 0 && !wait_until_listening(host, port, std::chrono::steady_clock::now() + timeout)) {
+    throw CommunicationError(str("rank ", rank, " could not reach the master at ", host, ":", port,
+                                 " within ", seconds(timeout), " s: nothing accepted a connection there",
+                                 " (is rank 0 running, and are MASTER_ADDR/MASTER_PORT right?)"));
+  }
   try {
     return c10::make_intrusive<c10d::TCPStore>(host, store_options);
   } catch (const std::exception& error) {

@@ -28,9 +28,7 @@ std::string demangled_type(const std::exception& error) {
 }  // namespace
 
 std::string error_file_json(const std::string& type, const std::string& what, long long unix_seconds) {
-  return str("{\"message\": {\"message\": \"", json_escape(what),
-             "\", \"extraInfo\": {\"py_callstack\": \"", json_escape(type + ": " + what),
-             "\", \"timestamp\": \"", unix_seconds, "\"}}}\n");
+  return torchelastic_error_json(what, type + ": " + what, unix_seconds);
 }
 
 bool write_error_file(const std::string& path, const std::exception& error) {

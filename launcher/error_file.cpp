@@ -1,5 +1,7 @@
 #include "launcher/error_file.h"
 
+#include "ddp/json.h"
+
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -189,28 +191,6 @@ std::optional<long long> to_timestamp(const Json* j) {
 
 }  // namespace
 
-std::string json_escape(const std::string& text) {
-  std::string out;
-  for (unsigned char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out;
-}
-
 std::optional<WorkerError> parse_error_json(const std::string& text) {
   Json root;
   if (!JsonParser(text).parse(root)) return std::nullopt;
@@ -243,11 +223,7 @@ std::optional<WorkerError> read_error_file(const std::string& path) {
 }
 
 std::string format_error_json(const WorkerError& error) {
-  std::string out = "{\"message\": {\"message\": \"" + json_escape(error.message) +
-                    "\", \"extraInfo\": {\"py_callstack\": \"" + json_escape(error.callstack) +
-                    "\", \"timestamp\": \"" +
-                    (error.timestamp ? std::to_string(*error.timestamp) : std::string("0")) + "\"}}}\n";
-  return out;
+  return ddp::torchelastic_error_json(error.message, error.callstack, error.timestamp.value_or(0));
 }
 
 bool write_error_file(const std::string& path, const WorkerError& error) {

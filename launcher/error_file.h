@@ -26,7 +26,4 @@ std::string format_error_json(const WorkerError& error);
 // Returns false when it cannot.
 bool write_error_file(const std::string& path, const WorkerError& error);
 
-// Escapes a string for a JSON string literal (without the quotes).
-std::string json_escape(const std::string& text);
-
 }  // namespace ddp::launcher
