@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Samples/s of this library's DDP (build/bin/ddp_bench throughput) against PyTorch's Python DDP
+# Samples/s of this library's DDP (build/bin/ddp_micro_bench throughput) against PyTorch's Python DDP
 # (ddp_torch_reference.py under the venv's torchrun): same model, data, batch, ranks and threads.
 # Runs alternate (C++ first in odd rounds, Python first in even ones) and the medians are printed,
 # because a shared machine is noisy.
@@ -21,7 +21,7 @@ else
 fi
 args=(--model "$model" --batch "$batch" --iters "$iters" --warmup 3)
 cpp=() py=()
-run_cpp() { "${launch[@]}" "$build/bin/ddp_bench" throughput "${args[@]}" 2>&1 | grep -o '[0-9.]* samples/s' | cut -d' ' -f1; }
+run_cpp() { "${launch[@]}" "$build/bin/ddp_micro_bench" throughput "${args[@]}" 2>&1 | grep -o '[0-9.]* samples/s' | cut -d' ' -f1; }
 run_py() {
   "$root/.venv/bin/torchrun" --nproc_per_node "$nproc" "$root/benchmarks/ddp_torch_reference.py" "${args[@]}" 2>&1 |
     grep -o '[0-9.]* samples/s' | cut -d' ' -f1

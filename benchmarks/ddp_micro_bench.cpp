@@ -1,10 +1,10 @@
 // DistributedDataParallel benchmarks (figures, not tests). Run under a launcher (ddp_launch or
 // torchrun-compatible) for world sizes > 1; see docs/ddp.md for the commands and the figures.
 //
-//   ddp_bench overhead   [--model lenet|mlp] [--batch 64] [--iters 200]  world size 1: DDP vs plain
-//   ddp_bench buckets    [--layers 16] [--width 1024] [--iters 10]       bucketed sync vs one flat all-reduce
-//   ddp_bench overlap    [--layers 16] [--width 1024] [--batch 64]        share of communication hidden
-//   ddp_bench throughput [--model lenet|resnet18] [--batch 64] [--iters 50]  samples/s of DDP training
+//   ddp_micro_bench overhead   [--model lenet|mlp] [--batch 64] [--iters 200]  world size 1: DDP vs plain
+//   ddp_micro_bench buckets    [--layers 16] [--width 1024] [--iters 10]       bucketed sync vs one flat all-reduce
+//   ddp_micro_bench overlap    [--layers 16] [--width 1024] [--batch 64]        share of communication hidden
+//   ddp_micro_bench throughput [--model lenet|resnet18] [--batch 64] [--iters 50]  samples/s of DDP training
 #include <torch/torch.h>
 
 #include <chrono>
