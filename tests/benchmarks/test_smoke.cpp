@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/examples/temp_dir.h"  // a scoped temporary folder
+#include "tests/support/temp_dir.h"  // a scoped temporary folder
 
 namespace {
 

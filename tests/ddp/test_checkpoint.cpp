@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ddp/checkpoint.h"
+#include "tests/support/temp_dir.h"
 #include "ddp/error.h"
 #include "samplers/distributed_sampler.h"
 
@@ -23,24 +24,7 @@ namespace fs = std::filesystem;
 namespace {
 
 // A fresh, empty folder under the system's temporary folder, removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() / ("ddp_test_checkpoint_" + std::to_string(::getpid()) + "_" +
-                                         std::to_string(counter_++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
+using ddp::testing::TempDir;
 
 struct Mlp : torch::nn::Module {
   Mlp() {
@@ -125,12 +109,12 @@ TEST_CASE("a state dict survives save and load: dtypes, shapes, views, scalars",
   state.insert("count", torch::tensor(42, torch::kLong));
   state.insert("mask", torch::tensor({true, false, true}));
   state.insert("empty", torch::empty({0, 3}));
-  const fs::path file = dir.path() / "state.pt";
+  const fs::path file = dir.path / "state.pt";
   ddp::save_state_dict(state, file);
   require_same_state(state, ddp::load_state_dict_file(file));
   require_same_state(state, ddp::load_state_dict_file(file, torch::Device(torch::kCPU)));
   // Nothing but the file itself is left behind.
-  CHECK(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()) == 1);
+  CHECK(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()) == 1);
 }
 
 TEST_CASE("state_dict() names parameters and buffers like PyTorch, without module.", "[checkpoint]") {
@@ -189,7 +173,7 @@ TEST_CASE("Python's torch.load reads the model file", "[checkpoint][python]") {
   TempDir dir;
   Mlp model;
   const auto state = ddp::state_dict(model);
-  const fs::path file = dir.path() / "model.pt";
+  const fs::path file = dir.path / "model.pt";
   ddp::save_state_dict(state, file);
   const auto output = run_python(
       "import torch\n"
@@ -197,7 +181,7 @@ TEST_CASE("Python's torch.load reads the model file", "[checkpoint][python]") {
       "assert type(d) is dict, type(d)\n"
       "for k, v in d.items():\n"
       "    print(k, str(v.dtype), 'x'.join(map(str, v.shape)) or '-', repr(v.double().sum().item()))\n",
-      dir.path());
+      dir.path);
   if (!output) {
     WARN("skipped: no Python with torch (configure with -DDDP_PYTHON=/path/to/python)");
     return;
@@ -218,20 +202,20 @@ TEST_CASE("Python's torch.load reads the model file", "[checkpoint][python]") {
 
 TEST_CASE("truncated or corrupt state dict files give a clear IoError", "[checkpoint]") {
   TempDir dir;
-  const fs::path file = dir.path() / "model.pt";
+  const fs::path file = dir.path / "model.pt";
   Mlp model;
   ddp::save_state_dict(ddp::state_dict(model), file);
   const auto bytes = read_bytes(file);
   for (size_t length : {size_t{0}, size_t{3}, size_t{21}, size_t{100}, bytes.size() / 2,
                         bytes.size() - 100, bytes.size() - 1}) {
     INFO("truncated to " << length << " of " << bytes.size() << " bytes");
-    const fs::path cut = dir.path() / "cut.pt";
+    const fs::path cut = dir.path / "cut.pt";
     write_bytes(cut, std::vector<char>(bytes.begin(), bytes.begin() + static_cast<long>(length)));
     CHECK_THAT(io_error_of([&] { ddp::load_state_dict_file(cut); }), Catch::Contains(cut.string()));
   }
   // Flipped bytes: PyTorch's zip reader checks no CRCs, so some flips go unnoticed (the checkpoint
   // MANIFEST's checksums catch those); the point here is that none crashes or throws another type.
-  const fs::path small_file = dir.path() / "small.pt";
+  const fs::path small_file = dir.path / "small.pt";
   ddp::StateDict small;
   small.insert("a", torch::arange(4, torch::kFloat));
   small.insert("b", torch::tensor(3, torch::kLong));
@@ -246,11 +230,11 @@ TEST_CASE("truncated or corrupt state dict files give a clear IoError", "[checkp
     if (error.find(small_file.string()) != std::string::npos) ++detected;
   }
   CHECK(detected > 0);
-  CHECK_THROWS_WITH(ddp::load_state_dict_file(dir.path() / "missing.pt"),
+  CHECK_THROWS_WITH(ddp::load_state_dict_file(dir.path / "missing.pt"),
                     Catch::Contains("missing.pt") && Catch::Contains("No such file"));
   // A file that is no state dict at all.
-  write_bytes(dir.path() / "text.pt", std::vector<char>(100, 'x'));
-  CHECK_THROWS_WITH(ddp::load_state_dict_file(dir.path() / "text.pt"), Catch::Contains("not a PyTorch zip"));
+  write_bytes(dir.path / "text.pt", std::vector<char>(100, 'x'));
+  CHECK_THROWS_WITH(ddp::load_state_dict_file(dir.path / "text.pt"), Catch::Contains("not a PyTorch zip"));
 }
 
 TEST_CASE("checkpoint round trip: model, optimizer momentum, progress, RNG", "[checkpoint]") {
@@ -266,9 +250,9 @@ TEST_CASE("checkpoint round trip: model, optimizer momentum, progress, RNG", "[c
   int barriers = 0;
   torch::manual_seed(99);
   const fs::path saved =
-      ddp::save_checkpoint(dir.path(), model, &optimizer, progress, /*rank=*/0, [&] { ++barriers; });
+      ddp::save_checkpoint(dir.path, model, &optimizer, progress, /*rank=*/0, [&] { ++barriers; });
   CHECK(barriers == 1);
-  CHECK(saved == dir.path() / "step-000000000057");
+  CHECK(saved == dir.path / "step-000000000057");
   ddp::StateDict saved_state;
   for (const auto& item : ddp::state_dict(model)) saved_state.insert(item.key(), item.value().clone());
   const auto random_after_save = torch::rand({5});
@@ -312,12 +296,12 @@ TEST_CASE("checkpoint round trip: model, optimizer momentum, progress, RNG", "[c
       void barrier() { ++count; }
       int count = 0;
     } group;
-    const fs::path again = ddp::save_checkpoint(dir.path() / "pg", model, &optimizer, progress, group);
+    const fs::path again = ddp::save_checkpoint(dir.path / "pg", model, &optimizer, progress, group);
     CHECK(group.count == 1);
     auto shared_group = std::make_shared<FakeGroup>();
-    ddp::save_checkpoint(dir.path() / "pg", model, &optimizer, progress, shared_group);
+    ddp::save_checkpoint(dir.path / "pg", model, &optimizer, progress, shared_group);
     CHECK(shared_group->count == 1);
-    CHECK(ddp::list_checkpoints(dir.path() / "pg").at(0).world_size == 3);
+    CHECK(ddp::list_checkpoints(dir.path / "pg").at(0).world_size == 3);
     Mlp other;
     CHECK_NOTHROW(ddp::load_checkpoint(again, other, nullptr,
                                        ddp::CheckpointOptions().map_location(torch::kCPU)));
@@ -330,7 +314,7 @@ TEST_CASE("Adam's state survives a checkpoint", "[checkpoint]") {
   Mlp model;
   torch::optim::Adam optimizer(model.parameters(), torch::optim::AdamOptions(0.01));
   train_steps(model, optimizer, 2, 30);
-  const fs::path saved = ddp::save_checkpoint(dir.path(), model, &optimizer, {1, 2, {}}, 0, nullptr);
+  const fs::path saved = ddp::save_checkpoint(dir.path, model, &optimizer, {1, 2, {}}, 0, nullptr);
   Mlp restored;
   torch::optim::Adam restored_optimizer(restored.parameters(), torch::optim::AdamOptions(0.01));
   ddp::load_checkpoint(saved, restored, &restored_optimizer);
@@ -344,20 +328,20 @@ TEST_CASE("only rank 0 writes; every rank waits at the barrier, also when the wr
   TempDir dir;
   Mlp model;
   int barriers = 0;
-  ddp::save_checkpoint(dir.path(), model, nullptr, {0, 5, {}}, /*rank=*/1, [&] { ++barriers; });
+  ddp::save_checkpoint(dir.path, model, nullptr, {0, 5, {}}, /*rank=*/1, [&] { ++barriers; });
   CHECK(barriers == 1);
-  CHECK(ddp::list_checkpoints(dir.path()).empty());
+  CHECK(ddp::list_checkpoints(dir.path).empty());
 
-  const fs::path not_a_folder = dir.path() / "file";
+  const fs::path not_a_folder = dir.path / "file";
   write_bytes(not_a_folder, {'x'});
   CHECK_THROWS_AS(ddp::save_checkpoint(not_a_folder, model, nullptr, {0, 5, {}}, 0, [&] { ++barriers; }),
                   ddp::IoError);
   CHECK(barriers == 2);  // rank 0 still arrived, so no peer hangs
 
   Mlp restored;
-  ddp::save_checkpoint(dir.path(), model, nullptr, {0, 6, {}}, 0, nullptr);
+  ddp::save_checkpoint(dir.path, model, nullptr, {0, 6, {}}, 0, nullptr);
   torch::optim::SGD optimizer(restored.parameters(), torch::optim::SGDOptions(0.1));
-  CHECK_THROWS_WITH(ddp::load_checkpoint(dir.path() / ddp::checkpoint_name(6), restored, &optimizer),
+  CHECK_THROWS_WITH(ddp::load_checkpoint(dir.path / ddp::checkpoint_name(6), restored, &optimizer),
                     Catch::Contains("no optimizer state"));
 }
 
@@ -368,10 +352,10 @@ TEST_CASE("corrupt or truncated checkpoint files are detected; the previous one 
   torch::optim::Adam optimizer(model.parameters());
   train_steps(model, optimizer, 1, 3);
   for (int64_t step : {10, 20}) {
-    ddp::save_checkpoint(dir.path(), model, &optimizer, {0, step, {}}, 0, nullptr);
+    ddp::save_checkpoint(dir.path, model, &optimizer, {0, step, {}}, 0, nullptr);
   }
-  const fs::path newest = dir.path() / ddp::checkpoint_name(20);
-  REQUIRE(ddp::find_latest_valid_checkpoint(dir.path())->path == newest);
+  const fs::path newest = dir.path / ddp::checkpoint_name(20);
+  REQUIRE(ddp::find_latest_valid_checkpoint(dir.path)->path == newest);
 
   for (const std::string name : {"model.pt", "trainer.pt"}) {
     const auto original = read_bytes(newest / name);
@@ -383,7 +367,7 @@ TEST_CASE("corrupt or truncated checkpoint files are detected; the previous one 
                    Catch::Contains(name) && Catch::Contains("truncated"));
         Mlp target;
         CHECK_THROWS_AS(ddp::load_checkpoint(newest, target, nullptr), ddp::IoError);
-        CHECK(ddp::find_latest_valid_checkpoint(dir.path())->step == 10);
+        CHECK(ddp::find_latest_valid_checkpoint(dir.path)->step == 10);
       }
     }
     SECTION(name + " with flipped bytes") {
@@ -394,14 +378,14 @@ TEST_CASE("corrupt or truncated checkpoint files are detected; the previous one 
         write_bytes(newest / name, corrupt);
         CHECK_THAT(io_error_of([&] { ddp::verify_checkpoint(newest); }),
                    Catch::Contains(name) && Catch::Contains("corrupt"));
-        CHECK(ddp::find_latest_valid_checkpoint(dir.path())->step == 10);
+        CHECK(ddp::find_latest_valid_checkpoint(dir.path)->step == 10);
       }
     }
   }
   SECTION("a damaged MANIFEST") {
     write_bytes(newest / "MANIFEST", {'x', '\n'});
     CHECK_THROWS_WITH(ddp::verify_checkpoint(newest), Catch::Contains("MANIFEST"));
-    CHECK(ddp::find_latest_valid_checkpoint(dir.path())->step == 10);
+    CHECK(ddp::find_latest_valid_checkpoint(dir.path)->step == 10);
   }
 }
 
@@ -411,7 +395,7 @@ TEST_CASE("writes are atomic: leftovers never count, an interrupted write keeps 
   const auto file = [](const std::string& name, const std::string& text) {
     return ddp::CheckpointFile{name, [text](const ddp::ByteSink& sink) { sink(text.data(), text.size()); }};
   };
-  ddp::write_checkpoint_directory(dir.path(), ddp::checkpoint_name(1), {file("a.bin", "first")},
+  ddp::write_checkpoint_directory(dir.path, ddp::checkpoint_name(1), {file("a.bin", "first")},
                                   {{}, 0, 1, 1});
   // A writer that dies half-way through, for a new step and for the same step again.
   const ddp::CheckpointFile failing{"b.bin", [](const ddp::ByteSink& sink) {
@@ -419,44 +403,44 @@ TEST_CASE("writes are atomic: leftovers never count, an interrupted write keeps 
                                       throw std::runtime_error("disk full (simulated)");
                                     }};
   for (int64_t step : {2, 1}) {
-    CHECK_THROWS_WITH(ddp::write_checkpoint_directory(dir.path(), ddp::checkpoint_name(step),
+    CHECK_THROWS_WITH(ddp::write_checkpoint_directory(dir.path, ddp::checkpoint_name(step),
                                                       {file("a.bin", "second"), failing}, {{}, 0, step, 1}),
                       "disk full (simulated)");
   }
-  const auto checkpoints = ddp::list_checkpoints(dir.path());
+  const auto checkpoints = ddp::list_checkpoints(dir.path);
   REQUIRE(checkpoints.size() == 1);
   CHECK(checkpoints[0].step == 1);
   CHECK(read_bytes(checkpoints[0].path / "a.bin") == (std::vector<char>{'f', 'i', 'r', 's', 't'}));
   CHECK_NOTHROW(ddp::verify_checkpoint(checkpoints[0].path));
   // Nothing temporary was left behind.
-  CHECK(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()) == 1);
+  CHECK(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()) == 1);
 
   // What a killed writer leaves: a temporary folder, and a step folder without a MANIFEST.
-  fs::create_directories(dir.path() / ".tmp-step-000000000009-123-0");
-  write_bytes(dir.path() / ".tmp-step-000000000009-123-0" / "a.bin", {'x'});
-  fs::create_directories(dir.path() / ddp::checkpoint_name(8));
-  CHECK(ddp::list_checkpoints(dir.path()).size() == 1);
-  CHECK(ddp::find_latest_valid_checkpoint(dir.path())->step == 1);
+  fs::create_directories(dir.path / ".tmp-step-000000000009-123-0");
+  write_bytes(dir.path / ".tmp-step-000000000009-123-0" / "a.bin", {'x'});
+  fs::create_directories(dir.path / ddp::checkpoint_name(8));
+  CHECK(ddp::list_checkpoints(dir.path).size() == 1);
+  CHECK(ddp::find_latest_valid_checkpoint(dir.path)->step == 1);
 
   // Saving the same step again replaces it.
-  ddp::write_checkpoint_directory(dir.path(), ddp::checkpoint_name(1), {file("a.bin", "again")}, {{}, 0, 1, 1});
-  CHECK(read_bytes(dir.path() / ddp::checkpoint_name(1) / "a.bin").size() == 5);
-  CHECK_NOTHROW(ddp::verify_checkpoint(dir.path() / ddp::checkpoint_name(1)));
+  ddp::write_checkpoint_directory(dir.path, ddp::checkpoint_name(1), {file("a.bin", "again")}, {{}, 0, 1, 1});
+  CHECK(read_bytes(dir.path / ddp::checkpoint_name(1) / "a.bin").size() == 5);
+  CHECK_NOTHROW(ddp::verify_checkpoint(dir.path / ddp::checkpoint_name(1)));
 }
 
 TEST_CASE("keep_last keeps the newest checkpoints and removes leftovers", "[checkpoint]") {
   TempDir dir;
   Mlp model;
-  fs::create_directories(dir.path() / ".tmp-step-000000000001-1-0");
+  fs::create_directories(dir.path / ".tmp-step-000000000001-1-0");
   for (int64_t step : {3, 1, 4, 2, 5}) {
-    ddp::save_checkpoint(dir.path(), model, nullptr, {0, step, {}}, 0, nullptr,
+    ddp::save_checkpoint(dir.path, model, nullptr, {0, step, {}}, 0, nullptr,
                          ddp::CheckpointOptions().keep_last(2).rng_state(false));
   }
-  const auto kept = ddp::list_checkpoints(dir.path());
+  const auto kept = ddp::list_checkpoints(dir.path);
   REQUIRE(kept.size() == 2);
   CHECK(kept[0].step == 5);
   CHECK(kept[1].step == 4);
-  CHECK_FALSE(fs::exists(dir.path() / ".tmp-step-000000000001-1-0"));
-  CHECK(ddp::list_checkpoints(dir.path() / "does-not-exist").empty());
-  CHECK_FALSE(ddp::find_latest_valid_checkpoint(dir.path() / "does-not-exist").has_value());
+  CHECK_FALSE(fs::exists(dir.path / ".tmp-step-000000000001-1-0"));
+  CHECK(ddp::list_checkpoints(dir.path / "does-not-exist").empty());
+  CHECK_FALSE(ddp::find_latest_valid_checkpoint(dir.path / "does-not-exist").has_value());
 }

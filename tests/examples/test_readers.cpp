@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "ddp/error.h"
-#include "tests/examples/temp_dir.h"
+#include "tests/support/temp_dir.h"
 #include "examples/data/cifar10.h"
 #include "examples/data/fashion_mnist.h"
 #include "examples/data/idx.h"

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/examples/temp_dir.h"
+#include "tests/support/temp_dir.h"
 
 namespace fs = std::filesystem;
 using ddp::testing::TempDir;

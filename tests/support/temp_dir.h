@@ -1,5 +1,5 @@
 #pragma once
-// A temporary folder for one test, removed with everything in it at the end of its scope.
+// A temporary folder for one test (shared by every test folder), removed with everything in it at the end of its scope.
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -11,7 +11,7 @@ namespace ddp::testing {
 struct TempDir {
   std::filesystem::path path;
   TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "ddp_examples_XXXXXX").string();
+    std::string pattern = (std::filesystem::temp_directory_path() / "ddp_test_XXXXXX").string();
     REQUIRE(mkdtemp(pattern.data()) != nullptr);
     path = pattern;
   }
