@@ -9,9 +9,16 @@ generator=()
 if [[ ! -f $DDP_BUILD_DIR/CMakeCache.txt ]] && command -v ninja >/dev/null; then
   generator=(-G Ninja)
 fi
+# ccache, when installed, makes rebuilds and other checkouts of the same sources cheap; paths under
+# the checkout are hashed relative to it so that two worktrees share hits.
+launcher=()
+if command -v ccache >/dev/null && [[ -z ${DDP_NO_CCACHE:-} ]]; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$DDP_ROOT} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
+fi
 python_arg=()
 [[ -x $DDP_VENV/bin/python ]] && python_arg=(-DDDP_PYTHON="$DDP_VENV/bin/python")
 
 cmake -S "$DDP_ROOT" -B "$DDP_BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$prefix" "${python_arg[@]}" "$@" >/dev/null
+  -DCMAKE_PREFIX_PATH="$prefix" "${python_arg[@]}" "${launcher[@]}" "$@" >/dev/null
 cmake --build "$DDP_BUILD_DIR" --parallel "${DDP_JOBS:-$(nproc)}"
