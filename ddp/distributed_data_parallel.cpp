@@ -4,6 +4,8 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -11,6 +13,7 @@
 #include <mutex>
 #include <unordered_set>
 
+#include "ddp/agent_channel.h"
 #include "ddp/bucket.h"
 #include "ddp/error.h"
 
@@ -120,6 +123,12 @@ struct DdpCore::Impl {
   // Timing.
   std::int64_t forward_start_ns = 0, forward_end_ns = 0, last_ready_ns = 0;
   DdpStats sums;
+
+  // Heartbeats to ddp_launch (Note [Agent channel] in ddp/agent_channel.h): one send per iteration.
+  AgentChannel agent = AgentChannel::from_environment(process_environment());
+  std::int64_t last_heartbeat_ns = 0;
+  std::int64_t last_comm_ns = 0;
+  std::int64_t heartbeat_step = 0;
 
   // --- construction ---------------------------------------------------------------------------
 
@@ -442,6 +451,25 @@ struct DdpCore::Impl {
     sums.communication_ms += ms(last_done - first_launch);
     sums.hidden_communication_ms += ms(std::max<std::int64_t>(0, std::min(last_done, compute_end_ns) - first_launch));
     sums.exposed_wait_ms += ms(end_ns - wait_start_ns);
+    last_comm_ns = last_done - first_launch;
+  }
+
+  // Note [Heartbeat at forward]
+  // The heartbeat goes out when a training forward outside no_sync() starts, saying "entering
+  // iteration N" with the previous iteration's times. A rank that hangs between two iterations
+  // (data loading, its own code) then stays at N-1 while the others, blocked in iteration N's
+  // all-reduce, said N: the watchdog can tell the rank that holds the job up from those waiting.
+  void send_heartbeat(std::int64_t now) {
+    AgentMessage m;
+    m.flags = AgentMessage::kHasStep;
+    m.rank = group->rank();
+    m.pid = static_cast<std::int32_t>(::getpid());
+    m.step = ++heartbeat_step;
+    m.step_time_s = last_heartbeat_ns > 0 ? static_cast<double>(now - last_heartbeat_ns) / 1e9 : 0.0;
+    m.comm_time_s = static_cast<double>(last_comm_ns) / 1e9;
+    m.timestamp_s = wall_seconds_now();
+    last_heartbeat_ns = now;
+    agent.send(m);
   }
 
   // Join: the collectives a rank that has run out of data issues for one iteration of the others.
@@ -526,6 +554,8 @@ void DdpCore::before_forward() {
   if (m.started) m.reset_iteration();  // the previous backward failed before its end
   m.forward_start_ns = now_ns();
   const bool will_sync = m.world > 1 && m.sync_enabled && torch::GradMode::is_enabled();
+  // A training step (at world size 1 too, where nothing is all-reduced) sends its heartbeat.
+  if (m.sync_enabled && torch::GradMode::is_enabled() && m.agent.active()) m.send_heartbeat(m.forward_start_ns);
   m.divisor = m.world;
   if (m.joining) {
     auto flags = torch::tensor({1, will_sync ? 1 : 0},

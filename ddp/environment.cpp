@@ -1,5 +1,7 @@
 #include "ddp/environment.h"
 
+#include <sys/un.h>
+
 #include <cstdlib>
 #include <limits>
 
@@ -119,6 +121,16 @@ InitMethod parse_init_method(const std::string& url) {
     return out;
   }
   throw bad("unknown scheme");
+}
+
+std::optional<std::string> agent_socket_path(const EnvLookup& env) {
+  auto path = env("DDP_AGENT_SOCKET");
+  if (!path || path->empty()) return std::nullopt;
+  if (path->front() != '/' || path->size() >= sizeof(sockaddr_un{}.sun_path)) {
+    throw InvalidArgument(str("DDP_AGENT_SOCKET='", *path, "' is not an absolute path shorter than ",
+                              sizeof(sockaddr_un{}.sun_path), " bytes; unset it, or let ddp_launch set it"));
+  }
+  return path;
 }
 
 }  // namespace ddp

@@ -14,6 +14,7 @@
 #include <memory>
 #include <thread>
 
+#include "ddp/agent_channel.h"
 #include "ddp/checkpoint.h"
 #include "ddp/data_parallel.h"
 #include "ddp/distributed_data_parallel.h"
@@ -287,6 +288,7 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
 
   double train_seconds = 0;
   int64_t trained_samples = 0;
+  ddp::ProgressReporter to_launcher;
   bool stopped = false;  // --max-steps reached
   for (int64_t epoch = start_epoch; epoch < options.epochs && !stopped; ++epoch) {
     const auto epoch_start = Clock::now();
@@ -334,6 +336,8 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
       optimizer.zero_grad();
       ++global_step;
       if (progress) progress->update(micro / options.grad_accum, loss_sum / static_cast<double>(loss_count));
+      // This rank's samples and running loss to ddp_launch's metrics (a no-op without it).
+      to_launcher.report(group_size * options.batch_size, loss_sum / static_cast<double>(loss_count));
       const bool last = micro == micro_batches;
       if (!options.checkpoint_dir.empty() && options.checkpoint_every > 0 && !last &&
           global_step % options.checkpoint_every == 0) {

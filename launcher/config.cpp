@@ -1,5 +1,6 @@
 #include "launcher/config.h"
 
+#include <arpa/inet.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -37,6 +38,11 @@ constexpr FlagSpec kFlags[] = {
     {"max_restarts", true, "Restarts of the local worker group before giving up", "0"},
     {"monitor_interval", true, "Seconds between checks of the workers", "0.1"},
     {"shutdown_grace", true, "Seconds between SIGTERM and SIGKILL when stopping workers", "10"},
+    {"hang_timeout", true,
+     "Stop the job when a worker sent no heartbeat for this many seconds after its first (0: off)", "0"},
+    {"metrics_port", true, "Serve Prometheus metrics at http://ADDR:PORT/metrics (0: off)", "0"},
+    {"metrics_addr", true,
+     "Address --metrics_port listens on; anything but loopback exposes the metrics on the network", "127.0.0.1"},
     {"log_dir", true, "Write DIR/<run id>/attempt_<k>/<rank>/{stdout,stderr}.log", nullptr},
     {"redirects", true, "Streams sent only to the log files: 0..3 or local_rank:0..3,...", "0"},
     {"tee", true, "Streams sent to the log files and the console: 0..3 or local_rank:0..3,...", "0"},
@@ -102,6 +108,11 @@ void parse_host_port(const std::string& text, std::string& host, int& port) {
     port_text = text.substr(colon + 1);
   }
   port = parse_int_flag("--rdzv_endpoint port", port_text, 1, 65535);
+}
+
+bool is_numeric_address(const std::string& text) {
+  unsigned char buf[sizeof(in6_addr)];
+  return ::inet_pton(AF_INET, text.c_str(), buf) == 1 || ::inet_pton(AF_INET6, text.c_str(), buf) == 1;
 }
 
 }  // namespace
@@ -423,6 +434,13 @@ ParseResult parse_launch_args(int argc, const char* const* argv, const LaunchEnv
   c.monitor_interval_s = parse_seconds_flag("--monitor_interval", text("monitor_interval"));
   if (c.monitor_interval_s <= 0) throw UsageError("--monitor_interval must be > 0");
   c.shutdown_grace_s = parse_seconds_flag("--shutdown_grace", text("shutdown_grace"));
+  c.hang_timeout_s = parse_seconds_flag("--hang_timeout", text("hang_timeout"));
+  c.metrics_port = parse_int_flag("--metrics_port", text("metrics_port"), 0, 65535);
+  c.metrics_addr = text("metrics_addr");
+  if (!is_numeric_address(c.metrics_addr)) {
+    throw UsageError(ddp::str("--metrics_addr '", c.metrics_addr,
+                              "' is not an IPv4 or IPv6 address (e.g. 127.0.0.1, or 0.0.0.0 for every interface)"));
+  }
   if (given("log_dir")) {
     c.log_dir = text("log_dir");
     if (c.log_dir.empty()) throw UsageError("--log_dir is empty");

@@ -54,6 +54,10 @@ struct LaunchConfig {
   int max_restarts = 0;
   double monitor_interval_s = 0.1;
   double shutdown_grace_s = 10;
+  // Observability (docs/observability.md).
+  double hang_timeout_s = 0;  // 0: no hang watchdog
+  int metrics_port = 0;       // 0: no metrics server
+  std::string metrics_addr = "127.0.0.1";
   // Output.
   std::string log_dir;  // empty: no per-worker log files (unless redirects need them)
   StreamSpec redirects;

@@ -3,6 +3,7 @@
 // use a fake and the launcher uses NVML loaded at run time (nvml_provider.h).
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,8 @@ struct GpuInfo {
   std::uint64_t total_bytes = 0;
   std::uint64_t free_bytes = 0;
   std::vector<GpuProcess> processes;  // compute processes holding the GPU
+  std::string uuid;                     // for the metrics (may be empty)
+  std::optional<double> utilization;    // 0..1, for the metrics, when NVML tells
 };
 
 // Source of GPU facts. The real one is NVML; tests give a fake.

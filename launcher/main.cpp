@@ -7,11 +7,14 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "launcher/agent_socket.h"
 #include "launcher/config.h"
 #include "launcher/gpu_select.h"
 #include "launcher/line_splitter.h"
 #include "launcher/log_layout.h"
+#include "launcher/metrics_server.h"
 #include "launcher/net.h"
+#include "launcher/progress_board.h"
 #include "launcher/rdzv_client.h"
 #include "launcher/resources.h"
 #include "launcher/supervisor.h"
@@ -89,6 +92,13 @@ int run(const LaunchConfig& c, const LaunchEnvironment& env) {
     return 0;
   }
 
+  // Heartbeats and metrics (docs/observability.md): only when asked for, so that by default no
+  // socket is opened and workers send nothing.
+  std::unique_ptr<AgentSocket> agent;
+  ProgressBoard board(node.node_rank, node.nnodes * nproc);  // node rank: see below, after rendezvous
+  std::unique_ptr<MetricsServer> metrics;
+  if (c.hang_timeout_s > 0 || c.metrics_port > 0) agent = AgentSocket::open(env.get("TMPDIR").value_or("/tmp"));
+  if (c.metrics_port > 0) metrics = std::make_unique<MetricsServer>(c.metrics_addr, c.metrics_port, board);
   if (dynamic) {
     RendezvousRequest req{c.rdzv_host, c.rdzv_port, c.rdzv_id, c.nnodes, c.rdzv_timeout_s};
     spdlog::info("rendezvous '{}' at {}:{}: waiting for {} nodes (timeout {} s)", c.rdzv_id, c.rdzv_host, c.rdzv_port,
@@ -97,6 +107,7 @@ int run(const LaunchConfig& c, const LaunchEnvironment& env) {
     node.node_rank = rendezvous->outcome().node_rank;
     node.master_addr = rendezvous->outcome().master_addr;
     node.master_port = rendezvous->outcome().master_port;
+    board.set_node_rank(node.node_rank);
   }
 
   // Per-run folder: --log_dir, or a temporary one for the error files (and redirected output).
@@ -131,6 +142,7 @@ int run(const LaunchConfig& c, const LaunchEnvironment& env) {
       slot.restart_count = attempt;
       slot.error_file = files.error_file;
       if (!gpus.empty()) slot.visible_gpu = gpus[lr];
+      if (agent) slot.agent_socket = agent->path();
       WorkerLaunch w;
       w.local_rank = lr;
       w.rank = rank;
@@ -155,7 +167,9 @@ int run(const LaunchConfig& c, const LaunchEnvironment& env) {
                                         .set_monitor_interval(c.monitor_interval_s)
                                         .set_shutdown_grace(c.shutdown_grace_s)
                                         .set_max_restarts(c.max_restarts)
-                                        .set_host_name(this_host_name());
+                                        .set_host_name(this_host_name())
+                                        .set_progress(agent.get(), agent ? &board : nullptr)
+                                        .set_hang_timeout(c.hang_timeout_s);
   const SupervisorResult result = supervise(options, make_group);
   if (result.exit_code != 0) {
     std::fputs(format_failure_summary(result, options.host_name).c_str(), stderr);

@@ -22,6 +22,10 @@ struct NvmlProcessInfo {  // nvmlProcessInfo_t (v2/v3 layout)
   unsigned int gpuInstanceId;
   unsigned int computeInstanceId;
 };
+struct NvmlUtilization {  // nvmlUtilization_t: percent of the last sample period
+  unsigned int gpu;
+  unsigned int memory;
+};
 constexpr nvmlReturn kNvmlSuccess = 0;
 constexpr nvmlReturn kNvmlInsufficientSize = 7;
 
@@ -40,6 +44,10 @@ class NvmlProvider : public GpuProvider {
         "nvmlDeviceGetComputeRunningProcesses_v2");
     proc_name_ = reinterpret_cast<nvmlReturn (*)(unsigned, char*, unsigned)>(
         ::dlsym(lib_, "nvmlSystemGetProcessName"));
+    // Optional: only the metrics use them.
+    uuid_ = reinterpret_cast<nvmlReturn (*)(nvmlDevice, char*, unsigned)>(::dlsym(lib_, "nvmlDeviceGetUUID"));
+    utilization_ = reinterpret_cast<nvmlReturn (*)(nvmlDevice, NvmlUtilization*)>(
+        ::dlsym(lib_, "nvmlDeviceGetUtilizationRates"));
     if (init_() != kNvmlSuccess) {
       throw UsageError("NVML loaded but nvmlInit failed: is the GPU driver running (nvidia-smi)?");
     }
@@ -64,6 +72,10 @@ class NvmlProvider : public GpuProvider {
       check(memory_(dev, &mem), "nvmlDeviceGetMemoryInfo");
       info.total_bytes = mem.total;
       info.free_bytes = mem.free;
+      char uuid[96] = {0};
+      if (uuid_ != nullptr && uuid_(dev, uuid, sizeof uuid) == kNvmlSuccess) info.uuid = uuid;
+      NvmlUtilization util{};
+      if (utilization_ != nullptr && utilization_(dev, &util) == kNvmlSuccess) info.utilization = util.gpu / 100.0;
       std::vector<NvmlProcessInfo> procs(16);
       unsigned n = static_cast<unsigned>(procs.size());
       nvmlReturn rc = procs_(dev, &n, procs.data());
@@ -106,6 +118,8 @@ class NvmlProvider : public GpuProvider {
   nvmlReturn (*name_)(nvmlDevice, char*, unsigned) = nullptr;
   nvmlReturn (*procs_)(nvmlDevice, unsigned*, NvmlProcessInfo*) = nullptr;
   nvmlReturn (*proc_name_)(unsigned, char*, unsigned) = nullptr;
+  nvmlReturn (*uuid_)(nvmlDevice, char*, unsigned) = nullptr;
+  nvmlReturn (*utilization_)(nvmlDevice, NvmlUtilization*) = nullptr;
 };
 
 }  // namespace

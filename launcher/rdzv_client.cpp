@@ -40,20 +40,20 @@ class PluginRendezvous : public Rendezvous {
 
 }  // namespace
 
-std::string find_rdzv_plugin() {
+std::string find_plugin(const std::string& file_name, const std::string& needed_for) {
   char exe[PATH_MAX] = {0};
   const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
   std::string dir = n > 0 ? std::string(exe, static_cast<size_t>(n)) : std::string(".");
   dir = dir.substr(0, dir.rfind('/'));
-  std::vector<std::string> candidates{dir + "/" DDP_RDZV_PLUGIN_RELDIR "/" DDP_RDZV_PLUGIN_NAME,
-                                      dir + "/../lib/" DDP_RDZV_PLUGIN_NAME};
+  std::vector<std::string> candidates{dir + "/" DDP_RDZV_PLUGIN_RELDIR "/" + file_name, dir + "/../lib/" + file_name};
   for (const auto& c : candidates) {
     if (::access(c.c_str(), R_OK) == 0) return c;
   }
-  throw ddp::Error(ddp::str("--rdzv_endpoint needs the rendezvous plugin ", DDP_RDZV_PLUGIN_NAME,
-                            ", looked for ", candidates.front(), " and ", candidates.back(),
-                            ": build or install it with ddp_launch"));
+  throw ddp::Error(ddp::str(needed_for, " needs the plugin ", file_name, ", looked for ", candidates.front(), " and ",
+                            candidates.back(), ": build or install it with ddp_launch"));
 }
+
+std::string find_rdzv_plugin() { return find_plugin(DDP_RDZV_PLUGIN_NAME, "--rdzv_endpoint"); }
 
 std::unique_ptr<Rendezvous> join_rendezvous(const RendezvousRequest& request) {
   const std::string path = find_rdzv_plugin();

@@ -33,5 +33,7 @@ std::unique_ptr<Rendezvous> join_rendezvous(const RendezvousRequest& request);
 // Where the plugin is looked for: <dir of ddp_launch>/<rel>/libddp_launch_rdzv.so, rel = the install
 // layout's bin->lib path, then ../lib (the build tree).
 std::string find_rdzv_plugin();
+// The same search for any of ddp_launch's plugins; `needed_for` (a flag) goes into the error.
+std::string find_plugin(const std::string& file_name, const std::string& needed_for);
 
 }  // namespace ddp::launcher

@@ -15,7 +15,9 @@
 #include <spdlog/spdlog.h>
 
 #include "ddp/error.h"
+#include "launcher/agent_socket.h"
 #include "launcher/line_splitter.h"
+#include "launcher/progress_board.h"
 
 // Note [Supervision]
 // One thread, one poll() loop per attempt: the worker pipes plus a self-pipe that the signal handler
@@ -31,8 +33,10 @@
 // already); signal_group() covers the instant before the child's setsid instead.
 // In the child, prctl(PR_SET_PDEATHSIG, SIGKILL) ties the worker's life to the
 // launcher; since the launcher may die between fork() and prctl(), the child then checks that its
-// parent is still the launcher and exits if not. Only async-signal-safe calls run in the child:
-// every string execve needs is built before fork().
+// parent is still the launcher and exits if not. The child closes every descriptor above stderr
+// (as torchrun's Popen(close_fds=True)): libraries in the launcher (the metrics plugin's HTTP
+// server) open sockets without O_CLOEXEC, and a worker must not keep the launcher's port bound.
+// Only async-signal-safe calls run in the child: every string execve needs is built before fork().
 // Stopping a group: SIGTERM to every worker's process group, then SIGKILL after --shutdown_grace.
 // At the end of an attempt, every worker's process group gets SIGKILL, so grandchildren a worker
 // started do not outlive it.
@@ -158,6 +162,7 @@ struct Worker {
   WorkerLaunch launch;
   pid_t pid = -1;
   bool running = false;
+  std::optional<size_t> hang_failure;  // index in Attempt::failures when the watchdog stopped it
   Stream out;
   Stream err;
 };
@@ -189,6 +194,9 @@ struct ExecArgs {
   if (::getppid() != launcher) ::_exit(127);  // the launcher died before prctl: do not run orphaned
   ::dup2(out_w, STDOUT_FILENO);
   ::dup2(err_w, STDERR_FILENO);
+  if (::close_range(3, ~0U, 0) != 0) {
+    for (int fd = 3; fd < 4096; ++fd) ::close(fd);  // kernels before 5.9
+  }
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   sigemptyset(&dfl.sa_mask);
@@ -216,8 +224,8 @@ using Clock = std::chrono::steady_clock;
 
 class Attempt {
  public:
-  Attempt(const SupervisorOptions& options, SignalPipe& signals, std::vector<WorkerLaunch> launches)
-      : options_(options), signals_(signals) {
+  Attempt(const SupervisorOptions& options, SignalPipe& signals, int attempt, std::vector<WorkerLaunch> launches)
+      : options_(options), signals_(signals), attempt_(attempt) {
     for (auto& l : launches) {
       workers_.emplace_back();
       workers_.back().launch = std::move(l);
@@ -244,6 +252,7 @@ class Attempt {
     while (true) {
       handle_signals();
       reap();
+      check_hangs();
       if (stop_deadline_ && Clock::now() >= *stop_deadline_ && !killed_) kill_all(SIGKILL);
       if (running_count() == 0) break;
       wait_for_events(next_timeout_ms());
@@ -292,6 +301,33 @@ class Attempt {
       setup_stream(w.out, w.launch.stdout_to_console ? STDOUT_FILENO : -1, w.launch.rank);
       setup_stream(w.err, w.launch.stderr_to_console ? STDERR_FILENO : -1, w.launch.rank);
     }
+    if (options_.progress != nullptr) {
+      std::vector<WorkerIdentity> ids;
+      for (const auto& w : workers_) ids.push_back({w.launch.rank, w.launch.local_rank, static_cast<int>(w.pid)});
+      options_.progress->begin_attempt(attempt_, ids);
+    }
+  }
+
+  // Note [Hang watchdog] (launcher/progress_board.h): a stuck rank fails the attempt like a crash;
+  // its failure is recorded now (the root cause) and completed when the worker is reaped.
+  void check_hangs() {
+    if (options_.hang_timeout_s <= 0 || options_.progress == nullptr || stopping_) return;
+    const auto stuck = options_.progress->stuck(Clock::now(), options_.hang_timeout_s);
+    if (stuck.empty()) return;
+    for (const auto& s : stuck) {
+      const std::string line = describe_stuck(s);
+      spdlog::error("{} (--hang_timeout {} s): stopping the job", line, options_.hang_timeout_s);
+      for (auto& w : workers_) {
+        if (w.launch.rank != s.worker.rank || !w.running) continue;
+        WorkerExit exit = exit_record(w);
+        exit.exit_code = 1;  // until the worker is reaped
+        exit.hang = line;
+        w.hang_failure = failures.size();
+        failures.push_back(std::move(exit));
+        options_.progress->count_failure();
+      }
+    }
+    begin_stop(true);
   }
 
   static void setup_stream(Stream& s, int console_fd, int rank) {
@@ -325,10 +361,16 @@ class Attempt {
         }
       }
     }
+    const int agent_fd = options_.agent != nullptr ? options_.agent->fd() : -1;
+    if (agent_fd >= 0) fds.push_back({agent_fd, POLLIN, 0});
     const int n = ::poll(fds.data(), fds.size(), timeout_ms);
     if (n <= 0) return;
-    for (size_t i = 1; i < fds.size(); ++i) {
+    for (size_t i = 1; i < streams.size() + 1; ++i) {
       if (fds[i].revents != 0) streams[i - 1]->pump();
+    }
+    if (agent_fd >= 0 && fds.back().revents != 0) {
+      const auto now = Clock::now();
+      options_.agent->drain([&](const ddp::AgentMessage& m) { options_.progress->record(m, now); });
     }
   }
 
@@ -344,6 +386,16 @@ class Attempt {
     }
   }
 
+  static WorkerExit exit_record(const Worker& w) {
+    WorkerExit exit;
+    exit.rank = w.launch.rank;
+    exit.local_rank = w.launch.local_rank;
+    exit.pid = w.pid;
+    exit.time = std::chrono::system_clock::now();
+    exit.error_file = w.launch.error_file;
+    return exit;
+  }
+
   void reap() {
     for (auto& w : workers_) {
       if (!w.running) continue;
@@ -351,12 +403,15 @@ class Attempt {
       const pid_t r = ::waitpid(w.pid, &status, WNOHANG);
       if (r != w.pid) continue;
       w.running = false;
-      WorkerExit exit;
-      exit.rank = w.launch.rank;
-      exit.local_rank = w.launch.local_rank;
-      exit.pid = w.pid;
-      exit.time = std::chrono::system_clock::now();
-      exit.error_file = w.launch.error_file;
+      if (options_.progress != nullptr) options_.progress->mark_exited(w.launch.rank);
+      if (w.hang_failure) {  // stopped by the watchdog: complete its record, it stays the root cause
+        WorkerExit& hung = failures[*w.hang_failure];
+        if (WIFSIGNALED(status)) hung.signal = WTERMSIG(status);
+        else hung.exit_code = WEXITSTATUS(status) != 0 ? WEXITSTATUS(status) : 1;
+        hung.error = read_error_file(hung.error_file);
+        continue;
+      }
+      WorkerExit exit = exit_record(w);
       if (WIFSIGNALED(status)) {
         exit.signal = WTERMSIG(status);
       } else {
@@ -365,6 +420,7 @@ class Attempt {
       if (!exit.signal && exit.exit_code == 0) continue;
       exit.error = read_error_file(exit.error_file);
       exit.after_stop = stopping_;
+      if (!stopping_ && options_.progress != nullptr) options_.progress->count_failure();
       failures.push_back(std::move(exit));
       begin_stop(true);
     }
@@ -415,6 +471,7 @@ class Attempt {
 
   const SupervisorOptions& options_;
   SignalPipe& signals_;
+  int attempt_;
   std::vector<Worker> workers_;
   bool stopping_ = false;
   bool killed_ = false;
@@ -466,7 +523,7 @@ SupervisorResult supervise(const SupervisorOptions& options, const GroupFactory&
   SignalPipe signals;
   SupervisorResult result;
   for (int attempt = 0;; ++attempt) {
-    Attempt run(options, signals, make_group(attempt));
+    Attempt run(options, signals, attempt, make_group(attempt));
     run.run();
     result.attempts = attempt + 1;
     result.launcher_signal = run.launcher_signal;
@@ -512,7 +569,8 @@ std::string format_failure_summary(const SupervisorResult& result, const std::st
   out += ddp::str("  host      : ", host_name, "\n");
   out += ddp::str("  rank      : ", e.rank, " (local_rank: ", e.local_rank, ")\n");
   out += ddp::str("  pid       : ", e.pid, "\n");
-  out += ddp::str("  exitcode  : ", describe_exit(e), "\n");
+  out += ddp::str("  exitcode  : ", describe_exit(e), e.hang ? " (stopped by the hang watchdog)" : "", "\n");
+  if (e.hang) out += ddp::str("  hang      : ", *e.hang, "\n");
   out += ddp::str("  error_file: ", e.error ? e.error_file : "<N/A>", "\n");
   if (e.error) {
     out += ddp::str("  message   : ", e.error->message, "\n");
@@ -524,6 +582,7 @@ std::string format_failure_summary(const SupervisorResult& result, const std::st
     out += "Other failures:\n";
     for (const auto& o : result.other_failures) {
       out += ddp::str("  rank ", o.rank, " (local_rank: ", o.local_rank, "): exitcode ", describe_exit(o),
+                      o.hang ? " (hang: " + *o.hang + ")" : "",
                       o.after_stop ? " (after the launcher stopped the group)" : "",
                       o.error ? " message: " + o.error->message : "", "\n");
     }

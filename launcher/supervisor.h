@@ -11,6 +11,9 @@
 
 namespace ddp::launcher {
 
+class AgentSocket;
+class ProgressBoard;
+
 // Everything needed to start one worker of one attempt.
 struct WorkerLaunch {
   int local_rank = 0;
@@ -33,6 +36,11 @@ struct SupervisorOptions {
   double shutdown_grace_s = 10;
   int max_restarts = 0;
   std::string host_name;
+  // Heartbeats (docs/observability.md): read from `agent` into `progress`; with hang_timeout_s > 0,
+  // a rank silent for longer is stopped as a failure (Note [Hang watchdog]).
+  AgentSocket* agent = nullptr;
+  ProgressBoard* progress = nullptr;
+  double hang_timeout_s = 0;
 
   SupervisorOptions& set_program(std::string path, std::vector<std::string> args) {
     program_path = std::move(path);
@@ -43,6 +51,8 @@ struct SupervisorOptions {
   SupervisorOptions& set_shutdown_grace(double s) { shutdown_grace_s = s; return *this; }
   SupervisorOptions& set_max_restarts(int n) { max_restarts = n; return *this; }
   SupervisorOptions& set_host_name(std::string h) { host_name = std::move(h); return *this; }
+  SupervisorOptions& set_progress(AgentSocket* a, ProgressBoard* p) { agent = a; progress = p; return *this; }
+  SupervisorOptions& set_hang_timeout(double s) { hang_timeout_s = s; return *this; }
 };
 
 // How a worker ended.
@@ -56,6 +66,7 @@ struct WorkerExit {
   std::string error_file;
   std::optional<WorkerError> error;  // what the worker wrote to its error file
   bool after_stop = false;        // ended after the launcher began stopping the group
+  std::optional<std::string> hang;  // set when the hang watchdog stopped it: describe_stuck()
   int launcher_exit_code() const { return signal ? 128 + *signal : exit_code; }
 };
 

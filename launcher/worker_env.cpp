@@ -32,6 +32,7 @@ std::vector<std::pair<std::string, std::string>> launcher_variables(const NodeAs
   if (slot.visible_gpu) {
     vars.emplace_back("CUDA_VISIBLE_DEVICES", *slot.visible_gpu);
   }
+  if (slot.agent_socket) vars.emplace_back("DDP_AGENT_SOCKET", *slot.agent_socket);
   return vars;
 }
 

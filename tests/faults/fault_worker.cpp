@@ -8,7 +8,7 @@
 // DDP_FAULT="rank=R,step=S,kind=K[,attempt=A]" (read in parse_fault only): when rank R is about to
 // run step S (1-based) in restart attempt A (default 0, TORCHELASTIC_RESTART_COUNT), it
 //   exit     exits with code 3          segv     raises SIGSEGV        sigkill  raises SIGKILL
-//   hang     sleeps (inside the step, before its all-reduce) until it is killed
+//   hang     sleeps (inside the step, before its forward and all-reduce) until it is killed
 //   hang_noterm  the same, ignoring SIGTERM (only SIGKILL ends it, like a rank stuck in a driver call)
 //   ckpt     starts writing checkpoint step-S and SIGKILLs itself half-way through model.pt
 // Each rank writes its pid to D/rank<R>.attempt<A>.pid, so that the test can check /proc.
@@ -29,6 +29,7 @@
 #include <string>
 #include <thread>
 
+#include "ddp/agent_channel.h"
 #include "ddp/checkpoint.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/error.h"
@@ -153,15 +154,18 @@ int train(const std::map<std::string, std::string>& flags) {
     }
   }
   const bool armed = fault.rank == rank && fault.attempt == attempt;
+  ddp::ProgressReporter progress;  // samples and loss for ddp_launch --metrics_port
   while (step < steps) {
     if (armed && step + 1 == fault.step) inject(fault, checkpoint_dir, pid_dir);
     torch::manual_seed(1000 * step + rank);  // this step's data on this rank, whatever came before
     const auto x = torch::randn({16, 8}, torch::kDouble);
     const auto y = x.sum(1, /*keepdim=*/true).sin();
     optimizer.zero_grad();
-    torch::mse_loss(model.forward(x), y).backward();
+    const auto loss = torch::mse_loss(model.forward(x), y);
+    loss.backward();
     optimizer.step();
     ++step;
+    progress.report(x.size(0), loss.item<double>());
     std::this_thread::sleep_for(step_time);
     if (!checkpoint_dir.empty() && step % every == 0) {
       ddp::save_checkpoint(checkpoint_dir, *net, &optimizer, {0, step, {}}, group);

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/faults/fault_job.h"
 #include "tests/launcher/process_harness.h"
 
 namespace fs = std::filesystem;
@@ -27,56 +28,6 @@ using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-using Env = std::map<std::string, std::string>;
-
-// ddp_launch on a free port with a fast monitor, then fault_worker train with worker_args.
-std::vector<std::string> job(const std::vector<std::string>& launcher_flags,
-                             const std::vector<std::string>& worker_args) {
-  std::vector<std::string> argv{launcher_path(), "--master_port", "0", "--monitor_interval", "0.05"};
-  argv.insert(argv.end(), launcher_flags.begin(), launcher_flags.end());
-  argv.push_back(worker_path());
-  argv.push_back("train");
-  argv.insert(argv.end(), worker_args.begin(), worker_args.end());
-  return argv;
-}
-
-Env fault(const std::string& spec) { return {{"DDP_FAULT", spec}}; }
-
-// The pids fault_worker recorded in dir (rank<R>.attempt<A>.pid).
-std::vector<int> recorded_pids(const std::string& dir) {
-  std::vector<int> pids;
-  for (const auto& name : list_dir(dir)) {
-    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".pid") == 0) pids.push_back(std::stoi(read_text(dir + "/" + name)));
-  }
-  return pids;
-}
-
-// Every recorded worker is gone (not even a zombie), checked in /proc right after the launcher exited.
-void require_gone(const std::vector<int>& pids) {
-  const auto alive = wait_gone(pids, 2s);
-  INFO("still alive: " << Catch::Detail::stringify(alive));
-  REQUIRE(alive.empty());
-}
-
-// Seconds from the fault (fault.at, written by the faulty rank) to `end`.
-double seconds_since_fault(const std::string& dir, Clock::time_point end) {
-  const std::string text = read_text(dir + "/fault.at");
-  REQUIRE_FALSE(text.empty());
-  const Clock::time_point at{Clock::duration{std::stoll(text)}};
-  return std::chrono::duration<double>(end - at).count();
-}
-
-void report(const std::string& fault, const std::string& what) {
-  std::cout << "fault-matrix: " << fault << ": " << what << std::endl;
-}
-
-std::string fmt_seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f s", s);
-  return buf;
-}
 
 // Waits (bounded) until the launcher has started `count` ranks and they recorded their pids.
 std::vector<int> wait_for_ranks(const std::string& dir, size_t count) {

@@ -426,3 +426,22 @@ TEST_CASE("nproc_per_node gpu|cpu|auto and --gpus auto resolve against the machi
     CHECK_THROWS_AS(resolve_visible_gpus(parse({"--gpus", "auto", "/bin/true"}), 1, machine), UsageError);
   }
 }
+
+TEST_CASE("observability flags: hang watchdog and metrics endpoint", "[config]") {
+  const LaunchConfig defaults = parse({"/bin/true"});
+  CHECK(defaults.hang_timeout_s == 0);
+  CHECK(defaults.metrics_port == 0);
+  CHECK(defaults.metrics_addr == "127.0.0.1");
+  const LaunchConfig c = parse({"--hang-timeout", "2.5", "--metrics_port", "9400", "--metrics_addr", "::1", "/bin/true"});
+  CHECK(c.hang_timeout_s == 2.5);
+  CHECK(c.metrics_port == 9400);
+  CHECK(c.metrics_addr == "::1");
+  CHECK_THAT(usage_error({"--hang_timeout", "-1", "/bin/true"}), Catch::Contains("--hang_timeout expects a number"));
+  CHECK_THAT(usage_error({"--metrics_port", "70000", "/bin/true"}), Catch::Contains("--metrics_port must be in 0..65535"));
+  CHECK_THAT(usage_error({"--metrics_addr", "localhost", "/bin/true"}),
+             Catch::Contains("--metrics_addr 'localhost' is not an IPv4 or IPv6 address"));
+  WorkerSlot slot;
+  slot.agent_socket = "/tmp/x/agent.sock";
+  const auto vars = launcher_variables(NodeAssignment{}, slot);
+  CHECK(std::count(vars.begin(), vars.end(), std::make_pair(std::string("DDP_AGENT_SOCKET"), *slot.agent_socket)) == 1);
+}

@@ -1,0 +1,29 @@
+#pragma once
+// The C interface of the metrics plugin (libddp_launch_metrics.so): an HTTP server (Debian's
+// cpp-httplib, a compiled library that pulls in OpenSSL, zlib and brotli) that serves /metrics.
+// ddp_launch dlopen()s it only for --metrics_port, so that its common path keeps its fast start.
+// Plain C types only.
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Appends len bytes to the response body.
+typedef void (*ddp_metrics_write_fn)(void* sink, const char* data, size_t len);
+// Writes the current exposition text; called on the server's threads, once per scrape.
+typedef void (*ddp_metrics_render_fn)(void* context, void* sink, ddp_metrics_write_fn write);
+
+// Binds addr:port and serves GET /metrics on a thread of its own. Returns a handle, or NULL with a
+// one-line reason in error.
+typedef void* (*ddp_metrics_start_fn)(const char* addr, int port, ddp_metrics_render_fn render, void* context,
+                                      char* error, size_t error_len);
+// Stops serving and joins the server's threads.
+typedef void (*ddp_metrics_stop_fn)(void* handle);
+
+#define DDP_METRICS_START_SYMBOL "ddp_metrics_start"
+#define DDP_METRICS_STOP_SYMBOL "ddp_metrics_stop"
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,74 @@
+#include "launcher/metrics_server.h"
+
+#include <dlfcn.h>
+
+#include <spdlog/spdlog.h>
+
+#include "ddp/error.h"
+#include "launcher/metrics_plugin_api.h"
+#include "launcher/net.h"
+#include "launcher/nvml_provider.h"
+#include "launcher/rdzv_client.h"
+#include "launcher/usage_error.h"
+
+#ifndef DDP_METRICS_PLUGIN_NAME
+#define DDP_METRICS_PLUGIN_NAME "libddp_launch_metrics.so"
+#endif
+
+namespace ddp::launcher {
+namespace {
+
+void render_into(void* context, void* sink, ddp_metrics_write_fn write) {
+  const std::string text = static_cast<MetricsServer*>(context)->render();
+  write(sink, text.data(), text.size());
+}
+
+}  // namespace
+
+MetricsServer::MetricsServer(const std::string& addr, int port, const ProgressBoard& board) : board_(board) {
+  switch (probe_bind(addr, port)) {
+    case BindProbe::kInUse:
+      throw UsageError(ddp::str("--metrics_port ", port, " on ", addr, " is already in use: pick another port"));
+    case BindProbe::kNotLocal:
+    case BindProbe::kUnresolvable:
+      throw UsageError(ddp::str("--metrics_addr ", addr, " is not an address of this machine"));
+    case BindProbe::kFree:
+      break;
+  }
+  const std::string path = find_plugin(DDP_METRICS_PLUGIN_NAME, "--metrics_port");
+  void* lib = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) throw ddp::Error(ddp::str("cannot load ", path, ": ", ::dlerror()));
+  auto start = reinterpret_cast<ddp_metrics_start_fn>(::dlsym(lib, DDP_METRICS_START_SYMBOL));
+  stop_ = reinterpret_cast<ddp_metrics_stop_fn>(::dlsym(lib, DDP_METRICS_STOP_SYMBOL));
+  if (start == nullptr || stop_ == nullptr) throw ddp::Error(ddp::str(path, " is not a ddp_launch metrics plugin"));
+  try {
+    gpus_ = load_nvml_provider();
+  } catch (const std::exception& e) {
+    spdlog::debug("no GPU series in the metrics: {}", e.what());
+  }
+  char error[512] = {0};
+  handle_ = start(addr.c_str(), port, render_into, this, error, sizeof error);
+  if (handle_ == nullptr) throw UsageError(error);
+  // The plugin stays loaded (its threads are joined in stop, but unloading buys nothing).
+  const bool v6 = addr.find(':') != std::string::npos;
+  spdlog::info("serving Prometheus metrics at http://{}{}{}:{}/metrics", v6 ? "[" : "", addr, v6 ? "]" : "", port);
+}
+
+MetricsServer::~MetricsServer() {
+  if (handle_ != nullptr) stop_(handle_);
+}
+
+std::string MetricsServer::render() {
+  std::vector<GpuInfo> gpus;
+  if (gpus_) {
+    std::lock_guard<std::mutex> lock(gpu_mutex_);
+    try {
+      gpus = gpus_->gpus();
+    } catch (const std::exception& e) {
+      spdlog::warn("metrics: reading the GPUs failed: {}", e.what());
+    }
+  }
+  return render_prometheus(board_.snapshot(), gpus);
+}
+
+}  // namespace ddp::launcher

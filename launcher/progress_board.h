@@ -1,0 +1,95 @@
+#pragma once
+// What the launcher knows about its local workers' progress (from their heartbeats, see
+// Note [Agent channel] in ddp/agent_channel.h): the hang watchdog's facts and the Prometheus
+// series. Thread-safe: the supervisor writes, the metrics server's thread reads snapshots.
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ddp/agent_channel.h"
+#include "launcher/gpu_select.h"
+
+namespace ddp::launcher {
+
+using SteadyClock = std::chrono::steady_clock;
+
+struct WorkerIdentity {
+  int rank = 0;
+  int local_rank = 0;
+  int pid = 0;
+};
+
+struct RankProgress {
+  WorkerIdentity worker;
+  bool heard = false;     // a message of this attempt arrived
+  bool exited = false;    // the worker has ended: the watchdog no longer watches it
+  std::optional<std::int64_t> step;
+  std::optional<std::int64_t> samples;
+  std::optional<double> samples_per_second;
+  double step_time_s = 0;
+  double comm_time_s = 0;
+  std::optional<double> loss;
+  double timestamp_s = 0;  // worker's wall clock at its last message
+  SteadyClock::time_point last_heard;
+  // Where the samples/s window started (see ProgressBoard::record).
+  std::int64_t rate_samples = 0;
+  SteadyClock::time_point rate_since;
+};
+
+struct JobProgress {
+  int node_rank = 0;
+  int world_size = 1;
+  int restarts = 0;
+  int worker_failures = 0;
+  std::vector<RankProgress> ranks;  // this node's workers, by local rank
+};
+
+struct StuckRank {
+  WorkerIdentity worker;
+  double silent_s = 0;
+  std::optional<std::int64_t> step;           // its last reported step
+  std::optional<std::int64_t> others_min_step;  // the other local ranks' steps, when they report any
+  std::optional<std::int64_t> others_max_step;
+  bool whole_world_local = true;              // every rank of the job runs on this node
+};
+
+class ProgressBoard {
+ public:
+  ProgressBoard(int node_rank, int world_size);
+
+  void set_node_rank(int node_rank);  // known after a dynamic rendezvous
+  // A new attempt's workers (restart count `attempt`): forgets the previous attempt's progress.
+  void begin_attempt(int attempt, const std::vector<WorkerIdentity>& workers);
+  // Takes a message received at `now`; returns false (and ignores it) when rank and pid do not
+  // name a worker of this attempt.
+  bool record(const AgentMessage& message, SteadyClock::time_point now);
+  void mark_exited(int rank);
+  void count_failure();
+
+  // Note [Hang watchdog]
+  // A rank is silent when it has sent at least one heartbeat in this attempt, is still running, and
+  // has sent nothing for more than timeout_s. The clock starts at the first heartbeat: start-up
+  // (loading LibTorch, data, rendezvous) has no step rate to compare with and is bounded by the
+  // rendezvous and collective timeouts instead. Of the silent ranks, those at the lowest step of all
+  // running ranks are stuck: a silent rank at a higher step waits in a collective for them (see
+  // Note [Heartbeat at forward]). When every silent rank is at the same step, all are reported.
+  std::vector<StuckRank> stuck(SteadyClock::time_point now, double timeout_s) const;
+
+  JobProgress snapshot() const;
+
+ private:
+  mutable std::mutex mutex_;
+  JobProgress job_;
+};
+
+// "rank 1 (pid 4242, local_rank 1) made no progress for 10 s (last heartbeat at step 5; the other
+// ranks are at step 6)".
+std::string describe_stuck(const StuckRank& stuck);
+
+// Prometheus text exposition format 0.0.4 of the job, plus one set of series per GPU.
+std::string render_prometheus(const JobProgress& job, const std::vector<GpuInfo>& gpus);
+
+}  // namespace ddp::launcher

@@ -1,0 +1,190 @@
+// Unit tests of the heartbeat channel (ddp/agent_channel.h, launcher/agent_socket.h) and of what the
+// launcher makes of heartbeats: the hang watchdog's choice of stuck ranks and the Prometheus text.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <thread>
+
+#include "ddp/agent_channel.h"
+#include "ddp/error.h"
+#include "launcher/agent_socket.h"
+#include "launcher/progress_board.h"
+
+using namespace ddp::launcher;
+using namespace std::chrono_literals;
+using Catch::Matchers::Contains;
+
+namespace {
+
+ddp::EnvLookup env_of(std::map<std::string, std::string> vars) {
+  return [vars](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+ddp::AgentMessage heartbeat(int rank, int pid, std::int64_t step) {
+  ddp::AgentMessage m;
+  m.flags = ddp::AgentMessage::kHasStep;
+  m.rank = rank;
+  m.pid = pid;
+  m.step = step;
+  m.step_time_s = 0.25;
+  m.comm_time_s = 0.05;
+  m.timestamp_s = 1.7e9 + step;
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("agent messages: fixed 64-byte format, anything else is rejected", "[agent]") {
+  ddp::AgentMessage m = heartbeat(3, 4242, 17);
+  m.flags |= ddp::AgentMessage::kHasLoss | ddp::AgentMessage::kHasSamples;
+  m.samples = 1 << 20;
+  m.loss = 0.125;
+  unsigned char bytes[ddp::kAgentMessageBytes];
+  ddp::encode_agent_message(m, bytes);
+  const auto back = ddp::decode_agent_message(bytes, sizeof bytes);
+  REQUIRE(back);
+  CHECK(back->flags == m.flags);
+  CHECK(back->rank == 3);
+  CHECK(back->pid == 4242);
+  CHECK(back->step == 17);
+  CHECK(back->samples == m.samples);
+  CHECK(back->step_time_s == m.step_time_s);
+  CHECK(back->comm_time_s == m.comm_time_s);
+  CHECK(back->loss == 0.125);
+  CHECK(back->timestamp_s == m.timestamp_s);
+  CHECK_FALSE(ddp::decode_agent_message(bytes, sizeof bytes - 1));
+  bytes[0] ^= 1;  // magic
+  CHECK_FALSE(ddp::decode_agent_message(bytes, sizeof bytes));
+}
+
+TEST_CASE("agent channel: no variable is a no-op, a bad one a clear error, a real socket gets the messages",
+          "[agent]") {
+  CHECK_FALSE(ddp::AgentChannel::from_environment(env_of({})).active());
+  CHECK_FALSE(ddp::AgentChannel::from_environment(env_of({{"DDP_AGENT_SOCKET", ""}})).active());
+  CHECK_THROWS_WITH(ddp::AgentChannel::from_environment(env_of({{"DDP_AGENT_SOCKET", "relative/agent.sock"}})),
+                    Contains("DDP_AGENT_SOCKET='relative/agent.sock' is not an absolute path"));
+  ddp::ProgressReporter silent(env_of({}));
+  silent.report(8, 1.0);  // nothing to send to: must neither throw nor block
+  CHECK(silent.samples() == 8);
+
+  auto socket = AgentSocket::open(std::filesystem::temp_directory_path().string());
+  const std::string dir = socket->path().substr(0, socket->path().rfind('/'));
+  struct stat st {};
+  REQUIRE(::stat(dir.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0700);  // private: only the job's user can send heartbeats
+
+  ddp::ProgressReporter reporter(env_of({{"DDP_AGENT_SOCKET", socket->path()}, {"RANK", "5"}}));
+  REQUIRE(reporter.active());
+  reporter.report(16, 0.5);
+  reporter.report(16);
+  ddp::AgentChannel channel(socket->path());
+  channel.send(heartbeat(5, 77, 9));
+  std::vector<ddp::AgentMessage> got;
+  socket->drain([&](const ddp::AgentMessage& m) { got.push_back(m); });
+  REQUIRE(got.size() == 3);
+  CHECK(got[0].rank == 5);
+  CHECK(got[0].pid == ::getpid());
+  CHECK(got[0].samples == 16);
+  CHECK(got[0].flags == (ddp::AgentMessage::kHasSamples | ddp::AgentMessage::kHasLoss));
+  CHECK(got[0].loss == 0.5);
+  CHECK(got[1].samples == 32);
+  CHECK(got[1].flags == ddp::AgentMessage::kHasSamples);
+  CHECK(got[2].step == 9);
+
+  // The launcher gone: sending stays silent and non-blocking.
+  const std::string path = socket->path();
+  socket.reset();
+  CHECK(::access(dir.c_str(), F_OK) != 0);  // the folder went with it
+  for (int i = 0; i < 1000; ++i) channel.send(heartbeat(5, 77, 10 + i));
+  ddp::AgentChannel late(path);
+  late.send(heartbeat(5, 77, 1));
+  CHECK_FALSE(late.active());
+}
+
+TEST_CASE("hang watchdog: the silent rank at the lowest step is the stuck one", "[watchdog]") {
+  ProgressBoard board(0, 3);
+  board.begin_attempt(0, {{0, 0, 100}, {1, 1, 101}, {2, 2, 102}});
+  const auto t0 = SteadyClock::now();
+  CHECK(board.stuck(t0 + 1h, 5).empty());  // no heartbeat yet: start-up is not watched
+  for (int r = 0; r < 3; ++r) REQUIRE(board.record(heartbeat(r, 100 + r, 5), t0));
+  CHECK_FALSE(board.record(heartbeat(1, 999, 6), t0));  // a pid that is not this attempt's worker
+  CHECK_FALSE(board.record(heartbeat(7, 100, 6), t0));  // a rank that is not on this node
+  CHECK(board.stuck(t0 + 4s, 5).empty());
+  // Ranks 0 and 2 enter step 6 and wait in its all-reduce for rank 1, which never arrives.
+  board.record(heartbeat(0, 100, 6), t0 + 1s);
+  board.record(heartbeat(2, 102, 6), t0 + 1s);
+  const auto stuck = board.stuck(t0 + 10s, 5);  // all three silent by now
+  REQUIRE(stuck.size() == 1);
+  CHECK(stuck[0].worker.rank == 1);
+  CHECK(stuck[0].worker.pid == 101);
+  CHECK(describe_stuck(stuck[0]) ==
+        "rank 1 (pid 101, local_rank 1) made no progress for 10 s (last heartbeat at step 5; the other ranks are "
+        "at step 6)");
+  // Everybody at the same step and silent: all are reported. An exited rank is not watched.
+  board.record(heartbeat(1, 101, 6), t0 + 1s);
+  board.mark_exited(2);
+  const auto all = board.stuck(t0 + 10s, 5);
+  REQUIRE(all.size() == 2);
+  CHECK(all[0].worker.rank == 0);
+  CHECK(all[1].worker.rank == 1);
+  CHECK(board.stuck(t0 + 10s, 0).empty());  // 0: off
+  // A new attempt forgets the old one's heartbeats.
+  board.begin_attempt(1, {{0, 0, 200}, {1, 1, 201}, {2, 2, 202}});
+  CHECK(board.stuck(t0 + 1h, 5).empty());
+  CHECK(board.snapshot().restarts == 1);
+}
+
+TEST_CASE("Prometheus text: every series with its labels and plausible values", "[metrics]") {
+  ProgressBoard board(1, 4);
+  board.begin_attempt(2, {{2, 0, 300}, {3, 1, 301}});
+  const auto t0 = SteadyClock::now();
+  board.record(heartbeat(2, 300, 11), t0);
+  ddp::AgentMessage progress;
+  progress.flags = ddp::AgentMessage::kHasSamples | ddp::AgentMessage::kHasLoss;
+  progress.rank = 2;
+  progress.pid = 300;
+  progress.samples = 100;
+  progress.loss = 0.75;
+  progress.timestamp_s = 1.7e9 + 11;
+  board.record(progress, t0);
+  progress.samples = 400;
+  board.record(progress, t0 + 2s);  // 300 samples in 2 s
+  board.count_failure();
+  GpuInfo gpu;
+  gpu.index = 0;
+  gpu.uuid = "GPU-1234";
+  gpu.name = "Test \"GPU\"";
+  gpu.total_bytes = 80ull << 30;
+  gpu.free_bytes = 60ull << 30;
+  gpu.utilization = 0.5;
+  const std::string text = render_prometheus(board.snapshot(), {gpu});
+  INFO(text);
+  const std::string r2 = "{rank=\"2\",local_rank=\"0\",node_rank=\"1\"}";
+  CHECK_THAT(text, Contains("# TYPE ddp_steps_total counter\nddp_steps_total" + r2 + " 10\n"));
+  CHECK_THAT(text, Contains("ddp_samples_total" + r2 + " 400\n"));
+  CHECK_THAT(text, Contains("ddp_samples_per_second" + r2 + " 150\n"));
+  CHECK_THAT(text, Contains("ddp_step_time_seconds" + r2 + " 0.25\n"));
+  CHECK_THAT(text, Contains("ddp_communication_time_seconds" + r2 + " 0.05\n"));
+  CHECK_THAT(text, Contains("ddp_loss" + r2 + " 0.75\n"));
+  CHECK_THAT(text, Contains("ddp_last_heartbeat_timestamp_seconds" + r2 + " 1700000011\n"));
+  CHECK_THAT(text, Contains("ddp_restarts_total{node_rank=\"1\"} 2\n"));
+  CHECK_THAT(text, Contains("ddp_worker_failures_total{node_rank=\"1\"} 1\n"));
+  CHECK_THAT(text, Contains("ddp_world_size{node_rank=\"1\"} 4\n"));
+  const std::string g = "{gpu=\"0\",uuid=\"GPU-1234\",name=\"Test \\\"GPU\\\"\"}";
+  CHECK_THAT(text, Contains("ddp_gpu_memory_used_bytes" + g + " 21474836480\n"));
+  CHECK_THAT(text, Contains("ddp_gpu_memory_total_bytes" + g + " 85899345920\n"));
+  CHECK_THAT(text, Contains("ddp_gpu_utilization_ratio" + g + " 0.5\n"));
+  // Rank 3 has said nothing: none of its series is invented.
+  CHECK(text.find("rank=\"3\"") == std::string::npos);
+  // Without GPUs, no GPU family at all.
+  CHECK(render_prometheus(board.snapshot(), {}).find("ddp_gpu_") == std::string::npos);
+}
