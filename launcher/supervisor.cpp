@@ -327,7 +327,7 @@ class Attempt {
         options_.progress->count_failure();
       }
     }
-    begin_stop(true);
+    begin_stop(true, "the hang watchdog stopped the job");
   }
 
   static void setup_stream(Stream& s, int console_fd, int rank) {
@@ -428,10 +428,10 @@ class Attempt {
 
   // The group stops: SIGTERM to every running worker (unless a forwarded signal already went out),
   // SIGKILL when the grace period is over.
-  void begin_stop(bool send_sigterm) {
+  void begin_stop(bool send_sigterm, const char* why = "a worker failed") {
     if (!stopping_ && send_sigterm && running_count() > 0) {
-      spdlog::warn("a worker failed: sending SIGTERM to the {} other workers (SIGKILL after {} s)",
-                   running_count(), options_.shutdown_grace_s);
+      spdlog::warn("{}: sending SIGTERM to the {} running workers (SIGKILL after {} s)", why, running_count(),
+                   options_.shutdown_grace_s);
       for (auto& w : workers_) {
         if (w.running) signal_group(w.pid, SIGTERM);
       }
