@@ -244,3 +244,22 @@ TEST_CASE("a real Prometheus server scrapes the job and has the series", "[prome
   CHECK(server_end->exit_code == 0);
   job.stop();
 }
+
+TEST_CASE("hang watchdog with --max_restarts: the stuck attempt counts as a failure and the job resumes",
+          "[watchdog]") {
+  TempDir dir;
+  const std::string checkpoints = dir.path() + "/ckpt";
+  Child launcher(job({"--nproc_per_node", "2", "--hang_timeout", "2", "--shutdown_grace", "2", "--max_restarts", "1"},
+                     {"--steps", "6", "--step-ms", "20", "--timeout-ms", "120000", "--checkpoint-dir", checkpoints,
+                      "--checkpoint-every", "2", "--resume", "--pid-dir", dir.path()}),
+                 fault("rank=1,step=4,kind=hang,attempt=0"));
+  const auto finished = launcher.wait(60s);
+  REQUIRE(finished);
+  const LaunchOutcome& outcome = *finished;
+  INFO(outcome.out << outcome.err);
+  CHECK(outcome.exit_code == 0);
+  CHECK_THAT(outcome.err, Contains("(last heartbeat at step 3; the other ranks are at step 4)") &&
+                              Contains("worker group failed (rank 1 exited with SIGTERM") && Contains("restart 1 of 1"));
+  CHECK_THAT(outcome.out, Contains("resumed from step 2") && Contains("finished 6 steps"));
+  require_gone(recorded_pids(dir.path()));
+}

@@ -436,6 +436,13 @@ TEST_CASE("observability flags: hang watchdog and metrics endpoint", "[config]")
   CHECK(c.hang_timeout_s == 2.5);
   CHECK(c.metrics_port == 9400);
   CHECK(c.metrics_addr == "::1");
+  std::vector<const char*> help{"ddp_launch", "--help"};
+  std::string help_text;  // with cxxopts' line wrapping undone
+  for (char ch : parse_launch_args(2, help.data(), plain_env()).help_text) {
+    const bool space = std::isspace(static_cast<unsigned char>(ch)) != 0;
+    if (!space || (!help_text.empty() && help_text.back() != ' ')) help_text += space ? ' ' : ch;
+  }
+  CHECK_THAT(help_text, Catch::Contains("anything but loopback exposes the metrics on the network"));
   CHECK_THAT(usage_error({"--hang_timeout", "-1", "/bin/true"}), Catch::Contains("--hang_timeout expects a number"));
   CHECK_THAT(usage_error({"--metrics_port", "70000", "/bin/true"}), Catch::Contains("--metrics_port must be in 0..65535"));
   CHECK_THAT(usage_error({"--metrics_addr", "localhost", "/bin/true"}),
