@@ -10,7 +10,8 @@
 namespace ddp {
 
 AgentChannel AgentChannel::from_environment(const EnvLookup& env) {
-  return AgentChannel(agent_socket_path(env).value_or(""));
+  const auto agent = parse_agent_environment(env);
+  return AgentChannel(agent ? agent->socket_path : std::string());
 }
 
 AgentChannel::~AgentChannel() {
@@ -58,9 +59,10 @@ double wall_seconds_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-ProgressReporter::ProgressReporter(const EnvLookup& env) : channel_(AgentChannel::from_environment(env)) {
-  if (channel_.active()) {
-    if (auto rank = env("RANK")) rank_ = parse_int(*rank, "RANK", 0, 1 << 30);
+ProgressReporter::ProgressReporter(const EnvLookup& env) {
+  if (const auto agent = parse_agent_environment(env)) {
+    channel_ = AgentChannel(agent->socket_path);
+    rank_ = agent->rank;
   }
 }
 

@@ -96,7 +96,7 @@ class AgentChannel {
  public:
   AgentChannel() = default;
   explicit AgentChannel(std::string socket_path) : path_(std::move(socket_path)) {}
-  // DDP_AGENT_SOCKET of env (see agent_socket_path in ddp/environment.h).
+  // DDP_AGENT_SOCKET of env (see parse_agent_environment in ddp/environment.h).
   static AgentChannel from_environment(const EnvLookup& env);
   ~AgentChannel();
   AgentChannel(AgentChannel&& other) noexcept;

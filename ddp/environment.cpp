@@ -123,14 +123,17 @@ InitMethod parse_init_method(const std::string& url) {
   throw bad("unknown scheme");
 }
 
-std::optional<std::string> agent_socket_path(const EnvLookup& env) {
+std::optional<AgentEnvironment> parse_agent_environment(const EnvLookup& env) {
   auto path = env("DDP_AGENT_SOCKET");
   if (!path || path->empty()) return std::nullopt;
   if (path->front() != '/' || path->size() >= sizeof(sockaddr_un{}.sun_path)) {
     throw InvalidArgument(str("DDP_AGENT_SOCKET='", *path, "' is not an absolute path shorter than ",
                               sizeof(sockaddr_un{}.sun_path), " bytes; unset it, or let ddp_launch set it"));
   }
-  return path;
+  AgentEnvironment out;
+  out.socket_path = *path;
+  out.rank = first_int(env, {"RANK"}, 0).value_or(0);
+  return out;
 }
 
 }  // namespace ddp

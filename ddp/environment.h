@@ -46,10 +46,17 @@ struct InitMethod {
 // Throws ddp::InvalidArgument for anything else.
 InitMethod parse_init_method(const std::string& url);
 
-// DDP_AGENT_SOCKET, the launcher's heartbeat socket (see Note [Agent channel] in ddp/agent_channel.h).
-// nullopt when unset or empty: no launcher listens, reporting is a no-op. Throws
-// ddp::InvalidArgument when the path cannot be a Unix socket address (too long, not absolute).
-std::optional<std::string> agent_socket_path(const EnvLookup& env);
+// Where heartbeats go (see Note [Agent channel] in ddp/agent_channel.h): DDP_AGENT_SOCKET, set by
+// ddp_launch with --hang_timeout or --metrics_port, and this process's RANK (0 when unset).
+struct AgentEnvironment {
+  std::string socket_path;
+  int rank = 0;
+};
+
+// nullopt when DDP_AGENT_SOCKET is unset or empty: no launcher listens, reporting is a no-op.
+// Throws ddp::InvalidArgument when the path cannot be a Unix socket address (too long, not
+// absolute) or RANK is malformed.
+std::optional<AgentEnvironment> parse_agent_environment(const EnvLookup& env);
 
 // Parses a whole decimal integer in [min_value, max_value]; `what` names the value in the error.
 int parse_int(const std::string& text, const std::string& what, int min_value, int max_value);

@@ -82,6 +82,8 @@ TEST_CASE("agent channel: no variable is a no-op, a bad one a clear error, a rea
   REQUIRE(::stat(dir.c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0700);  // private: only the job's user can send heartbeats
 
+  CHECK_THROWS_WITH(ddp::ProgressReporter(env_of({{"DDP_AGENT_SOCKET", socket->path()}, {"RANK", "five"}})),
+                    Contains("RANK='five' is not an integer"));
   ddp::ProgressReporter reporter(env_of({{"DDP_AGENT_SOCKET", socket->path()}, {"RANK", "5"}}));
   REQUIRE(reporter.active());
   reporter.report(16, 0.5);
