@@ -2,13 +2,15 @@
 # Where the time of a DDP step goes (docs/benchmarks.md, "Where the time goes"), in two parts:
 #   1. instructions per training step (valgrind --tool=callgrind, per thread; load-independent): this
 #      library's DDP (build/bin/ddp_bench --mode ddp) and PyTorch's Python DDP
-#      (benchmarks/torch_ddp_reference.py), 1 rank alone and each of 2 ranks. A step's count is the
-#      difference of a LONG and a SHORT run divided by LONG - SHORT, so start-up cancels out.
+#      (benchmarks/torch_ddp_reference.py), 1 rank alone and each of 2 ranks (Python: 1 rank unless
+#      PY_CALLGRIND_RANKS="1 2": importing torch under callgrind takes ~10 minutes per run here). A
+#      step's count is the difference of a LONG and a SHORT run divided by LONG - SHORT, so start-up
+#      cancels out.
 #   2. CPU accounting of real runs (perf stat's software counters): CPU time per step and per rank
 #      against wall time, context switches per step, threads per process (from /proc during the run).
 #   scripts/profile-ddp.sh [OUT]   (default OUT: build/profile)
 #   environment: MODEL=lenet BATCH=64 SHORT=4 LONG=14 NPROC=2 WALL_SHORT=20 WALL_ITERS=300 THREADS=1
-#   SKIP_PYTHON= SKIP_CALLGRIND=
+#   SKIP_PYTHON= SKIP_CALLGRIND= PY_CALLGRIND_RANKS=1
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin=${DDP_BUILD_DIR:-$root/build}/bin
@@ -56,7 +58,9 @@ WRAP
   echo "== 1. instructions per step (callgrind; $model batch $batch, $OMP_NUM_THREADS thread(s); runs of $short and $long steps)"
   printf '%-6s %-5s %-5s %16s %16s %16s\n' side ranks rank "instr/step" "main thread" "other threads"
   for side in "${sides[@]}"; do
-    for ranks in 1 "$nproc"; do
+    cg_ranks="1 $nproc"
+    [[ $side == py ]] && cg_ranks=${PY_CALLGRIND_RANKS:-1}
+    for ranks in $cg_ranks; do
       for iters in "$short" "$long"; do
         CG_TAG=$side-w$ranks-i$iters launch "$side" "$ranks" "$iters" "$out/cg/wrap.sh" > "$out/cg/$side-w$ranks-i$iters.log" 2>&1 ||
           { echo "profile-ddp: the $side run with $ranks rank(s) failed; see $out/cg/$side-w$ranks-i$iters.log" >&2; exit 1; }
