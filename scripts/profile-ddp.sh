@@ -29,7 +29,7 @@ rm -rf "${out:?}"/cg "${out:?}"/perf
 mkdir -p "$out/cg" "$out/perf"
 
 # --- the programs: side ranks iters -> command line (under a launcher when ranks > 1) ---------------
-cpp_args() { echo "--mode ddp --model $model --batch $batch --warmup 2 --iters $1 --no-markdown"; }
+cpp_args() { echo "--mode ddp --model $model --batch $batch --warmup 2 --iters $1 --no-markdown${cpp_csv:+ --csv $cpp_csv}"; }
 py_args() { echo "$root/benchmarks/torch_ddp_reference.py --model $model --batch $batch --warmup 2 --iters $1"; }
 launch() {  # side ranks wrapper... -> runs the side's program under wrapper
   local side=$1 ranks=$2 iters=$3
@@ -86,28 +86,37 @@ chmod +x "$out/perf/wrap.sh"
 wall_short=${WALL_SHORT:-20}
 counter() { awk -F, -v name="$2" '$3 ~ "^" name { print $1 }' "$1"; }
 run_timed() {  # side ranks iters -> wall seconds; records threads per process in $out/perf/threads
-  local side=$1 ranks=$2 iters=$3 start job n pid pids comm threads=""
-  start=$(date +%s.%N)
+  local side=$1 ranks=$2 iters=$3 job n pid pids comm threads=""
+  cpp_csv=$out/perf/$side-w$ranks-i$iters.csv
   PERF_TAG=$side-w$ranks-i$iters launch "$side" "$ranks" "$iters" "$out/perf/wrap.sh" > "$out/perf/$side-w$ranks-i$iters.log" 2>&1 &
   job=$!
   if ((iters == wall_iters)); then
-    for _ in $(seq 40); do  # threads of each worker, once all are under way
-      sleep 0.5
+    # Threads of each worker: the most seen while the run lasts (sampled every 0.2 s).
+    declare -A most=()
+    while kill -0 "$job" 2> /dev/null; do
       if [[ $side == cpp ]]; then pids=$(pgrep -f "bin/ddp_bench $(cpp_args "$iters")" -d' ' || true)
       else pids=$(pgrep -f "torch_ddp_reference.py --model $model --batch $batch --warmup 2 --iters $iters" -d' ' || true); fi
-      threads=""
       for pid in $pids; do
         comm=$(cat "/proc/$pid/comm" 2> /dev/null || true)
         [[ $comm == ddp_bench || $comm == python* ]] || continue  # not the launcher or perf
         n=$(awk '/^Threads/ { print $2 }' "/proc/$pid/status" 2> /dev/null || true)
-        [[ -n $n ]] && threads+="$n "
+        [[ -n $n ]] && ((n > ${most[$pid]:-0})) && most[$pid]=$n
       done
-      (($(wc -w <<< "$threads") >= ranks)) && sleep 1 && break
+      sleep 0.2
     done
+    for pid in $(printf '%s\n' "${!most[@]}" | sort -n); do threads+="${most[$pid]} "; done
     echo "${threads% }" > "$out/perf/threads"
   fi
   wait "$job" || { echo "profile-ddp: the $side run with $ranks rank(s) failed; see $out/perf/$side-w$ranks-i$iters.log" >&2; return 1; }
-  awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.3f", b - a }'
+  cpp_csv=""
+  # Wall time per step of the timed iterations, as the program reports it (samples/s of the slowest rank).
+  local rate
+  if [[ $side == cpp ]]; then
+    rate=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } { print $c["samples_per_s"] }' "$out/perf/$side-w$ranks-i$iters.csv")
+  else
+    rate=$(grep -o 'samples_per_s=[0-9.]*' "$out/perf/$side-w$ranks-i$iters.log" | cut -d= -f2)
+  fi
+  awk -v r="$rate" -v n=$((ranks * batch)) 'BEGIN { printf "%.3f", 1000 * n / r }'
 }
 echo "== 2. CPU accounting (runs of $wall_short and $wall_iters steps; perf stat per rank; load average $(cut -d' ' -f1-3 /proc/loadavg))"
 printf '%-6s %-5s %-5s %12s %12s %10s %9s %s\n' side ranks rank "wall ms/step" "CPU ms/step" "CPUs used" "cs/step" "threads/process"
@@ -120,9 +129,10 @@ for side in "${sides[@]}"; do
       awk -v side="$side" -v ranks="$ranks" -v r="$r" -v n=$((wall_iters - wall_short)) -v w1="$w1" -v w2="$w2" \
         -v c1="$(counter "$a" task-clock)" -v c2="$(counter "$b" task-clock)" \
         -v s1="$(counter "$a" context-switches)" -v s2="$(counter "$b" context-switches)" -v threads="$(cat "$out/perf/threads")" '
-        BEGIN { wall = (w2 - w1) * 1000 / n; cpu = (c2 - c1) / n
+        BEGIN { wall = w2; cpu = (c2 - c1) / n
                 printf "%-6s %-5s %-5s %12.2f %12.2f %10.2f %9.1f %s\n", side, ranks, r, wall, cpu, cpu / wall, (s2 - s1) / n, threads }'
     done
   done
 done | tee "$out/cpu.txt"
-echo "(per step: differences of the two runs; CPUs used = CPU time / wall time of the extra steps, per rank; cs = context switches)"
+echo "(wall ms/step: the timed steps of the long run, as the program reports them; CPU ms/step and cs/step (context"
+echo " switches): differences of the two runs per rank, so start-up cancels; CPUs used = CPU ms / wall ms per step)"
