@@ -3,7 +3,8 @@
 //
 //   ddp_micro_bench overhead   [--model lenet|mlp] [--batch 64] [--iters 200]  world size 1: DDP vs plain
 //   ddp_micro_bench buckets    [--layers 16] [--width 1024] [--iters 10]       bucketed sync vs one flat all-reduce
-//   ddp_micro_bench overlap    [--layers 16] [--width 1024] [--batch 64]        share of communication hidden
+//   ddp_micro_bench overlap    [--layers 16] [--width 1024] [--batch 64] [--registration forward|reversed]
+//                              share of communication hidden, static vs rebuilt buckets in one run
 //   ddp_micro_bench throughput [--model lenet|resnet18] [--batch 64] [--iters 50]  samples/s of DDP training
 #include <torch/torch.h>
 
@@ -19,6 +20,8 @@
 #include "ddp/error.h"
 #include "ddp/process_group.h"
 #include "ddp/run_main.h"
+#include "examples/models/lenet.h"
+#include "examples/models/resnet.h"
 
 namespace {
 
@@ -37,85 +40,31 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// --- models (the same architectures as benchmarks/ddp_torch_reference.py) -------------------------
+// --- models: the examples' LeNet (Fashion-MNIST shape) and ResNet-18 (CIFAR shape), as ddp_bench and
+// benchmarks/torch_ddp_reference.py use them; and a deep MLP for the bucket and overlap figures. ------
 
-struct LeNetImpl : torch::nn::Module {
-  LeNetImpl()
-      : conv1(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 6, 5)))),
-        conv2(register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(6, 16, 5)))),
-        fc1(register_module("fc1", torch::nn::Linear(16 * 4 * 4, 120))),
-        fc2(register_module("fc2", torch::nn::Linear(120, 84))),
-        fc3(register_module("fc3", torch::nn::Linear(84, 10))) {}
-  torch::Tensor forward(const torch::Tensor& x) {
-    auto h = torch::max_pool2d(torch::relu(conv1(x)), 2);
-    h = torch::max_pool2d(torch::relu(conv2(h)), 2);
-    return fc3(torch::relu(fc2(torch::relu(fc1(h.flatten(1))))));
-  }
-  torch::nn::Conv2d conv1, conv2;
-  torch::nn::Linear fc1, fc2, fc3;
-};
-TORCH_MODULE(LeNet);
+using ddp::examples::models::LeNet;
+using ddp::examples::models::LeNetOptions;
+using ddp::examples::models::ResNet18;
 
-struct BasicBlockImpl : torch::nn::Module {
-  BasicBlockImpl(int in, int out, int stride)
-      : conv1(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false)))),
-        bn1(register_module("bn1", torch::nn::BatchNorm2d(out))),
-        conv2(register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(out, out, 3).padding(1).bias(false)))),
-        bn2(register_module("bn2", torch::nn::BatchNorm2d(out))) {
-    if (stride != 1 || in != out) {
-      downsample = register_module("downsample", torch::nn::Sequential(
-          torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)), torch::nn::BatchNorm2d(out)));
-    }
-  }
-  torch::Tensor forward(const torch::Tensor& x) {
-    auto h = torch::relu(bn1(conv1(x)));
-    h = bn2(conv2(h));
-    return torch::relu(h + (downsample ? downsample->forward(x) : x));
-  }
-  torch::nn::Conv2d conv1;
-  torch::nn::BatchNorm2d bn1;
-  torch::nn::Conv2d conv2;
-  torch::nn::BatchNorm2d bn2;
-  torch::nn::Sequential downsample{nullptr};
-};
-TORCH_MODULE(BasicBlock);
-
-// torchvision's resnet18 layout (7x7 stem, max pool, 4 stages of 2 basic blocks), 10 classes.
-struct ResNet18Impl : torch::nn::Module {
-  ResNet18Impl()
-      : conv1(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 64, 7).stride(2).padding(3).bias(false)))),
-        bn1(register_module("bn1", torch::nn::BatchNorm2d(64))),
-        fc(register_module("fc", torch::nn::Linear(512, 10))) {
-    int in = 64;
-    const int widths[] = {64, 128, 256, 512};
-    for (int stage = 0; stage < 4; ++stage) {
-      torch::nn::Sequential layer;
-      layer->push_back(BasicBlock(in, widths[stage], stage == 0 ? 1 : 2));
-      layer->push_back(BasicBlock(widths[stage], widths[stage], 1));
-      in = widths[stage];
-      layers.push_back(register_module("layer" + std::to_string(stage + 1), layer));
-    }
-  }
-  torch::Tensor forward(const torch::Tensor& x) {
-    auto h = torch::max_pool2d(torch::relu(bn1(conv1(x))), 3, 2, 1);
-    for (auto& layer : layers) h = layer->forward(h);
-    return fc(torch::adaptive_avg_pool2d(h, {1, 1}).flatten(1));
-  }
-  torch::nn::Conv2d conv1;
-  torch::nn::BatchNorm2d bn1;
-  torch::nn::Linear fc;
-  std::vector<torch::nn::Sequential> layers;
-};
-TORCH_MODULE(ResNet18);
+LeNet make_lenet() { return LeNet(LeNetOptions(1, 28)); }
+ResNet18 make_resnet18() { return ResNet18(3, 10); }
 
 // A deep stack of square layers: many parameters, backward long enough to hide communication.
+// reversed_registration: the layers are registered last-used first, so reverse registration order is
+// the opposite of the order backward readies gradients (what Note [Bucket rebuild] is about).
 struct DeepMlpImpl : torch::nn::Module {
-  DeepMlpImpl(int layers, int width) {
-    for (int i = 0; i < layers; ++i) stack->push_back(torch::nn::Linear(width, width)), stack->push_back(torch::nn::ReLU());
-    register_module("stack", stack);
+  DeepMlpImpl(int layers, int width, bool reversed_registration = false) : layers_(static_cast<std::size_t>(layers), nullptr) {
+    for (int k = 0; k < layers; ++k) {
+      const int i = reversed_registration ? layers - 1 - k : k;
+      layers_[static_cast<std::size_t>(i)] = register_module("fc" + std::to_string(i), torch::nn::Linear(width, width));
+    }
   }
-  torch::Tensor forward(const torch::Tensor& x) { return stack->forward(x); }
-  torch::nn::Sequential stack;
+  torch::Tensor forward(torch::Tensor x) {
+    for (auto& layer : layers_) x = torch::relu(layer(x));
+    return x;
+  }
+  std::vector<torch::nn::Linear> layers_;
 };
 TORCH_MODULE(DeepMlp);
 
@@ -125,7 +74,7 @@ struct Batch {
 
 Batch make_batch(const std::string& model, long batch, int classes = 10) {
   torch::manual_seed(0);
-  if (model == "lenet") return {torch::randn({batch, 1, 28, 28}), torch::randint(classes, {batch})};
+  if (model == "lenet") return {torch::randn({batch, 1, 28, 28}), torch::randint(classes, {batch})};  // Fashion-MNIST shape
   if (model == "resnet18") return {torch::randn({batch, 3, 32, 32}), torch::randint(classes, {batch})};
   throw ddp::InvalidArgument("unknown --model " + model + " (lenet or resnet18)");
 }
@@ -168,8 +117,8 @@ int overhead(const Args& args) {
       wrapped += train_seconds(model, model.parameters(), data, 5, iters);
     }
   };
-  if (model_name == "lenet") run([] { return LeNet(); });
-  else run([] { return ResNet18(); });
+  if (model_name == "lenet") run(make_lenet);
+  else run(make_resnet18);
   const double n = static_cast<double>(rounds * iters * batch);
   std::printf("overhead model=%s batch=%ld threads=%d: plain %.1f samples/s, DDP(world 1) %.1f samples/s, DDP slower by %.2f%%\n",
               model_name.c_str(), batch, torch::get_num_threads(), n / plain, n / wrapped, 100.0 * (wrapped / plain - 1.0));
@@ -217,26 +166,72 @@ int buckets(const Args& args) {
   return 0;
 }
 
-// The share of communication that overlaps backward, from DDP's own statistics.
+// The share of communication that overlaps backward, from DDP's own statistics, with and without the
+// bucket rebuild (Note [Bucket rebuild]) in one run: two copies of the model, alternating rounds.
+// --registration reversed registers the layers in the opposite order of their use.
 int overlap(const Args& args) {
   auto pg = ddp::init_process_group();
   const int layers = static_cast<int>(get_int(args, "layers", 16)), width = static_cast<int>(get_int(args, "width", 1024));
-  const long batch = get_int(args, "batch", 64), iters = get_int(args, "iters", 10);
-  DeepMlp net(layers, width);
-  ddp::DistributedDataParallel<DeepMlp> model(net, pg);
-  torch::optim::SGD optimizer(model.parameters(), torch::optim::SGDOptions(0.001));
-  auto x = torch::randn({batch, width});
-  for (long i = 0; i < iters + 2; ++i) {
-    optimizer.zero_grad();
-    model(x).square().mean().backward();
-    optimizer.step();
+  const long batch = get_int(args, "batch", 64), iters = get_int(args, "iters", 10), rounds = get_int(args, "rounds", 3);
+  const std::string registration = get(args, "registration", "forward");
+  if (registration != "forward" && registration != "reversed") {
+    throw ddp::InvalidArgument("--registration must be forward or reversed, not " + registration);
   }
-  const auto s = model.stats();
+  const auto make = [&] {
+    torch::manual_seed(0);
+    return DeepMlp(layers, width, registration == "reversed");
+  };
+  struct Variant {
+    const char* name;
+    std::unique_ptr<ddp::DistributedDataParallel<DeepMlp>> model;
+    std::unique_ptr<torch::optim::SGD> optimizer;
+    double communication = 0, hidden = 0, exposed = 0, backward = 0, wall = 0;  // sums over the timed iterations (ms)
+  };
+  Variant variants[2] = {{"static buckets", nullptr, nullptr}, {"rebuilt buckets", nullptr, nullptr}};
+  for (int v = 0; v < 2; ++v) {
+    variants[v].model = std::make_unique<ddp::DistributedDataParallel<DeepMlp>>(
+        make(), pg, ddp::DdpOptions().set_rebuild_buckets(v == 1));
+    variants[v].optimizer = std::make_unique<torch::optim::SGD>(variants[v].model->parameters(), torch::optim::SGDOptions(0.001));
+  }
+  auto x = torch::randn({batch, width});
+  const auto step = [&](Variant& variant) {
+    variant.optimizer->zero_grad();
+    (*variant.model)(x).square().mean().backward();
+    variant.optimizer->step();
+  };
+  for (auto& variant : variants) {
+    for (int i = 0; i < 2; ++i) step(variant);  // the first synchronized iteration rebuilds
+  }
+  for (long round = 0; round < rounds; ++round) {
+    for (int k = 0; k < 2; ++k) {
+      Variant& variant = variants[(round + k) % 2];  // alternate which goes first
+      const auto before = variant.model->stats();
+      const auto start = Clock::now();
+      for (long i = 0; i < iters; ++i) step(variant);
+      variant.wall += 1e3 * seconds_since(start);
+      const auto after = variant.model->stats();
+      const auto sum = [](const ddp::DdpStats& s, double ddp::DdpStats::*field) { return s.*field * static_cast<double>(s.iterations); };
+      variant.communication += sum(after, &ddp::DdpStats::communication_ms) - sum(before, &ddp::DdpStats::communication_ms);
+      variant.hidden += sum(after, &ddp::DdpStats::hidden_communication_ms) - sum(before, &ddp::DdpStats::hidden_communication_ms);
+      variant.exposed += sum(after, &ddp::DdpStats::exposed_wait_ms) - sum(before, &ddp::DdpStats::exposed_wait_ms);
+      variant.backward += sum(after, &ddp::DdpStats::backward_compute_ms) - sum(before, &ddp::DdpStats::backward_compute_ms);
+    }
+  }
   if (pg->rank() == 0) {
-    std::printf("overlap world=%d layers=%d width=%d batch=%ld buckets=%zu: forward %.1f ms, backward compute %.1f ms, "
-                "communication %.1f ms, hidden %.1f ms (%.0f%%), exposed wait %.1f ms\n",
-                pg->size(), layers, width, batch, s.bucket_bytes.size(), s.forward_ms, s.backward_compute_ms,
-                s.communication_ms, s.hidden_communication_ms, 100.0 * s.hidden_share(), s.exposed_wait_ms);
+    const double n = static_cast<double>(rounds * iters);
+    std::printf("overlap world=%d layers=%d width=%d batch=%ld registration=%s, %ld rounds x %ld iterations each:\n",
+                pg->size(), layers, width, batch, registration.c_str(), rounds, iters);
+    for (const auto& v : variants) {
+      std::printf("  %-15s %zu buckets: step %.1f ms, backward compute %.1f ms, communication %.1f ms, hidden %.1f ms "
+                  "(%.0f%%), exposed wait %.1f ms\n",
+                  v.name, v.model->stats().bucket_bytes.size(), v.wall / n, v.backward / n, v.communication / n,
+                  v.hidden / n, v.communication > 0 ? 100.0 * v.hidden / v.communication : 0.0, v.exposed / n);
+    }
+    const double share0 = variants[0].communication > 0 ? variants[0].hidden / variants[0].communication : 0;
+    const double share1 = variants[1].communication > 0 ? variants[1].hidden / variants[1].communication : 0;
+    std::printf("  rebuilt / static: hidden share %.2fx, exposed wait %.2fx, step time %.2fx\n",
+                share0 > 0 ? share1 / share0 : 0.0, variants[0].exposed > 0 ? variants[1].exposed / variants[0].exposed : 0.0,
+                variants[0].wall > 0 ? variants[1].wall / variants[0].wall : 0.0);
   }
   return 0;
 }
@@ -264,8 +259,8 @@ int throughput(const Args& args) {
     seconds = train_seconds(model, model.parameters(), data, warmup, iters);
     stats = model.stats();
   };
-  if (model_name == "lenet") run(LeNet());
-  else run(ResNet18());
+  if (model_name == "lenet") run(make_lenet());
+  else run(make_resnet18());
   auto t = torch::tensor({seconds}, torch::kDouble);
   pg->allreduce(t, c10d::ReduceOp::MAX);
   if (pg->rank() == 0) {

@@ -74,6 +74,8 @@ BenchOptions parse_options(int argc, char** argv, const std::string& scenario_de
       ("warmup", "untimed iterations first", cxxopts::value<int64_t>()->default_value(std::to_string(d.warmup)))
       ("iters", "timed iterations", cxxopts::value<int64_t>()->default_value(std::to_string(d.iters)))
       ("threads", "intra-op threads per process (0: $OMP_NUM_THREADS, else cores / local processes)", cxxopts::value<int>()->default_value("0"))
+      ("data", "synthetic | fashion-mnist (the examples' pipeline: ImageDataset + DistributedSampler + data loader; lenet only)", cxxopts::value<std::string>()->default_value(d.data))
+      ("data-dir", "folder of the Fashion-MNIST IDX files (Debian's dataset-fashion-mnist)", cxxopts::value<std::string>()->default_value(d.data_dir))
       ("pool-batches", "synthetic batches kept in memory and cycled", cxxopts::value<int64_t>()->default_value(std::to_string(d.pool_batches)))
       ("baseline", "samples/s of one device, for the scaling efficiency column (0: from the single rows of this run)", cxxopts::value<double>()->default_value("0"))
       ("min-bytes", "allreduce: smallest message (a multiple of 4)", cxxopts::value<int64_t>()->default_value(std::to_string(d.min_bytes)))
@@ -106,6 +108,13 @@ BenchOptions parse_options(int argc, char** argv, const std::string& scenario_de
     options.iters = positive("iters", result["iters"].as<int64_t>(), 1);
     options.threads = static_cast<int>(positive("threads", result["threads"].as<int>(), 0));
     options.pool_batches = positive("pool-batches", result["pool-batches"].as<int64_t>(), 1);
+    options.data = choices("data", result["data"].as<std::string>(), {"synthetic", "fashion-mnist"}).front();
+    options.data_dir = result["data-dir"].as<std::string>();
+    if (options.data == "fashion-mnist" && options.scenario == "train") {
+      for (const auto& model : options.models) {
+        if (model != "lenet") throw UsageError{"--data fashion-mnist trains lenet only (1x28x28 images), not " + model};
+      }
+    }
     options.baseline_samples_per_s = result["baseline"].as<double>();
     if (!(options.baseline_samples_per_s >= 0)) throw UsageError{"--baseline must be >= 0"};
     options.min_bytes = positive("min-bytes", result["min-bytes"].as<int64_t>(), 4);

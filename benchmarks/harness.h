@@ -22,6 +22,8 @@ struct BenchOptions {
   int64_t iters = 20;
   int threads = 0;                                // 0: $OMP_NUM_THREADS, else cores / local processes
   int64_t pool_batches = 8;                       // synthetic batches kept in memory and cycled
+  std::string data = "synthetic";                 // synthetic | fashion-mnist (lenet only)
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";  // the IDX files of --data fashion-mnist
   double baseline_samples_per_s = 0;              // 1-device figure for scaling efficiency (0: from the run)
   int64_t min_bytes = 4;                          // allreduce sizes: min_bytes, 2*min_bytes, ... max_bytes
   int64_t max_bytes = int64_t{256} << 20;

@@ -3,9 +3,7 @@
 // Runs alternate (ddp_launch, torchrun, ddp_launch, ...) so that machine noise hits both alike; each
 // launcher gets its own free --master_port. Prints every run, the medians and their ratio.
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,21 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "launcher/net.h"
+
 extern char** environ;
 
 namespace {
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 // Runs argv with stdout/stderr to /dev/null; returns seconds, or a negative value on failure.
 double time_run(const std::vector<std::string>& argv) {
@@ -89,11 +77,11 @@ int main(int argc, char** argv) {
   }
   const std::string n = std::to_string(nproc);
   auto ours = [&] {
-    return std::vector<std::string>{launcher, "--nproc_per_node", n, "--master_port", std::to_string(free_port()), worker};
+    return std::vector<std::string>{launcher, "--nproc_per_node", n, "--master_port", std::to_string(ddp::launcher::pick_free_port("127.0.0.1")), worker};
   };
   auto theirs = [&] {
     return std::vector<std::string>{torchrun, "--no-python", "--nproc_per_node", n, "--master_port",
-                                    std::to_string(free_port()), worker};
+                                    std::to_string(ddp::launcher::pick_free_port("127.0.0.1")), worker};
   };
   std::printf("start-to-exit of %d workers of %s, %d alternating runs each (after one warm-up run each)\n", nproc,
               worker.c_str(), reps);

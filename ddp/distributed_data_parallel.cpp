@@ -115,6 +115,11 @@ struct DdpCore::Impl {
   double divisor = 1;
   torch::Tensor used_counts;  // find_unused_parameters: how many ranks used each parameter
 
+  // Bucket rebuild; see Note [Bucket rebuild] in ddp/bucket.h.
+  std::vector<std::size_t> ready_order;  // parameters in the order the first synced backward readied them
+  std::int64_t synced_backwards = 0;     // completed synchronized backwards (join's shadow ones included)
+  bool buckets_rebuilt = false;
+
   // Join state.
   bool joining = false;
   bool divide_by_initial_world_size = true;
@@ -203,7 +208,7 @@ struct DdpCore::Impl {
     }
   }
 
-  void build_buckets() {
+  void build_buckets(const std::vector<std::size_t>& order = {}) {
     std::vector<std::size_t> sizes;
     std::vector<c10::ScalarType> dtypes;
     std::vector<c10::Device> devices;
@@ -213,7 +218,7 @@ struct DdpCore::Impl {
       devices.push_back(p.tensor.device());
     }
     const auto assignment = compute_bucket_assignment(
-        sizes, dtypes, devices, BucketCaps{options.first_bucket_cap_bytes, options.bucket_cap_bytes});
+        sizes, dtypes, devices, BucketCaps{options.first_bucket_cap_bytes, options.bucket_cap_bytes}, order);
     torch::NoGradGuard no_grad;
     for (const auto& indices : assignment) {
       Bucket bucket;
@@ -242,6 +247,43 @@ struct DdpCore::Impl {
       sums.bucket_bytes.push_back(static_cast<std::size_t>(numel) * first.element_size());
       buckets.push_back(std::move(bucket));
     }
+  }
+
+  bool rebuild_wanted() const {
+    return options.rebuild_buckets && !options.find_unused_parameters && world > 1 && !buckets_rebuilt;
+  }
+
+  // Called at a synchronized forward (or its shadow in join) on every rank at the same point, once a
+  // synchronized backward has completed: broadcasts rank 0's ready order and rebuilds the buckets in
+  // it. Rank 0 sends the current layout's order when it has no complete recorded order.
+  void rebuild_buckets() {
+    const std::size_t n = params.size();
+    std::vector<std::int64_t> order;
+    std::vector<char> seen(n, 0);
+    for (auto i : ready_order) {
+      if (i < n && !seen[i]) order.push_back(static_cast<std::int64_t>(i));
+      if (i < n) seen[i] = 1;
+    }
+    if (order.size() != n) {
+      order.clear();
+      for (const auto& b : buckets) order.insert(order.end(), b.params.begin(), b.params.end());
+    }
+    auto wire = torch::tensor(order, torch::TensorOptions().dtype(torch::kLong)).to(group->device());
+    group->broadcast(wire, 0);
+    wire = wire.cpu();
+    std::vector<std::size_t> agreed(n);
+    for (std::size_t k = 0; k < n; ++k) agreed[k] = static_cast<std::size_t>(wire[static_cast<std::int64_t>(k)].item<std::int64_t>());
+    // gradient_as_bucket_view: param.grad keeps the old bucket's storage alive; build_buckets copies
+    // it into the new bucket and points param.grad there.
+    buckets.clear();
+    sums.bucket_bytes.clear();
+    build_buckets(agreed);
+    buckets_rebuilt = true;
+    ready_order.clear();
+    ready_order.shrink_to_fit();
+    reset_iteration();
+    group->logger().debug(str("DistributedDataParallel: buckets rebuilt in gradient-ready order: ", buckets.size(),
+                              " buckets (", ddp::join(sums.bucket_bytes, ", "), " bytes)"));
   }
 
   // --- iteration --------------------------------------------------------------------------------
@@ -307,6 +349,7 @@ struct DdpCore::Impl {
   void mark_ready(std::size_t i, bool has_gradient) {
     Param& p = params[i];
     ready[i] = 1;
+    if (synced_backwards == 0 && rebuild_wanted()) ready_order.push_back(i);
     used_locally[i] = has_gradient ? 1 : 0;
     torch::Tensor& grad = p.tensor.mutable_grad();
     grad_was_undefined[i] = grad.defined() ? 0 : 1;
@@ -435,6 +478,7 @@ struct DdpCore::Impl {
       }
     }
     record_timing(compute_end_ns, wait_start_ns);
+    ++synced_backwards;
   }
 
   void record_timing(std::int64_t compute_end_ns, std::int64_t wait_start_ns) {
@@ -475,6 +519,7 @@ struct DdpCore::Impl {
   // Join: the collectives a rank that has run out of data issues for one iteration of the others.
   void shadow_iteration(bool others_sync) {
     if (!others_sync) return;
+    if (synced_backwards > 0 && rebuild_wanted()) rebuild_buckets();
     if (options.broadcast_buffers && !buffer_groups.empty()) broadcast_buffers();
     torch::NoGradGuard no_grad;
     for (auto& b : buckets) {
@@ -486,6 +531,7 @@ struct DdpCore::Impl {
       used_counts.zero_();
       group->allreduce(used_counts);
     }
+    ++synced_backwards;
   }
 };
 
@@ -565,6 +611,7 @@ void DdpCore::before_forward() {
     if (!m.divide_by_initial_world_size) m.divisor = active;
     ++m.join_iterations;
   }
+  if (will_sync && m.synced_backwards > 0 && m.rebuild_wanted()) m.rebuild_buckets();
   // Only forwards whose backward syncs broadcast (as PyTorch): a forward under NoGradGuard or
   // no_sync() issues no collective, so evaluating on rank 0 alone cannot hang.
   if (will_sync && m.options.broadcast_buffers && !m.buffer_groups.empty()) m.broadcast_buffers();
@@ -620,6 +667,15 @@ void DdpCore::join(const std::function<void()>& loop, const JoinOptions& options
 }
 
 const ProcessGroup& DdpCore::group() const { return *impl_->group; }
+
+std::vector<std::vector<std::string>> DdpCore::bucket_parameter_names() const {
+  std::vector<std::vector<std::string>> out;
+  for (const auto& b : impl_->buckets) {
+    out.emplace_back();
+    for (auto i : b.params) out.back().push_back(impl_->params[i].name);
+  }
+  return out;
+}
 
 DdpStats DdpCore::stats() const {
   const Impl& m = *impl_;

@@ -30,6 +30,9 @@ struct DdpOptions {
   // param.grad becomes a view into the bucket: no copies in or out, less memory.
   bool gradient_as_bucket_view = false;
   CommHook comm_hook = CommHook::allreduce;
+  // Rebuild the buckets once, in the order gradients became ready in the first synchronized
+  // backward (Note [Bucket rebuild] in ddp/bucket.h). Ignored with find_unused_parameters.
+  bool rebuild_buckets = true;
 
   DdpOptions& set_bucket_cap_mb(double mb) { bucket_cap_bytes = static_cast<std::size_t>(mb * (1 << 20)); return *this; }
   DdpOptions& set_first_bucket_cap_mb(double mb) { first_bucket_cap_bytes = static_cast<std::size_t>(mb * (1 << 20)); return *this; }
@@ -39,6 +42,7 @@ struct DdpOptions {
   DdpOptions& set_broadcast_buffers(bool v) { broadcast_buffers = v; return *this; }
   DdpOptions& set_gradient_as_bucket_view(bool v) { gradient_as_bucket_view = v; return *this; }
   DdpOptions& set_comm_hook(CommHook v) { comm_hook = v; return *this; }
+  DdpOptions& set_rebuild_buckets(bool v) { rebuild_buckets = v; return *this; }
 };
 
 // Options of join() (PyTorch's Join / DDP.join arguments).
@@ -68,6 +72,8 @@ class DdpCore {
   bool set_sync(bool enabled);  // returns the previous value
   void join(const std::function<void()>& loop, const JoinOptions& options);
   DdpStats stats() const;
+  // The parameter names of each bucket, in launch order.
+  std::vector<std::vector<std::string>> bucket_parameter_names() const;
   const ProcessGroup& group() const;
 
  private:
@@ -160,6 +166,9 @@ class DistributedDataParallel {
   void join(const std::function<void()>& loop, JoinOptions options = {}) { core_->join(loop, options); }
 
   DdpStats stats() const { return core_->stats(); }
+  // The current bucket layout: each bucket's parameter names, in launch order (after the first
+  // synchronized iteration, the rebuilt layout: Note [Bucket rebuild] in ddp/bucket.h).
+  std::vector<std::vector<std::string>> bucket_parameter_names() const { return core_->bucket_parameter_names(); }
   const ProcessGroup& process_group() const { return core_->group(); }
 
  private:

@@ -9,6 +9,13 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
+
+#ifdef DDP_BENCH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+#include "benchmarks/harness.h"
 
 #include "ddp/process_group.h"
 
@@ -41,6 +48,39 @@ inline double reduce(ProcessGroup* group, double value, c10d::ReduceOp op) {
   auto tensor = torch::tensor({value}, torch::kDouble);
   group->allreduce(tensor, op);
   return tensor.item<double>();
+}
+
+// value of every rank, in rank order (just value without a group).
+inline std::vector<double> gather(ProcessGroup* group, double value) {
+  if (group == nullptr || group->size() == 1) return {value};
+  std::vector<double> out;
+  for (const auto& t : group->allgather(torch::tensor({value}, torch::kDouble))) out.push_back(t.item<double>());
+  return out;
+}
+
+// Peak memory of this rank on `device` since reset_peak_device_memory(device), in bytes: the CUDA
+// caching allocator's peak of allocated bytes on a GPU (compiled in where LibTorch has CUDA), the
+// resident set's high-water mark (VmHWM) on the CPU.
+inline int64_t peak_device_memory(torch::Device device) {
+#ifdef DDP_BENCH_CUDA
+  if (device.is_cuda()) {
+    return c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).allocated_bytes[0].peak;
+  }
+#endif
+  (void)device;
+  return peak_rss_bytes();
+}
+// Starts a new peak for peak_device_memory. Returns what the peak measures: "cuda_allocated",
+// "rss_hwm", or "rss_hwm_process" when the kernel refused the reset (the peak is the process's).
+inline std::string reset_peak_device_memory(torch::Device device) {
+#ifdef DDP_BENCH_CUDA
+  if (device.is_cuda()) {
+    c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+    return "cuda_allocated";
+  }
+#endif
+  (void)device;
+  return reset_peak_rss() ? "rss_hwm" : "rss_hwm_process";
 }
 
 }  // namespace ddp::bench

@@ -1,26 +1,28 @@
 // Scenario "train": model x mode x batch size training steps, each configuration warm-up then timed
 // iterations, with the step split into data, forward, backward compute, communication wait and
-// optimizer. The models are the examples' (examples/models); the data is synthetic, see
-// Note [Synthetic data].
+// optimizer. The models are the examples' (examples/models); the data is synthetic (Note [Synthetic
+// data]) or Fashion-MNIST through the examples' pipeline (Note [Real data]).
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <iostream>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
-
-#ifdef DDP_BENCH_CUDA
-#include <c10/cuda/CUDACachingAllocator.h>
-#endif
 
 #include "benchmarks/scenarios/runtime.h"
 #include "benchmarks/scenarios/scenarios.h"
 #include "ddp/data_parallel.h"
 #include "ddp/distributed_data_parallel.h"
+#include "examples/data/fashion_mnist.h"
+#include "examples/data/image_dataset.h"
 #include "examples/models/lenet.h"
 #include "examples/models/resnet.h"
+#include "samplers/distributed_sampler.h"
 
 namespace ddp::bench {
 namespace {
@@ -32,7 +34,14 @@ namespace {
 // pixels are noise shifted by 12 grey levels per class, so the task is learnable and the loss column
 // falls (a sanity check that training really happens), and no download is needed. Each rank draws its
 // own batches (seed + rank), as a DistributedSampler would give it its own samples.
-struct SyntheticData {
+// Where a configuration's batches come from: next() gives the next (images, labels) on device.
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  virtual std::pair<torch::Tensor, torch::Tensor> next(torch::Device device) = 0;
+};
+
+struct SyntheticData : BatchSource {
   torch::Tensor images;  // uint8 [pool * batch, C, H, W]
   torch::Tensor labels;  // int64 [pool * batch]
   int64_t batch = 0, pool = 0;
@@ -48,18 +57,52 @@ struct SyntheticData {
     mean = cifar ? 0.4734 : 0.2860;
     stddev = cifar ? 0.2516 : 0.3530;
   }
-  std::pair<torch::Tensor, torch::Tensor> get(int64_t step, torch::Device device) const {
-    const int64_t start = (step % pool) * batch;
+  std::pair<torch::Tensor, torch::Tensor> next(torch::Device device) override {
+    const int64_t start = (step++ % pool) * batch;
     torch::Tensor x = images.narrow(0, start, batch).to(device).to(torch::kFloat).div_(255.0).sub_(mean).div_(stddev);
     return {x, labels.narrow(0, start, batch).to(device)};
   }
+  int64_t step = 0;
+};
+
+// Note [Real data]
+// --data fashion-mnist trains LeNet on Debian's dataset-fashion-mnist (--data-dir) exactly as
+// examples/train_fashion_mnist feeds it: the examples' ImageDataset (uint8 in memory; per batch index,
+// convert to float, scale, normalise) behind a DistributedSampler (rank r of the world takes its
+// share of one seeded permutation per epoch) and LibTorch's data loader with no worker threads (the
+// examples' default). The "data" phase is the time to take the next batch from the loader. A new
+// epoch (set_epoch, new loader) starts when the sampler's share is used up.
+using FashionLoader = torch::data::StatelessDataLoader<examples::data::ImageDataset, samplers::DistributedSampler>;
+struct FashionMnistData : BatchSource {
+  FashionMnistData(const examples::data::ImageSet& set, int64_t batch_, int world, int rank)
+      : dataset(set, examples::data::fashion_mnist_normalization()),
+        sampler(set.count, samplers::DistributedSamplerOptions(world, rank).seed(0)),
+        batch(batch_) {}
+  std::pair<torch::Tensor, torch::Tensor> next(torch::Device device) override {
+    if (!loader || *position == loader->end()) {
+      position.reset();
+      loader.reset();
+      sampler.set_epoch(epoch++);
+      loader = torch::data::make_data_loader(
+          dataset, sampler, torch::data::DataLoaderOptions().batch_size(static_cast<size_t>(batch)).workers(0));
+      position.emplace(loader->begin());
+    }
+    auto example = **position;
+    ++*position;
+    return {example.data.to(device), example.target.to(device)};
+  }
+  examples::data::ImageDataset dataset;
+  samplers::DistributedSampler sampler;
+  int64_t batch, epoch = 0;
+  std::unique_ptr<FashionLoader> loader;
+  std::optional<torch::data::Iterator<torch::data::Example<>>> position;
 };
 
 const std::vector<std::string> kColumns = {
     "model", "data", "mode", "world_size", "devices", "batch_per_rank", "global_batch", "threads", "warmup",
     "iters", "it_per_s", "samples_per_s", "step_ms_median", "step_ms_mean", "step_ms_stddev", "data_ms",
     "forward_ms", "backward_compute_ms", "comm_wait_ms", "optimizer_ms", "comm_ms", "comm_hidden_pct",
-    "peak_mem_mib", "peak_mem_kind", "scaling_eff", "final_loss"};
+    "peak_mem_mib", "peak_mem_per_rank_mib", "peak_mem_kind", "scaling_eff", "final_loss"};
 
 struct Config {
   std::string model, mode;
@@ -75,36 +118,9 @@ struct Measurement {
   int devices = 1;
 };
 
-// Memory the configuration peaked at on this rank: the CUDA caching allocator's peak of allocated
-// bytes on a GPU, the resident set's high-water mark (VmHWM, reset before each configuration) on CPU.
-struct PeakMemory {
-  std::string kind;
-  void reset(torch::Device device) {
-#ifdef DDP_BENCH_CUDA
-    if (device.is_cuda()) {
-      c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
-      kind = "cuda_allocated";
-      return;
-    }
-#endif
-    (void)device;
-    kind = reset_peak_rss() ? "rss_hwm" : "rss_hwm_process";
-  }
-  double mib(torch::Device device) const {
-#ifdef DDP_BENCH_CUDA
-    if (device.is_cuda()) {
-      const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-      return static_cast<double>(stats.allocated_bytes[0].peak) / (1 << 20);
-    }
-#endif
-    (void)device;
-    return static_cast<double>(peak_rss_bytes()) / (1 << 20);
-  }
-};
-
 // Runs warm-up + timed iterations of `forward` (the model in one of the modes).
 template <class Forward>
-Measurement train_loop(Forward&& forward, std::vector<torch::Tensor> parameters, const SyntheticData& data,
+Measurement train_loop(Forward&& forward, std::vector<torch::Tensor> parameters, BatchSource& data,
                        torch::Device device, const BenchOptions& options,
                        const std::function<DdpStats()>& ddp_stats) {
   torch::optim::SGD optimizer(parameters, torch::optim::SGDOptions(0.01).momentum(0.9));
@@ -120,7 +136,7 @@ Measurement train_loop(Forward&& forward, std::vector<torch::Tensor> parameters,
       start = std::chrono::steady_clock::now();
     }
     timer.start();
-    auto [x, y] = data.get(i, device);
+    auto [x, y] = data.next(device);
     double step = timer.lap("data");
     loss = torch::nn::functional::cross_entropy(forward(x), y);
     step += timer.lap("forward");
@@ -153,17 +169,23 @@ Measurement train_loop(Forward&& forward, std::vector<torch::Tensor> parameters,
 
 template <class Holder>
 Measurement run_mode(Holder model, const Config& config, const std::shared_ptr<ProcessGroup>& group,
-                     const BenchOptions& options, int rank) {
-  const SyntheticData data(config.model, config.batch, options.pool_batches, rank);
+                     const BenchOptions& options, const examples::data::ImageSet* real_data) {
+  const int rank = group->rank(), world = config.mode == "ddp" ? group->size() : 1;
+  std::unique_ptr<BatchSource> data;
+  if (real_data != nullptr) {
+    data = std::make_unique<FashionMnistData>(*real_data, config.batch, world, config.mode == "ddp" ? rank : 0);
+  } else {
+    data = std::make_unique<SyntheticData>(config.model, config.batch, options.pool_batches, rank);
+  }
   if (config.mode == "single") {
     const torch::Device device = torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
     model->to(device);
-    return train_loop([&](const torch::Tensor& x) { return model->forward(x); }, model->parameters(), data, device,
+    return train_loop([&](const torch::Tensor& x) { return model->forward(x); }, model->parameters(), *data, device,
                       options, nullptr);
   }
   if (config.mode == "dp") {
     DataParallel<Holder> dp(model);
-    Measurement m = train_loop([&](const torch::Tensor& x) { return dp(x); }, dp.parameters(), data,
+    Measurement m = train_loop([&](const torch::Tensor& x) { return dp(x); }, dp.parameters(), *data,
                                dp.devices().front(), options, nullptr);
     m.devices = static_cast<int>(dp.devices().size());
     return m;
@@ -172,7 +194,7 @@ Measurement run_mode(Holder model, const Config& config, const std::shared_ptr<P
   model->to(device);
   DistributedDataParallel<Holder> ddp_model(model, group);
   group->barrier();
-  return train_loop([&](const torch::Tensor& x) { return ddp_model(x); }, ddp_model.parameters(), data, device,
+  return train_loop([&](const torch::Tensor& x) { return ddp_model(x); }, ddp_model.parameters(), *data, device,
                     options, [&] { return ddp_model.stats(); });
 }
 
@@ -183,6 +205,11 @@ int run_train(const BenchOptions& options) {
   const int rank = group->rank(), world = group->size();
   const int threads = configure_threads(options.threads);
   const bool main_rank = rank == 0;
+  const bool real = options.data == "fashion-mnist";
+  std::optional<examples::data::ImageSet> real_data;
+  if (real) {
+    real_data = examples::data::load_fashion_mnist(options.data_dir, examples::data::Split::train);
+  }
   Table table(kColumns);
   std::map<std::string, double> single_rate;  // "model/batch" -> samples/s of mode single
   for (const auto& model_name : options.models) {
@@ -197,17 +224,19 @@ int run_train(const BenchOptions& options) {
         const torch::Device device = mode == "ddp"                  ? group->device()
                                      : torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0)
                                                                    : torch::Device(torch::kCPU);
-        PeakMemory memory;
-        memory.reset(device);
+        const std::string memory_kind = reset_peak_device_memory(device);
         torch::manual_seed(0);  // same initial weights in every mode
         const Measurement m =
             model_name == "lenet"
-                ? run_mode(examples::models::LeNet(examples::models::LeNetOptions(1, 28)), config, group, options, rank)
-                : run_mode(examples::models::ResNet18(3, 10), config, group, options, rank);
+                ? run_mode(examples::models::LeNet(examples::models::LeNetOptions(1, 28)), config, group, options,
+                           real_data ? &*real_data : nullptr)
+                : run_mode(examples::models::ResNet18(3, 10), config, group, options, nullptr);
         const int ranks = mode == "ddp" ? world : 1;
         ProcessGroup* reduce_group = mode == "ddp" ? group.get() : nullptr;
         const double elapsed = reduce(reduce_group, m.elapsed_s, c10d::ReduceOp::MAX);
-        const double peak = reduce(reduce_group, memory.mib(device), c10d::ReduceOp::MAX);
+        const std::vector<double> peaks = gather(reduce_group, static_cast<double>(peak_device_memory(device)) / (1 << 20));
+        std::string per_rank;
+        for (double p : peaks) per_rank += (per_rank.empty() ? "" : " ") + fixed(p, 1);
         const double loss = reduce(reduce_group, m.final_loss, c10d::ReduceOp::SUM) / ranks;
         const double samples_per_s = static_cast<double>(ranks * batch * options.iters) / elapsed;
         const std::string key = model_name + "/" + std::to_string(batch);
@@ -220,7 +249,7 @@ int run_train(const BenchOptions& options) {
         };
         table.add_row();
         table.set("model", model_name);
-        table.set("data", "synthetic");
+        table.set("data", options.data);
         table.set("mode", mode);
         table.set("world_size", std::to_string(ranks));
         table.set("devices", std::to_string(mode == "dp" ? m.devices : 1));
@@ -241,8 +270,9 @@ int run_train(const BenchOptions& options) {
         table.set("optimizer_ms", phase("optimizer"), 3);
         table.set("comm_ms", m.comm_ms, 3);
         table.set("comm_hidden_pct", m.comm_ms > 0 ? 100.0 * m.hidden_ms / m.comm_ms : 0.0, 1);
-        table.set("peak_mem_mib", peak, 1);
-        table.set("peak_mem_kind", memory.kind);
+        table.set("peak_mem_mib", *std::max_element(peaks.begin(), peaks.end()), 1);
+        table.set("peak_mem_per_rank_mib", per_rank);
+        table.set("peak_mem_kind", memory_kind);
         // Scaling efficiency: samples/s over (devices x samples/s of one device at the same per-device batch).
         const int devices_used = mode == "dp" ? m.devices : ranks;
         const auto base = single_rate.find(model_name + "/" + std::to_string(batch));
@@ -257,10 +287,11 @@ int run_train(const BenchOptions& options) {
   if (main_rank) {
     emit(table, options,
          {{"scenario", "train"}, {"world_size", std::to_string(world)}, {"backend", group->backend_name()},
-          {"threads", std::to_string(threads)}, {"data", "synthetic (Note [Synthetic data])"}},
+          {"threads", std::to_string(threads)},
+          {"data", real ? "fashion-mnist from " + options.data_dir + " (Note [Real data])" : "synthetic (Note [Synthetic data])"}},
          {"ddp_bench train: world " + std::to_string(world) + ", backend " + group->backend_name() + ", " +
-              std::to_string(threads) + " threads/rank, synthetic data; times in ms per step (means over the timed "
-              "iterations), step_ms_median over steps",
+              std::to_string(threads) + " threads/rank, " + options.data + " data; times in ms per step (means over the timed "
+              "iterations), step_ms_median over steps; peak memory per rank in rank order",
           "scaling_eff = samples_per_s / (devices * samples/s of one device at the same per-device batch)"});
   }
   group->barrier();

@@ -118,6 +118,16 @@ TEST_CASE("parse_options: defaults, lists, and one-line errors for bad flags") {
   CHECK(usage_error({"--iters", "many"}) != "");
 }
 
+TEST_CASE("parse_options: --data synthetic or fashion-mnist, the latter for lenet only") {
+  CHECK(parse({}).data == "synthetic");
+  CHECK(parse({}).data_dir == "/usr/share/datasets/fashion-mnist");
+  const BenchOptions o = parse({"--data", "fashion-mnist", "--data-dir", "/x", "--model", "lenet"});
+  CHECK(o.data == "fashion-mnist");
+  CHECK(o.data_dir == "/x");
+  CHECK(usage_error({"--data", "imagenet"}).find("unknown value 'imagenet'") != std::string::npos);
+  CHECK(usage_error({"--data", "fashion-mnist", "--model", "lenet,resnet18"}).find("lenet only") != std::string::npos);
+}
+
 TEST_CASE("peak_rss_bytes reads VmHWM") {
   CHECK(peak_rss_bytes() > 0);
 }

@@ -76,6 +76,18 @@ bool positive_number(const std::string& text) {
   return !text.empty() && end == text.c_str() + text.size() && value > 0;
 }
 
+// Numbers separated by single spaces, `count` of them, all positive.
+bool positive_numbers(const std::string& text, std::size_t count) {
+  std::stringstream stream(text);
+  std::string item;
+  std::size_t n = 0;
+  while (std::getline(stream, item, ' ')) {
+    if (!positive_number(item)) return false;
+    ++n;
+  }
+  return n == count;
+}
+
 bool non_negative_number(const std::string& text) {
   char* end = nullptr;
   const double value = std::strtod(text.c_str(), &end);
@@ -103,6 +115,7 @@ TEST_CASE("ddp_bench: 2 ranks, lenet, two batch sizes -> CSV, JSON and Markdown"
     CHECK(cell(rows, r, "world_size") == "2");
     CHECK(positive_number(cell(rows, r, "samples_per_s")));
     CHECK(positive_number(cell(rows, r, "peak_mem_mib")));
+    CHECK(positive_numbers(cell(rows, r, "peak_mem_per_rank_mib"), 2));
     CHECK(positive_number(cell(rows, r, "final_loss")));
   }
   CHECK(cell(rows, 1, "global_batch") == "8");
@@ -113,6 +126,27 @@ TEST_CASE("ddp_bench: 2 ranks, lenet, two batch sizes -> CSV, JSON and Markdown"
   text << printed.rdbuf();
   CHECK(text.str().find("| model | data | mode |") != std::string::npos);  // the Markdown table, printed once
   CHECK(text.str().find("| model | data | mode |", text.str().find("| model | data | mode |") + 1) == std::string::npos);
+}
+
+TEST_CASE("ddp_bench --data fashion-mnist: 2 ranks through the examples' pipeline, peak memory of each rank") {
+  TempDir dir;
+  const std::string csv = dir / "real.csv";
+  REQUIRE(run(kBin + "/ddp_launch --nproc_per_node 2 --master_port 0 " + kBin +
+              "/ddp_bench --model lenet --mode ddp --batch 16 --warmup 1 --iters 3 --data fashion-mnist --no-markdown "
+              "--csv " + csv + " > " + dir / "out.txt 2>&1") == 0);
+  const auto rows = read_csv(csv);
+  REQUIRE(rows.size() == 2);
+  CHECK(cell(rows, 1, "data") == "fashion-mnist");
+  CHECK(positive_number(cell(rows, 1, "data_ms")));
+  CHECK(positive_numbers(cell(rows, 1, "peak_mem_per_rank_mib"), 2));
+  CHECK(positive_number(cell(rows, 1, "final_loss")));
+  // A missing data folder: a clear error naming the file, not a crash.
+  CHECK(run(kBin + "/ddp_bench --model lenet --mode single --iters 1 --data fashion-mnist --data-dir " + dir / "none" +
+            " > " + dir / "err.txt 2>&1") != 0);
+  std::ifstream err(dir / "err.txt");
+  std::stringstream text;
+  text << err.rdbuf();
+  CHECK(text.str().find(std::string(dir / "none")) != std::string::npos);
 }
 
 TEST_CASE("ddp_bench alone: single, dp and ddp at world size 1, with scaling efficiency against single") {

@@ -89,6 +89,18 @@ struct CnnImpl : torch::nn::Module {
 };
 TORCH_MODULE(Cnn);
 
+// Registered head first, stem last, but used stem -> mid -> head: backward readies the head's
+// gradients first, the opposite of reverse registration order (Note [Bucket rebuild]).
+struct ShuffledImpl : torch::nn::Module {
+  ShuffledImpl()
+      : head(register_module("head", torch::nn::Linear(16, 4))),
+        mid(register_module("mid", torch::nn::Linear(16, 16))),
+        stem(register_module("stem", torch::nn::Linear(8, 16))) {}
+  torch::Tensor forward(const torch::Tensor& x) { return head(torch::tanh(mid(torch::tanh(stem(x))))); }
+  torch::nn::Linear head, mid, stem;
+};
+TORCH_MODULE(Shuffled);
+
 // `extra` is used only when asked (rank-dependent in the tests); `never` is never used.
 struct BranchyImpl : torch::nn::Module {
   BranchyImpl()
@@ -105,6 +117,23 @@ struct BranchyImpl : torch::nn::Module {
 TORCH_MODULE(Branchy);
 
 // --- train ---------------------------------------------------------------------------------------
+
+// The parameters of a bucket layout in launch order: full names with '|' between buckets, or only
+// the module prefixes ("head,mid,stem"), consecutive repeats collapsed.
+std::string layer_order(const std::vector<std::vector<std::string>>& layout, bool full) {
+  std::string out, last;
+  for (const auto& bucket : layout) {
+    if (full && !out.empty()) out += "|";
+    for (const auto& name : bucket) {
+      const std::string item = full ? name : name.substr(0, name.find('.'));
+      if (!full && item == last) continue;
+      if (!out.empty() && out.back() != '|') out += ",";
+      out += item;
+      last = item;
+    }
+  }
+  return out;
+}
 
 // Note [Equivalence reference]
 // Rank r trains on rows [r*B, (r+1)*B) of each global batch; rank 0 also trains a plain copy of
@@ -129,8 +158,10 @@ int run_train(const Args& args, ddp::ProcessGroup& pg, Model ddp_net, Model ref_
       .set_first_bucket_cap_bytes(get_int(args, "first-bucket-bytes", 1 << 20))
       .set_find_unused_parameters(args.count("find-unused") > 0)
       .set_gradient_as_bucket_view(args.count("grad-view") > 0)
-      .set_comm_hook(*ddp::parse_comm_hook(get(args, "hook", "allreduce")));
+      .set_comm_hook(*ddp::parse_comm_hook(get(args, "hook", "allreduce")))
+      .set_rebuild_buckets(args.count("no-rebuild") == 0);
   ddp::DistributedDataParallel<Model> model(ddp_net, std::shared_ptr<ddp::ProcessGroup>(&pg, [](auto*) {}), options);
+  const auto initial_layout = model.bucket_parameter_names();
   torch::optim::SGD optimizer(model.parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
   torch::optim::SGD ref_optimizer(ref_net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
 
@@ -173,6 +204,21 @@ int run_train(const Args& args, ddp::ProcessGroup& pg, Model ddp_net, Model ref_
     auto root = mine.clone();
     pg.broadcast(root, 0);
     if (!torch::equal(mine, root)) return fail("parameters differ from rank 0's after training");
+  }
+  // Bucket layouts (Note [Bucket rebuild]): the same on every rank; before and after training the
+  // layers follow --initial-order and --final-order (module prefixes in launch order).
+  const auto final_layout = model.bucket_parameter_names();
+  auto layout_hash = torch::tensor({static_cast<std::int64_t>(std::hash<std::string>{}(layer_order(final_layout, true)) >> 1)});
+  auto root_hash = layout_hash.clone();
+  pg.broadcast(root_hash, 0);
+  if (!torch::equal(layout_hash, root_hash)) {
+    return fail("rank " + std::to_string(rank) + " has another bucket layout than rank 0: " + layer_order(final_layout, true));
+  }
+  for (const auto& [flag, layout] : {std::pair{"initial-order", initial_layout}, std::pair{"final-order", final_layout}}) {
+    if (args.count(flag) && layer_order(layout, false) != get(args, flag, "")) {
+      return fail(ddp::str("--", flag, ": buckets launch the layers in the order ", layer_order(layout, false),
+                           " (", layer_order(layout, true), "), expected ", get(args, flag, "")));
+    }
   }
   if (rank != 0) return 0;
 
@@ -243,6 +289,11 @@ int train(const Args& args, ddp::ProcessGroup& pg) {
   if (model == "cnn") {
     auto cnn = [] { return Cnn(); };
     return run_train(args, pg, make(cnn, 7 + pg.rank()), make(cnn, 7),
+                     [](auto& m, const torch::Tensor& x, int) { return m(x); });
+  }
+  if (model == "shuffled") {
+    auto shuffled = [] { return Shuffled(); };
+    return run_train(args, pg, make(shuffled, 7 + pg.rank()), make(shuffled, 7),
                      [](auto& m, const torch::Tensor& x, int) { return m(x); });
   }
   if (model == "branchy") {

@@ -113,6 +113,46 @@ TEST_CASE("buckets: bad input is rejected") {
   REQUIRE(assign({}, 10, 10).empty());
 }
 
+// Note [Bucket rebuild]: the assignment walks a given gradient-ready order.
+Buckets assign_in_order(const std::vector<std::size_t>& sizes, std::size_t first, std::size_t cap,
+                        const std::vector<std::size_t>& order, std::vector<c10::ScalarType> dtypes = {}) {
+  if (dtypes.empty()) dtypes.assign(sizes.size(), kFloat);
+  return ddp::compute_bucket_assignment(sizes, dtypes, std::vector<c10::Device>(sizes.size(), kCpu),
+                                        ddp::BucketCaps{first, cap}, order);
+}
+
+TEST_CASE("buckets: an explicit ready order is walked instead of reverse registration") {
+  // 6 parameters of 400 bytes, ready in registration order 0..5: the same caps as above group them
+  // from the first registered on.
+  const std::vector<std::size_t> forward{0, 1, 2, 3, 4, 5};
+  REQUIRE(assign_in_order(std::vector<std::size_t>(6, 400), 800, 1200, forward) == Buckets{{0, 1}, {2, 3, 4}, {5}});
+  // Reverse registration given explicitly equals the default.
+  const std::vector<std::size_t> reverse{5, 4, 3, 2, 1, 0};
+  REQUIRE(assign_in_order(std::vector<std::size_t>(6, 400), 800, 1200, reverse) ==
+          assign(std::vector<std::size_t>(6, 400), 800, 1200));
+  // An interleaved order (a head registered first but ready first): buckets follow it exactly.
+  const std::vector<std::size_t> interleaved{4, 5, 0, 1, 2, 3};
+  REQUIRE(assign_in_order({8, 8, 8, 8, 8, 8}, 16, 16, interleaved) == Buckets{{4, 5}, {0, 1}, {2, 3}});
+  REQUIRE(assign_in_order({8, 8, 8, 8, 8, 8}, 1, 1, interleaved) == Buckets{{4}, {5}, {0}, {1}, {2}, {3}});
+}
+
+TEST_CASE("buckets: with a ready order, dtypes still split buckets and launch order follows readiness") {
+  const auto d = c10::ScalarType::Double;
+  // Ready order 0, 1, 2, 3 with dtypes float, double, float, double and room for everything: the
+  // float bucket {0, 2} completes at position 2, before the double bucket {1, 3} at position 3.
+  const auto buckets = assign_in_order({4, 8, 4, 8}, 1000, 1000, {0, 1, 2, 3}, {kFloat, d, kFloat, d});
+  REQUIRE(buckets == Buckets{{0, 2}, {1, 3}});
+  require_partition(buckets, 4);
+}
+
+TEST_CASE("buckets: a ready order that is not a permutation is rejected") {
+  REQUIRE_THROWS_AS(assign_in_order({4, 4, 4}, 10, 10, {0, 1}), ddp::InvalidArgument);        // too short
+  REQUIRE_THROWS_AS(assign_in_order({4, 4, 4}, 10, 10, {0, 1, 1}), ddp::InvalidArgument);     // repeated
+  REQUIRE_THROWS_AS(assign_in_order({4, 4, 4}, 10, 10, {0, 1, 3}), ddp::InvalidArgument);     // out of range
+  REQUIRE_THROWS_WITH(assign_in_order({4, 4, 4}, 10, 10, {2, 2, 0}),
+                      Catch::Contains("not a permutation") && Catch::Contains("entry 1 is 2"));
+}
+
 TEST_CASE("environment: torchrun variables") {
   const auto env = ddp::parse_launch_environment(env_of({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"},
                                                          {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "node7"},
