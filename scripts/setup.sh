@@ -23,7 +23,21 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   # A fresh machine has no package lists; an old list may name versions that are gone. Update first.
   "${sudo[@]}" apt-get update -qq
+  # Debian's prometheus package would start a system service listening on every interface (:9090);
+  # the project only runs its own instance on loopback in a test, so keep services from starting
+  # (policy-rc.d, honoured by invoke-rc.d and deb-systemd-invoke) and leave the unit disabled.
+  policy=/usr/sbin/policy-rc.d
+  own_policy=
+  if [[ ! -e $policy ]]; then
+    printf '#!/bin/sh\nexit 101\n' | "${sudo[@]}" tee "$policy" >/dev/null
+    "${sudo[@]}" chmod 755 "$policy"
+    own_policy=1
+  fi
   "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  [[ -n $own_policy ]] && "${sudo[@]}" rm -f "$policy"
+  if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null; then
+    "${sudo[@]}" systemctl disable --now prometheus >/dev/null 2>&1 || true
+  fi
 fi
 
 if [[ -n ${LIBTORCH:-} ]]; then
