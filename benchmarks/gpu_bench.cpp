@@ -173,6 +173,9 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     return run(argc, argv);
+  } catch (const ddp::InvalidArgument& error) {
+    std::cerr << error.what() << "\n";  // a bad command line; the message names the flag
+    return 2;
   } catch (const std::exception& error) {
     std::cerr << "gpu_bench: " << error.what() << "\n";
     return 1;
