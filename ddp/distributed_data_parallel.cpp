@@ -392,6 +392,34 @@ struct DdpCore::Impl {
     }
   }
 
+  // Note [CUDA streams in DDP]
+  // The gradient hooks run on autograd's thread for the parameter's device, whose current stream
+  // is the one backward computed the gradient on; mark_ready copies into the bucket there.
+  // ProcessGroupNCCL's allreduce makes its own stream wait for the current stream before the
+  // all-reduce kernel runs, so NCCL reads the finished copy, and NCCL runs on its stream while
+  // backward goes on (the overlap). The end-of-backward callback runs on the stream of the thread
+  // that called backward (the engine synchronises the leaf streams with it first). There, for NCCL,
+  // Work::wait() without a timeout makes that current stream wait for the all-reduce's end event
+  // without blocking the host; the copies into param.grad and then optimizer.step() are queued on
+  // the same stream after it, so they see the averaged gradients, and the CPU can queue the step
+  // while the GPU still reduces. Timeouts of these collectives are the NCCL watchdog's (Note
+  // [NCCL error handling] in ddp/cuda_support.cpp). Gloo with CUDA buckets: ProcessGroupGloo
+  // stages through host memory; its wait() blocks the host, bounded by the group's timeout, and
+  // then orders the current stream after the copy back.
+  void wait_bucket(Bucket& b) {
+    if (b.flat.is_cuda() && group->backend_name() == "nccl") {
+      try {
+        b.work->wait();
+      } catch (const std::exception& error) {
+        const std::string what = error.what();
+        throw CommunicationError(str("gradient all-reduce failed on rank ", group->rank(), ": ",
+                                     what.substr(0, what.find('\n'))));
+      }
+      return;
+    }
+    group->wait(b.work, "gradient all-reduce");
+  }
+
   std::string names_of(const std::vector<std::size_t>& indices) const {
     std::vector<std::string> names;
     for (auto i : indices) names.push_back(params[i].name);
@@ -447,7 +475,7 @@ struct DdpCore::Impl {
           "parameter in every iteration, or make every output take part in the loss"));
     }
     for (auto& b : buckets) {
-      group->wait(b.work, "gradient all-reduce");
+      wait_bucket(b);
       if (b.wire.defined()) b.flat.copy_(b.wire);
     }
     std::vector<char> globally_unused(params.size(), 0);

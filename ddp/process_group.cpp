@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "ddp/cuda_support.h"
 #include "ddp/environment.h"
 #include "ddp/error.h"
 
@@ -370,7 +371,10 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
         "is visible; use backend gloo (or auto)");
   }
   info.backend_name = backend;
-  info.device = backend == "nccl" ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(info.local_rank))
+  // See Note [Device of a rank] in ddp/cuda_support.h and Note [NCCL error handling] in its .cpp.
+  std::optional<cuda::NcclSettings> nccl_settings;
+  if (backend == "nccl") nccl_settings = cuda::parse_nccl_settings(env);
+  info.device = backend == "nccl" ? cuda::bind_local_device(info.local_rank, info.local_size, env)
                                   : torch::Device(torch::kCPU);
   Logger logger = Logger::for_rank(info.rank);
   set_threads_per_rank(env, info.local_size, logger);
@@ -393,10 +397,12 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
       pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, info.rank, info.size, gloo_options);
     } else {
 #ifdef USE_C10D_NCCL
-      torch::cuda::synchronize();  // make sure the CUDA runtime is up
-      auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
-      nccl_options->timeout = info.timeout;
+      auto nccl_options = c10d::ProcessGroupNCCL::Options::create(/*is_high_priority_stream=*/false);
+      nccl_options->timeout = info.timeout;  // the watchdog's bound for every collective
       pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, info.rank, info.size, nccl_options);
+      logger.debug(str("NCCL on ", info.device.str(), ", TORCH_NCCL_ASYNC_ERROR_HANDLING=",
+                       nccl_settings->async_error_handling, ", blocking wait ", nccl_settings->blocking_wait,
+                       nccl_settings->nccl_variables.empty() ? "" : ", " + nccl_settings->nccl_variables));
 #endif
     }
   } catch (const Error&) {

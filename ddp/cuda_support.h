@@ -1,0 +1,63 @@
+#pragma once
+// CUDA and NCCL support that compiles against every LibTorch: which GPU a rank uses, the NCCL
+// settings read from the environment, and the caching allocator's memory statistics. No CUDA or
+// NCCL header is included here; the CUDA calls live in cuda_support.cpp behind DDP_WITH_CUDA
+// (see Note [CUDA LibTorch builds] in cmake/DdpCuda.cmake).
+#include <torch/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "ddp/environment.h"
+
+namespace ddp {
+namespace cuda {
+
+// True when the ddp library was compiled against a CUDA LibTorch (NCCL code paths included).
+bool built_with_cuda();
+
+// CUDA devices this process sees (after CUDA_VISIBLE_DEVICES); 0 without CUDA or without a GPU.
+int device_count();
+
+// Note [Device of a rank]
+// Each rank computes on cuda:<LOCAL_RANK>, counted among the devices it sees. ddp_launch's --gpus
+// gives every worker CUDA_VISIBLE_DEVICES listing the GPUs of its node (or one GPU per worker), so
+// the launcher's choice and the library's agree: with one GPU per worker, LOCAL_RANK 3 would be
+// out of range, so a worker that sees exactly one device uses cuda:0 whatever its local rank.
+// Pure: returns the device index, or throws ddp::InvalidArgument naming what the rank saw.
+int local_device_index(int local_rank, int local_world_size, int visible_device_count,
+                       const std::optional<std::string>& cuda_visible_devices);
+
+// Picks the device of this rank (local_device_index with the real device count and
+// CUDA_VISIBLE_DEVICES) and makes it the current CUDA device of the calling thread.
+torch::Device bind_local_device(int local_rank, int local_world_size, const EnvLookup& env);
+
+// The NCCL-related settings of this process, validated (see Note [NCCL error handling]).
+struct NcclSettings {
+  // TORCH_NCCL_ASYNC_ERROR_HANDLING: 0 none, 1 tear down, 2 clean up only, 3 skip clean-up
+  // (PyTorch's default, also ours when unset).
+  int async_error_handling = 3;
+  // TORCH_NCCL_BLOCKING_WAIT=1: every wait() blocks the host until the collective ends.
+  bool blocking_wait = false;
+  // NCCL_* variables passed through unchanged (NCCL_DEBUG, NCCL_SOCKET_IFNAME, ...), "K=V, ...".
+  std::string nccl_variables;
+};
+// Throws ddp::InvalidArgument for a malformed value, naming the variable and the accepted values.
+NcclSettings parse_nccl_settings(const EnvLookup& env);
+
+// Memory statistics of the CUDA caching allocator for one device (torch.cuda.memory_stats).
+struct MemoryStats {
+  std::int64_t allocated_bytes = 0;
+  std::int64_t peak_allocated_bytes = 0;
+  std::int64_t reserved_bytes = 0;
+};
+// These throw ddp::InvalidArgument when the library has no CUDA or `device` is not a CUDA device.
+MemoryStats memory_stats(torch::Device device);
+void reset_peak_memory_stats(torch::Device device);
+// Waits for all work queued on `device` (no-op for the CPU).
+void synchronize(torch::Device device);
+
+}  // namespace cuda
+}  // namespace ddp
