@@ -254,7 +254,7 @@ struct PickleValue {
  private:
   // Note [Deep pickles]
   // A pickle of n bytes can nest lists n/2 deep; the implicit destructor would recurse once per
-  // level and overflow the stack (a crash the fuzzer found with a hand-made 400 kB pickle). Children
+  // level and overflow the stack (tests/fuzz/regressions/checkpoint/pickle-deep-nesting). Children
   // of containers whose last owner this is are moved to a work list instead and destroyed one at a
   // time, their own children already moved out.
   void release_children() {

@@ -45,7 +45,7 @@ const std::map<std::string, std::string> kExpectedErrors = {
     {"checkpoint/manifest-path-escape", "not a plain file name"},
     {"checkpoint/manifest-no-model", "does not list model.pt"},
     {"checkpoint/manifest-bad-size", "malformed"},
-    {"checkpoint/model-not-zip", "not a PyTorch zip file"},
+    {"checkpoint/model-not-zip", "truncated or corrupt"},
     {"checkpoint/pickle-numel-overflow", "the pickle promises"},
     {"checkpoint/pickle-size-overflow", "runs past its storage"},
     {"checkpoint/pickle-deep-nesting", "is not a tensor by name"},
