@@ -10,7 +10,8 @@ mode=${1:-}
 case $mode in
   --sanitize|--sanitize-ci)
     shift
-    DDP_BUILD_DIR=${DDP_BUILD_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build-asan} ;;
+    # Exported: scripts/build.sh reads it too.
+    export DDP_BUILD_DIR=${DDP_BUILD_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build-asan} ;;
   *) mode= ;;
 esac
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -38,7 +39,8 @@ if [[ -n $mode ]]; then
   fi
   ddp_export_sanitizer_options
 else
-  "$DDP_ROOT/scripts/build.sh"
+  # Explicitly unsanitized: the cache of a build folder that was once configured otherwise keeps it.
+  "$DDP_ROOT/scripts/build.sh" -DDDP_SANITIZE=
 fi
 cd "$DDP_BUILD_DIR"
 ctest --output-on-failure --parallel "${DDP_TEST_JOBS:-1}" "${ctest_args[@]}" "$@"
