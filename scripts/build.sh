@@ -23,5 +23,6 @@ cmake -S "$DDP_ROOT" -B "$DDP_BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=Re
   -DCMAKE_PREFIX_PATH="$prefix" "${python_arg[@]}" "${launcher[@]}" "$@" >/dev/null
 # DDP_BUILD_TARGETS="t1 t2": build only these (scripts/test.sh --sanitize-ci).
 targets=()
-[[ -n ${DDP_BUILD_TARGETS:-} ]] && read -ra targets <<<"--target $DDP_BUILD_TARGETS"
+# shellcheck disable=SC2206  # split on any white space, newlines included
+[[ -n ${DDP_BUILD_TARGETS:-} ]] && targets=(--target $DDP_BUILD_TARGETS)
 cmake --build "$DDP_BUILD_DIR" --parallel "${DDP_JOBS:-$(nproc)}" "${targets[@]}"
