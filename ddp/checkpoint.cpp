@@ -21,6 +21,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "ddp/error.h"
@@ -229,6 +230,13 @@ struct PickleValue {
   std::shared_ptr<std::vector<std::pair<PickleValue, PickleValue>>> entries;  // dict
   torch::Tensor tensor;                                // tensor; for storages a 1-D tensor
 
+  PickleValue() = default;
+  PickleValue(const PickleValue&) = default;
+  PickleValue(PickleValue&&) = default;
+  PickleValue& operator=(const PickleValue&) = default;
+  PickleValue& operator=(PickleValue&&) = default;
+  ~PickleValue() { release_children(); }
+
   static PickleValue of(Kind kind) {
     PickleValue value;
     value.kind = kind;
@@ -240,7 +248,66 @@ struct PickleValue {
     }
     return value;
   }
+
+  bool is_container() const { return items != nullptr || entries != nullptr; }
+
+ private:
+  // Note [Deep pickles]
+  // A pickle of n bytes can nest lists n/2 deep; the implicit destructor would recurse once per
+  // level and overflow the stack (tests/fuzz/regressions/checkpoint/pickle-deep-nesting). Children
+  // of containers whose last owner this is are moved to a work list instead and destroyed one at a
+  // time, their own children already moved out.
+  void release_children() {
+    std::vector<PickleValue> pending;
+    const auto adopt = [&pending](PickleValue& value) {
+      if (value.items && value.items.use_count() == 1) {
+        for (auto& child : *value.items) {
+          if (child.is_container()) pending.push_back(std::move(child));
+        }
+      }
+      if (value.entries && value.entries.use_count() == 1) {
+        for (auto& [key, child] : *value.entries) {
+          if (key.is_container()) pending.push_back(std::move(key));
+          if (child.is_container()) pending.push_back(std::move(child));
+        }
+      }
+      value.items.reset();
+      value.entries.reset();
+    };
+    adopt(*this);
+    while (!pending.empty()) {
+      PickleValue value = std::move(pending.back());
+      pending.pop_back();
+      adopt(value);
+    }
+  }
 };
+
+// Whether `container`'s items or entries are reachable from `value` (iterative: see Note [Deep pickles]).
+// Each value looked at costs one unit of `budget`; false with budget 0 when it runs out.
+bool reaches(const PickleValue& value, const void* container, size_t& budget) {
+  std::vector<const PickleValue*> pending{&value};
+  std::unordered_set<const void*> seen;
+  while (!pending.empty() && budget > 0) {
+    --budget;
+    const PickleValue* current = pending.back();
+    pending.pop_back();
+    const void* id = current->items ? static_cast<const void*>(current->items.get())
+                                    : static_cast<const void*>(current->entries.get());
+    if (id == nullptr) continue;
+    if (id == container) return true;
+    if (!seen.insert(id).second) continue;
+    if (current->items) {
+      for (const auto& child : *current->items) pending.push_back(&child);
+    } else {
+      for (const auto& [key, child] : *current->entries) {
+        pending.push_back(&key);
+        pending.push_back(&child);
+      }
+    }
+  }
+  return false;
+}
 
 using StorageLoader = std::function<torch::Tensor(const std::string& key, torch::ScalarType dtype,
                                                   int64_t numel)>;
@@ -348,9 +415,21 @@ class StateDictUnpickler {
     if (value.kind != kind) fail(str("expected ", what));
     return value;
   }
+  // Containers shared through the memo could otherwise own each other: a reference cycle leaks.
+  // Only a container with another owner than the stack (the memo) can be inside `value`; the
+  // search has a budget so that a pickle made of shared containers cannot take quadratic time.
+  void refuse_cycle(const PickleValue& container, const PickleValue& value) {
+    const long owners = container.items ? container.items.use_count() : container.entries.use_count();
+    if (!value.is_container() || owners <= 1) return;
+    const void* id = container.items ? static_cast<const void*>(container.items.get())
+                                     : static_cast<const void*>(container.entries.get());
+    if (reaches(value, id, cycle_check_budget_)) fail("a list or dict cannot contain itself");
+    if (cycle_check_budget_ == 0) fail("too many shared lists and dicts (not a state dict)");
+  }
   void set_items(PickleValue& dict, std::vector<PickleValue>& flat) {
     expect(dict, Kind::dict, "a dict for SETITEMS");
     if (flat.size() % 2 != 0) fail("odd number of values for SETITEMS");
+    for (const auto& value : flat) refuse_cycle(dict, value);
     for (size_t i = 0; i < flat.size(); i += 2) {
       dict.entries->emplace_back(std::move(flat[i]), std::move(flat[i + 1]));
     }
@@ -430,13 +509,16 @@ class StateDictUnpickler {
       }
       case 'a': {  // APPEND
         PickleValue value = pop();
-        expect(top(), Kind::list, "a list for APPEND").items->push_back(std::move(value));
+        PickleValue& list = expect(top(), Kind::list, "a list for APPEND");
+        refuse_cycle(list, value);
+        list.items->push_back(std::move(value));
         break;
       }
       case 'e': {  // APPENDS
         std::vector<PickleValue> values = pop_to_mark();
-        auto& items = *expect(top(), Kind::list, "a list for APPENDS").items;
-        for (auto& value : values) items.push_back(std::move(value));
+        PickleValue& list = expect(top(), Kind::list, "a list for APPENDS");
+        for (const auto& value : values) refuse_cycle(list, value);
+        for (auto& value : values) list.items->push_back(std::move(value));
         break;
       }
       case '}': stack_.push_back(PickleValue::of(Kind::dict)); break;  // EMPTY_DICT
@@ -522,12 +604,15 @@ class StateDictUnpickler {
       if (sizes.size() != strides.size()) fail("tensor sizes and strides differ in length");
       int64_t last = offset;  // the highest element index the tensor reaches
       bool empty = false;
+      bool overflow = false;  // sizes and strides of a corrupt file can overflow int64
       for (size_t d = 0; d < sizes.size(); ++d) {
         if (sizes[d] < 0 || strides[d] < 0) fail("negative tensor size or stride");
         if (sizes[d] == 0) empty = true;
-        last += (sizes[d] - 1) * strides[d];
+        int64_t extent = 0;
+        overflow = overflow || __builtin_mul_overflow(sizes[d] - 1, strides[d], &extent) ||
+                   __builtin_add_overflow(last, extent, &last);
       }
-      if (offset < 0 || (!empty && last >= storage.numel())) {
+      if (offset < 0 || (!empty && (overflow || last >= storage.numel()))) {
         fail(str("tensor of sizes ", join(sizes, "x"), " at offset ", offset,
                  " runs past its storage of ", storage.numel(), " elements"));
       }
@@ -552,14 +637,21 @@ class StateDictUnpickler {
   std::vector<PickleValue> stack_;
   std::vector<size_t> marks_;
   std::unordered_map<uint32_t, PickleValue> memo_;
+  size_t cycle_check_budget_ = 10'000'000;
 };
 
-// The first sentence of a c10::Error, without LibTorch's long hints and backtrace.
+std::string first_line(std::string message) {
+  const auto newline = message.find('\n');
+  if (newline != std::string::npos) message.resize(newline);
+  return message;
+}
+
+// The first sentence of a c10::Error, on one line, without LibTorch's long hints and backtrace.
 std::string short_reason(const c10::Error& error) {
   std::string message = error.what_without_backtrace();
   const auto end = message.find(". ");
   if (end != std::string::npos) message.resize(end);
-  return message;
+  return first_line(message);
 }
 
 StateDict read_state_dict(const fs::path& file, const std::optional<torch::Device>& map_location) {
@@ -587,10 +679,11 @@ StateDict read_state_dict(const fs::path& file, const std::optional<torch::Devic
       if (storage.defined()) return storage;
       const std::string record = "data/" + key;
       auto [data, length] = reader.getRecord(record);
-      const auto expected = static_cast<size_t>(numel) * c10::elementSize(dtype);
-      if (numel < 0 || length != expected) {
-        throw IoError(str(file.string(), ": record ", record, " has ", length, " bytes, expected ",
-                          expected, " (", numel, " x ", c10::toString(dtype), ")"));
+      const auto element = c10::elementSize(dtype);
+      // Checked by division: a corrupt numel times the element size can wrap around to the length.
+      if (numel < 0 || length % element != 0 || length / element != static_cast<size_t>(numel)) {
+        throw IoError(str(file.string(), ": record ", record, " has ", length, " bytes, not the ", numel,
+                          " elements of ", c10::toString(dtype), " (", element, " bytes each) the pickle promises"));
       }
       storage = torch::empty({numel}, torch::TensorOptions().dtype(dtype));
       if (length > 0) std::memcpy(storage.data_ptr(), data.get(), length);
@@ -611,8 +704,12 @@ StateDict read_state_dict(const fs::path& file, const std::optional<torch::Devic
       state.insert(key.text, map_location ? value.tensor.to(*map_location) : value.tensor);
     }
     return state;
+  } catch (const Error&) {
+    throw;
   } catch (const c10::Error& e) {
     throw IoError(str(file.string(), ": truncated or corrupt: ", short_reason(e)));
+  } catch (const std::exception& e) {  // e.g. std::bad_alloc for sizes from a corrupt file
+    throw IoError(str(file.string(), ": truncated or corrupt: ", first_line(e.what())));
   }
 }
 
@@ -669,6 +766,11 @@ Manifest read_manifest(const fs::path& checkpoint) {
         } catch (const std::exception&) {
           ok = false;
         }
+      }
+      // Names are files in the checkpoint folder: "../x" or "/x" would read files elsewhere.
+      if (ok && (file.name.find('/') != std::string::npos || file.name == "." || file.name == "..")) {
+        throw IoError(str(path.string(), ": line ", number, ": '", file.name,
+                          "' is not a plain file name: corrupt MANIFEST"));
       }
       manifest.files.push_back(file);
     }
@@ -747,8 +849,12 @@ TrainingProgress read_trainer_state(const fs::path& file, torch::optim::Optimize
       set_rng_state(rng);
     }
     return progress;
+  } catch (const Error&) {
+    throw;
   } catch (const c10::Error& e) {
     throw IoError(str(file.string(), ": cannot load the training state: ", short_reason(e)));
+  } catch (const std::exception& e) {
+    throw IoError(str(file.string(), ": cannot load the training state: ", first_line(e.what())));
   }
 }
 
@@ -978,8 +1084,11 @@ fs::path save_checkpoint(const fs::path& root, const torch::nn::Module& model,
   return path;
 }
 
-CheckpointInfo verify_checkpoint(const fs::path& checkpoint) {
-  const Manifest manifest = read_manifest(checkpoint);
+namespace {
+
+// verify_checkpoint(), returning the whole MANIFEST.
+Manifest verify_manifest_and_files(const fs::path& checkpoint) {
+  Manifest manifest = read_manifest(checkpoint);
   for (const auto& file : manifest.files) {
     const fs::path path = checkpoint / file.name;
     std::error_code error;
@@ -993,12 +1102,27 @@ CheckpointInfo verify_checkpoint(const fs::path& checkpoint) {
       throw IoError(str(path.string(), ": checksum mismatch: the file is corrupt"));
     }
   }
-  return manifest.info;
+  return manifest;
+}
+
+}  // namespace
+
+CheckpointInfo verify_checkpoint(const fs::path& checkpoint) {
+  return verify_manifest_and_files(checkpoint).info;
 }
 
 TrainingProgress load_checkpoint(const fs::path& checkpoint, torch::nn::Module& model,
                                  torch::optim::Optimizer* optimizer, const CheckpointOptions& options) {
-  verify_checkpoint(checkpoint);
+  const Manifest manifest = verify_manifest_and_files(checkpoint);
+  // Unlisted files would be read unchecked.
+  for (const char* name : {kModelFile, kTrainerFile}) {
+    const bool listed = std::any_of(manifest.files.begin(), manifest.files.end(),
+                                    [name](const ManifestFile& file) { return file.name == name; });
+    if (!listed) {
+      throw IoError(str((checkpoint / kManifest).string(), ": does not list ", name,
+                        ": corrupt MANIFEST, or not a checkpoint written by save_checkpoint"));
+    }
+  }
   load_state_dict(model, load_state_dict_file(checkpoint / kModelFile), options.strict());
   torch::Device device = torch::kCPU;
   if (options.map_location()) {

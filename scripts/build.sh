@@ -21,4 +21,8 @@ python_arg=()
 
 cmake -S "$DDP_ROOT" -B "$DDP_BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$prefix" "${python_arg[@]}" "${launcher[@]}" "$@" >/dev/null
-cmake --build "$DDP_BUILD_DIR" --parallel "${DDP_JOBS:-$(nproc)}"
+# DDP_BUILD_TARGETS="t1 t2": build only these (scripts/test.sh --sanitize-ci).
+targets=()
+# shellcheck disable=SC2206  # split on any white space, newlines included
+[[ -n ${DDP_BUILD_TARGETS:-} ]] && targets=(--target $DDP_BUILD_TARGETS)
+cmake --build "$DDP_BUILD_DIR" --parallel "${DDP_JOBS:-$(nproc)}" "${targets[@]}"

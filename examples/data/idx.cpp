@@ -71,12 +71,17 @@ IdxArray read_idx(const std::string& path, int rank) {
   }
   IdxArray array;
   size_t expected = 1;
+  bool overflow = false;  // dimensions whose product does not fit in size_t (a corrupt header)
   for (int d = 0; d < rank; ++d) {
     const uint32_t size = big_endian_u32(bytes.data() + 4 + 4 * d);
     array.dims.push_back(size);
-    expected *= size;
+    overflow = overflow || __builtin_mul_overflow(expected, size_t{size}, &expected);
   }
   const size_t payload = bytes.size() - header;
+  if (overflow) {
+    throw IoError(str(path, ": truncated or corrupt: the header promises ", join(array.dims, " x "),
+                      " data bytes, more than any file holds; the file holds ", payload));
+  }
   if (payload != expected) {
     throw IoError(str(path, ": ", payload < expected ? "truncated" : "too long", ": the header promises ",
                       expected, " data bytes, the file holds ", payload));

@@ -51,6 +51,10 @@ ImageSet load_fashion_mnist(const std::string& dir, Split split) {
     throw IoError(str(labels_file, ": holds ", labels.dims[0], " labels but ", images_file, " holds ",
                       images.dims[0], " images (", split_name(split), " split)"));
   }
+  if (images.dims[0] == 0 || images.dims[1] == 0 || images.dims[2] == 0) {
+    throw IoError(str(images_file, ": holds no pixels (", join(images.dims, " x "),
+                      " images): download the file again"));
+  }
   check_labels(labels.bytes, kFashionMnistClasses, labels_file, 0);
   ImageSet set;
   set.count = images.dims[0];

@@ -158,6 +158,19 @@ TEST_CASE("broken Fashion-MNIST files give an error naming the file and the prob
     write_bytes(labels, idx({10}, values));
     CHECK_THAT(error_of(load), Contains(labels) && Contains("label 10 of record 7 is out of range 0..9"));
   }
+  SECTION("no images, or images of no pixels") {
+    write_bytes(images, idx({0, 28, 28}, {}));
+    write_bytes(labels, idx({0}, {}));
+    CHECK_THAT(error_of(load), Contains(images) && Contains("holds no pixels (0 x 28 x 28 images)"));
+    write_bytes(images, idx({10, 0, 28}, {}));
+    write_bytes(labels, idx({10}, std::vector<uint8_t>(10, 1)));
+    CHECK_THAT(error_of(load), Contains(images) && Contains("holds no pixels (10 x 0 x 28 images)"));
+  }
+  SECTION("dimensions whose product overflows: rejected, not taken for an empty file") {
+    // 2^22 * 2^21 * 2^21 = 2^64 wraps to 0 in size_t; the fuzz test's regression input.
+    write_bytes(images, idx({1u << 22, 1u << 21, 1u << 21}, {}));
+    CHECK_THAT(error_of(load), Contains(images) && Contains("more than any file holds"));
+  }
   SECTION("images and labels disagree in number") {
     write_bytes(labels, idx({9}, std::vector<uint8_t>(9, 1)));
     CHECK_THAT(error_of(load), Contains(labels) && Contains("9 labels") && Contains("10 images"));

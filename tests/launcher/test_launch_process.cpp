@@ -172,8 +172,10 @@ TEST_CASE("a node beyond --nnodes is refused at rendezvous", "[process][rdzv]") 
                         "--rdzv_id", "full", "--rdzv_timeout", "20"},
                        {"--out", dir.path(), "--sleep", sleep});
   };
-  Child first(node_args("*:3"));
-  Child second(node_args("*:3"));
+  // The job must still be running when the extra node arrives: its workers sleep long enough for a
+  // slow start of the extra launcher (several seconds under ASan on a loaded machine).
+  Child first(node_args("*:8"));
+  Child second(node_args("*:8"));
   REQUIRE(wait_for_files(dir.path(), "rank", 2, 20s));  // both joined and started their workers
   const std::vector<std::string> extra_args = node_args("*:0");
   const auto extra = run_launcher({extra_args.begin() + 1, extra_args.end()}, {}, 30s);
