@@ -32,6 +32,7 @@ std::vector<std::pair<std::string, std::string>> launcher_variables(const NodeAs
   if (slot.visible_gpu) {
     vars.emplace_back("CUDA_VISIBLE_DEVICES", *slot.visible_gpu);
   }
+  if (slot.log_dir) vars.emplace_back("DDP_LOG_DIR", *slot.log_dir);
   return vars;
 }
 

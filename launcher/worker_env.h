@@ -24,6 +24,7 @@ struct WorkerSlot {
   int restart_count = 0;
   std::string error_file;                 // TORCHELASTIC_ERROR_FILE
   std::optional<std::string> visible_gpu;  // CUDA_VISIBLE_DEVICES
+  std::optional<std::string> log_dir;      // DDP_LOG_DIR: the attempt's log folder (--log_dir only)
 };
 
 // rank = node_rank * nproc_per_node + local_rank (every node runs the same number of workers).
