@@ -164,7 +164,10 @@ std::optional<std::string> write_collectives_file(const std::string& dir, int ra
 // collective times out, the rank publishes "I am at seq N" under arrival/<rank> in the process
 // group's store (a PrefixStore of its own), then polls the other ranks' keys for a short window,
 // min(timeout, 2 s): the ranks that arrived at the same collective time out at about the same
-// moment and publish too. A rank whose key is still missing after the window is not inside any
+// moment and publish too. The value is "<seq> <what>", so that ranks stuck under the same number in
+// different collectives (a desync) are told apart from a stalled backend. The rank that hosts the
+// store (rank 0, TCPStore) stays for the whole window, so that its leaving does not take the store
+// away from ranks that timed out a little later. A rank whose key is still missing after the window is not inside any
 // collective of this group (it hangs in computation, or is gone); a rank that published a lower
 // number is stuck in an earlier collective (a desync: it skipped or reordered one); a higher number
 // means this rank is the one behind. The store calls run on a helper thread and are abandoned after
@@ -173,21 +176,43 @@ std::optional<std::string> write_collectives_file(const std::string& dir, int ra
 
 std::string arrival_key(int rank) { return str("arrival/", rank); }
 
-ArrivalReport classify_arrivals(int self, std::int64_t seq, const std::vector<std::optional<std::int64_t>>& reported) {
+ArrivalReport classify_arrivals(int self, const Arrival& mine, const std::vector<std::optional<Arrival>>& reported) {
   ArrivalReport report;
+  report.what = mine.what;
   for (int r = 0; r < static_cast<int>(reported.size()); ++r) {
     if (r == self) continue;
     const auto& other = reported[static_cast<std::size_t>(r)];
     if (!other) {
       report.silent.push_back(r);
-    } else if (*other < seq) {
-      report.behind.emplace_back(r, *other);
-    } else if (*other > seq) {
-      report.ahead.emplace_back(r, *other);
+    } else if (other->seq < mine.seq) {
+      report.behind.emplace_back(r, other->seq);
+    } else if (other->seq > mine.seq) {
+      report.ahead.emplace_back(r, other->seq);
+    } else if (other->what != mine.what) {
+      report.mismatched.emplace_back(r, other->what);
     }
   }
   return report;
 }
+
+namespace {
+
+// An arrival key's value: "<seq> <what>".
+std::string format_arrival(const Arrival& arrival) { return str(arrival.seq, " ", arrival.what); }
+
+std::optional<Arrival> parse_arrival(const std::string& text) {
+  std::size_t used = 0;
+  Arrival arrival;
+  try {
+    arrival.seq = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  arrival.what = used < text.size() ? text.substr(used + 1) : std::string();
+  return arrival;
+}
+
+}  // namespace
 
 std::string describe_arrivals(const ArrivalReport& report) {
   std::vector<int> missing = report.silent;
@@ -205,6 +230,12 @@ std::string describe_arrivals(const ArrivalReport& report) {
   }
   std::string out;
   if (!missing.empty()) out = str("rank(s) ", join(missing, ", "), " did not arrive (", join(details, "; "), ")");
+  if (!report.mismatched.empty()) {
+    std::vector<std::string> other;
+    for (const auto& [rank, what] : report.mismatched) other.push_back(str("rank ", rank, " is in ", what));
+    out += str(out.empty() ? "" : "; ", join(other, ", "), " under the same number, this rank in ", report.what,
+               " (a desync: the ranks issued different collectives; compare their collectives-rank*.json)");
+  }
   if (!report.ahead.empty()) {
     std::vector<std::string> ahead;
     for (const auto& [rank, seq] : report.ahead) ahead.push_back(str("rank ", rank, " is at collective #", seq));
@@ -214,25 +245,25 @@ std::string describe_arrivals(const ArrivalReport& report) {
   return out;
 }
 
-ArrivalReport check_arrivals(const ArrivalStore& store, int rank, int world_size, std::int64_t seq,
-                             std::chrono::milliseconds window) {
+ArrivalReport check_arrivals(const ArrivalStore& store, int rank, int world_size, const Arrival& mine,
+                             std::chrono::milliseconds window, bool linger) {
   using Clock = std::chrono::steady_clock;
   struct Shared {
     std::mutex mutex;
     std::condition_variable done_cv;
     bool done = false;
     bool failed = false;
-    std::vector<std::optional<std::int64_t>> reported;
+    std::vector<std::optional<Arrival>> reported;
   };
   auto shared = std::make_shared<Shared>();
   shared->reported.assign(static_cast<std::size_t>(world_size), std::nullopt);
-  shared->reported[static_cast<std::size_t>(rank)] = seq;
+  shared->reported[static_cast<std::size_t>(rank)] = mine;
   const auto deadline = Clock::now() + window;
   // Detached: if the store hangs, this thread is abandoned (it owns copies of everything it uses).
-  std::thread([shared, store, rank, world_size, seq, deadline] {
+  std::thread([shared, store, rank, world_size, mine, deadline, linger] {
     bool failed = false;
     try {
-      store.set(arrival_key(rank), std::to_string(seq));
+      store.set(arrival_key(rank), format_arrival(mine));
       while (true) {
         bool all = true;
         for (int r = 0; r < world_size; ++r) {
@@ -240,19 +271,14 @@ ArrivalReport check_arrivals(const ArrivalStore& store, int rank, int world_size
             std::lock_guard<std::mutex> lock(shared->mutex);
             if (shared->reported[static_cast<std::size_t>(r)]) continue;
           }
-          std::optional<std::int64_t> value;
-          if (const auto text = store.get(arrival_key(r))) {
-            try {
-              value = std::stoll(*text);
-            } catch (const std::exception&) {
-            }
-          }
+          std::optional<Arrival> value;
+          if (const auto text = store.get(arrival_key(r))) value = parse_arrival(*text);
           std::lock_guard<std::mutex> lock(shared->mutex);
           shared->reported[static_cast<std::size_t>(r)] = value;
           all = all && value.has_value();
         }
         const auto now = Clock::now();
-        if (all || now >= deadline) break;
+        if ((all && !linger) || now >= deadline) break;
         std::this_thread::sleep_for(std::min<Clock::duration>(std::chrono::milliseconds(50), deadline - now));
       }
     } catch (const std::exception&) {
@@ -266,7 +292,7 @@ ArrivalReport check_arrivals(const ArrivalStore& store, int rank, int world_size
   std::unique_lock<std::mutex> lock(shared->mutex);
   const bool finished =
       shared->done_cv.wait_until(lock, deadline + std::chrono::seconds(1), [&] { return shared->done; });
-  ArrivalReport report = classify_arrivals(rank, seq, shared->reported);
+  ArrivalReport report = classify_arrivals(rank, mine, shared->reported);
   report.window = window;
   report.store_failed = shared->failed || !finished;
   return report;

@@ -102,19 +102,28 @@ std::optional<std::string> write_collectives_file(const std::string& dir, int ra
 
 // --- Naming the ranks that did not arrive -------------------------------------------------------
 
+// What a rank published: the sequence number and the purpose ("what") of the collective it is in.
+struct Arrival {
+  std::int64_t seq = 0;
+  std::string what;
+};
+
 // Where the other ranks were when this rank's collective `seq` timed out.
 struct ArrivalReport {
   std::vector<int> silent;                           // sent no report in the window
   std::vector<std::pair<int, std::int64_t>> behind;  // last entered an earlier collective (rank, seq)
   std::vector<std::pair<int, std::int64_t>> ahead;   // already in a later one (rank, seq)
+  std::vector<std::pair<int, std::string>> mismatched;  // the same seq, another collective (rank, what)
+  std::string what;                                  // this rank's collective
   std::chrono::milliseconds window{0};               // how long reports were waited for
   bool store_failed = false;                         // the store did not answer (e.g. rank 0 is gone)
   std::int64_t last_completed = 0;                   // this rank's last completed collective (0: none)
-  bool all_arrived() const { return silent.empty() && behind.empty(); }
+  bool all_arrived() const { return silent.empty() && behind.empty() && mismatched.empty(); }
 };
 
-// Pure: sorts the reports (reported[r] = the seq rank r published, nullopt if none) against seq.
-ArrivalReport classify_arrivals(int self, std::int64_t seq, const std::vector<std::optional<std::int64_t>>& reported);
+// Pure: sorts the reports (reported[r] = what rank r published, nullopt if none) against this
+// rank's collective (seq, what).
+ArrivalReport classify_arrivals(int self, const Arrival& mine, const std::vector<std::optional<Arrival>>& reported);
 
 // "rank(s) 1 did not arrive (rank 1 last entered collective #36)" and the like.
 std::string describe_arrivals(const ArrivalReport& report);
@@ -126,10 +135,12 @@ struct ArrivalStore {
   std::function<std::optional<std::string>(const std::string& key)> get;  // nullopt: not there (yet)
 };
 
-// Publishes this rank's seq and collects the others' within `window` (polling); see
-// Note [Naming the ranks that did not arrive]. Returns within window + 1 s whatever the store does.
-ArrivalReport check_arrivals(const ArrivalStore& store, int rank, int world_size, std::int64_t seq,
-                             std::chrono::milliseconds window);
+// Publishes this rank's collective and collects the others' within `window` (polling); see
+// Note [Naming the ranks that did not arrive]. `linger`: stay for the whole window even when every
+// rank has reported (the rank that hosts the store, so that the others can still read it).
+// Returns within window + 1 s whatever the store does.
+ArrivalReport check_arrivals(const ArrivalStore& store, int rank, int world_size, const Arrival& mine,
+                             std::chrono::milliseconds window, bool linger = false);
 
 // The key under which rank publishes its sequence number.
 std::string arrival_key(int rank);

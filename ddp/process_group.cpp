@@ -309,7 +309,8 @@ void ProcessGroup::fail_collective(std::int64_t seq, const char* what, milliseco
             return to_string(store->get(key));
           }};
       const auto window = std::min(timeout, milliseconds(2000));
-      ArrivalReport report = check_arrivals(arrivals, info_.rank, info_.size, seq, window);
+      ArrivalReport report = check_arrivals(arrivals, info_.rank, info_.size, Arrival{seq, what}, window,
+                                            /*linger=*/info_.rank == 0);
       report.last_completed = collectives_.last_completed();
       message += str(": ", describe_arrivals(report));
     }

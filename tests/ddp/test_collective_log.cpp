@@ -58,11 +58,16 @@ struct MapStore {
               return it->second;
             }};
   }
-  void set(int rank, std::int64_t seq) {
+  void set(int rank, std::int64_t seq, const std::string& what = "gradient all-reduce") {
     std::lock_guard<std::mutex> lock(*mutex);
-    (*keys)[ddp::arrival_key(rank)] = std::to_string(seq);
+    (*keys)[ddp::arrival_key(rank)] = std::to_string(seq) + " " + what;
   }
 };
+
+const std::string kGrad = "gradient all-reduce";
+
+std::optional<ddp::Arrival> arrived(std::int64_t seq, const std::string& what = kGrad) { return ddp::Arrival{seq, what}; }
+const std::optional<ddp::Arrival> none;
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -203,27 +208,33 @@ TEST_CASE("byte counts read as B, KiB, MiB", "[collective_log]") {
 
 TEST_CASE("arrival reports name the ranks that did not arrive", "[collective_log][arrivals]") {
   SECTION("classification against this rank's sequence number") {
-    const auto report = ddp::classify_arrivals(0, 37, {37, std::nullopt, 36, 38, 37});
+    const auto report = ddp::classify_arrivals(0, {37, kGrad}, {arrived(37), none, arrived(36), arrived(38), arrived(37), arrived(37, "barrier")});
     CHECK(report.silent == std::vector<int>{1});
     CHECK(report.behind == std::vector<std::pair<int, std::int64_t>>{{2, 36}});
     CHECK(report.ahead == std::vector<std::pair<int, std::int64_t>>{{3, 38}});
+    CHECK(report.mismatched == std::vector<std::pair<int, std::string>>{{5, "barrier"}});
     CHECK_FALSE(report.all_arrived());
+    CHECK(ddp::classify_arrivals(1, {9, kGrad}, {arrived(9), arrived(9)}).all_arrived());
   }
   SECTION("messages") {
-    ddp::ArrivalReport report = ddp::classify_arrivals(0, 37, {37, 36});
+    ddp::ArrivalReport report = ddp::classify_arrivals(0, {37, kGrad}, {arrived(37), arrived(36)});
     CHECK(ddp::describe_arrivals(report) == "rank(s) 1 did not arrive (rank 1 last entered collective #36)");
-    report = ddp::classify_arrivals(0, 37, {37, std::nullopt, 37});
+    report = ddp::classify_arrivals(0, {37, kGrad}, {arrived(37), none, arrived(37)});
     report.window = 2000ms;
     CHECK_THAT(ddp::describe_arrivals(report),
                Contains("rank(s) 1 did not arrive (rank 1 sent no report within 2 s: not inside any collective"));
     report.last_completed = 36;
     CHECK_THAT(ddp::describe_arrivals(report), Contains("(busy, hung, or gone); #36 was the last to complete here)"));
-    report = ddp::classify_arrivals(2, 5, {std::nullopt, 4, 5, 6});
+    report = ddp::classify_arrivals(2, {5, kGrad}, {none, arrived(4), arrived(5), arrived(6)});
     report.window = 500ms;
     const auto text = ddp::describe_arrivals(report);
     CHECK_THAT(text, Contains("rank(s) 0, 1 did not arrive (rank 1 last entered collective #4; rank 0 sent no report"));
     CHECK_THAT(text, Contains("rank 3 is at collective #6 (this rank is behind"));
-    CHECK_THAT(ddp::describe_arrivals(ddp::classify_arrivals(1, 9, {9, 9})), Contains("every rank reported"));
+    CHECK_THAT(ddp::describe_arrivals(ddp::classify_arrivals(1, {9, kGrad}, {arrived(9), arrived(9)})),
+               Contains("every rank reported"));
+    CHECK(ddp::describe_arrivals(ddp::classify_arrivals(0, {7, kGrad}, {arrived(7), arrived(7, "barrier")})) ==
+          "rank 1 is in barrier under the same number, this rank in gradient all-reduce (a desync: the ranks "
+          "issued different collectives; compare their collectives-rank*.json)");
   }
 }
 
@@ -234,16 +245,16 @@ TEST_CASE("check_arrivals publishes this rank's number and waits a bounded time 
     map.set(0, 12);
     map.set(2, 11);
     const auto start = std::chrono::steady_clock::now();
-    const auto report = ddp::check_arrivals(map.store(), 1, 3, 12, 5000ms);
+    const auto report = ddp::check_arrivals(map.store(), 1, 3, {12, kGrad}, 5000ms);
     CHECK(seconds_since(start) < 2.0);
     CHECK(report.silent.empty());
     CHECK(report.behind == std::vector<std::pair<int, std::int64_t>>{{2, 11}});
-    CHECK(map.keys->at(ddp::arrival_key(1)) == "12");  // published
+    CHECK(map.keys->at(ddp::arrival_key(1)) == "12 gradient all-reduce");  // published
   }
   SECTION("a rank that never reports is named after the window") {
     map.set(0, 12);
     const auto start = std::chrono::steady_clock::now();
-    const auto report = ddp::check_arrivals(map.store(), 1, 3, 12, 300ms);
+    const auto report = ddp::check_arrivals(map.store(), 1, 3, {12, kGrad}, 300ms);
     const double took = seconds_since(start);
     CHECK(took >= 0.29);
     CHECK(took < 1.3);
@@ -255,14 +266,21 @@ TEST_CASE("check_arrivals publishes this rank's number and waits a bounded time 
       std::this_thread::sleep_for(100ms);
       map.set(0, 12);
     });
-    const auto report = ddp::check_arrivals(map.store(), 1, 2, 12, 3000ms);
+    const auto report = ddp::check_arrivals(map.store(), 1, 2, {12, kGrad}, 3000ms);
     late.join();
     CHECK(report.all_arrived());
+  }
+  SECTION("the store's host lingers for the whole window even when everybody reported") {
+    map.set(1, 12, "barrier");
+    const auto start = std::chrono::steady_clock::now();
+    const auto report = ddp::check_arrivals(map.store(), 0, 2, {12, kGrad}, 300ms, /*linger=*/true);
+    CHECK(seconds_since(start) >= 0.29);
+    CHECK(report.mismatched == std::vector<std::pair<int, std::string>>{{1, "barrier"}});
   }
   SECTION("a store that throws: every other rank is unknown, and it says so") {
     ddp::ArrivalStore broken{[](const std::string&, const std::string&) { throw std::runtime_error("connection reset"); },
                              [](const std::string&) -> std::optional<std::string> { return std::nullopt; }};
-    const auto report = ddp::check_arrivals(broken, 0, 2, 3, 1000ms);
+    const auto report = ddp::check_arrivals(broken, 0, 2, {3, kGrad}, 1000ms);
     CHECK(report.store_failed);
     CHECK(report.silent == std::vector<int>{1});
     CHECK_THAT(ddp::describe_arrivals(report), Contains("the store did not answer"));
@@ -271,7 +289,7 @@ TEST_CASE("check_arrivals publishes this rank's number and waits a bounded time 
     ddp::ArrivalStore stuck{[](const std::string&, const std::string&) { std::this_thread::sleep_for(3s); },
                             [](const std::string&) -> std::optional<std::string> { return std::nullopt; }};
     const auto start = std::chrono::steady_clock::now();
-    const auto report = ddp::check_arrivals(stuck, 0, 2, 3, 200ms);
+    const auto report = ddp::check_arrivals(stuck, 0, 2, {3, kGrad}, 200ms);
     CHECK(seconds_since(start) < 2.0);  // window + 1 s at most
     CHECK(report.store_failed);
   }

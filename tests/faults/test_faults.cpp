@@ -493,6 +493,35 @@ TEST_CASE("a hung rank is named by the ranks that timed out, which write their l
                                                                       std::to_string(last[0]) + "; rank 0 says: " + message);
 }
 
+TEST_CASE("a desync (one rank issues an extra collective) is named, and the ring buffer files show it", "[diag]") {
+  TempDir dir;
+  const std::string logs = dir.path() + "/logs";
+  Child launcher(job({"--nproc_per_node", "2", "--shutdown_grace", "3", "--log_dir", logs, "--run_id", "desync"},
+                     {"--steps", "100000", "--step-ms", "20", "--timeout-ms", "2000", "--pid-dir", dir.path()}),
+                 fault("rank=1,step=4,kind=desync"));
+  const auto outcome = launcher.wait(60s);
+  REQUIRE(outcome);
+  INFO(outcome->out << outcome->err);
+  CHECK(outcome->exit_code == 1);
+  require_gone(recorded_pids(dir.path()));
+  const std::string message = summary_message(outcome->err);
+  CHECK_THAT(message, Contains("under the same number") && Contains("a desync"));
+  // The same last sequence number on both ranks, but not the same collective.
+  const std::string attempt = logs + "/desync/attempt_0/";
+  const RingFile rank0 = read_ring_file(attempt + "collectives-rank0.json");
+  const RingFile rank1 = read_ring_file(attempt + "collectives-rank1.json");
+  CHECK(rank0.last_seq == rank1.last_seq);
+  REQUIRE_FALSE(rank0.collectives.empty());
+  REQUIRE_FALSE(rank1.collectives.empty());
+  CHECK(text_of(rank0.collectives.back(), "what") == "gradient all-reduce");
+  CHECK(text_of(rank1.collectives.back(), "what") == "barrier");
+  CHECK(text_of(rank1.collectives.back(), "state") == "failed");
+  report("rank 1 of 2 issues an extra barrier before step 4, --timeout-ms 2000, --log_dir",
+         "exit 1 after " + fmt_seconds(outcome->seconds) + "; last seq " + std::to_string(rank0.last_seq) +
+             " is gradient all-reduce in collectives-rank0.json, barrier in collectives-rank1.json; root cause says: " +
+             message);
+}
+
 namespace {
 
 // One node of a static 2-node job on 127.0.0.1 (2 workers per node), checkpointing rank 0's model.
