@@ -445,14 +445,19 @@ std::string text_of(const ddp::Json& item, const std::string& key) {
   return value == nullptr ? std::string("<missing>") : value->text;
 }
 
+// nproc ranks of fault_worker with --log_dir logs and --run_id run_id, process group timeout 2 s.
+std::vector<std::string> logged_job(int nproc, const std::string& logs, const std::string& run_id,
+                                    const std::string& pid_dir) {
+  return job({"--nproc_per_node", std::to_string(nproc), "--shutdown_grace", "3", "--log_dir", logs, "--run_id", run_id},
+             {"--steps", "100000", "--step-ms", "20", "--timeout-ms", "2000", "--pid-dir", pid_dir});
+}
+
 }  // namespace
 
 TEST_CASE("a hung rank is named by the ranks that timed out, which write their last collectives", "[diag]") {
   TempDir dir;
   const std::string logs = dir.path() + "/logs";
-  Child launcher(job({"--nproc_per_node", "3", "--shutdown_grace", "3", "--log_dir", logs, "--run_id", "diag"},
-                     {"--steps", "100000", "--step-ms", "20", "--timeout-ms", "2000", "--pid-dir", dir.path()}),
-                 fault("rank=1,step=4,kind=hang"));
+  Child launcher(logged_job(3, logs, "diag", dir.path()), fault("rank=1,step=4,kind=hang"));
   const auto outcome = launcher.wait(60s);
   const auto end = Clock::now();
   REQUIRE(outcome);
@@ -496,9 +501,7 @@ TEST_CASE("a hung rank is named by the ranks that timed out, which write their l
 TEST_CASE("a desync (one rank issues an extra collective) is named, and the ring buffer files show it", "[diag]") {
   TempDir dir;
   const std::string logs = dir.path() + "/logs";
-  Child launcher(job({"--nproc_per_node", "2", "--shutdown_grace", "3", "--log_dir", logs, "--run_id", "desync"},
-                     {"--steps", "100000", "--step-ms", "20", "--timeout-ms", "2000", "--pid-dir", dir.path()}),
-                 fault("rank=1,step=4,kind=desync"));
+  Child launcher(logged_job(2, logs, "desync", dir.path()), fault("rank=1,step=4,kind=desync"));
   const auto outcome = launcher.wait(60s);
   REQUIRE(outcome);
   INFO(outcome->out << outcome->err);
