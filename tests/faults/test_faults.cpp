@@ -45,6 +45,11 @@ std::vector<std::string> job(const std::vector<std::string>& launcher_flags,
 
 Env fault(const std::string& spec) { return {{"DDP_FAULT", spec}}; }
 
+// fault(spec) with TMPDIR=tmp: when a peer's failure makes the other ranks write their
+// collectives-rank<R>.json next to their error files, the launcher keeps its temporary folder for
+// the user; in a test it must land in the test's TempDir.
+Env fault_in(const std::string& spec, const std::string& tmp) { return {{"DDP_FAULT", spec}, {"TMPDIR", tmp}}; }
+
 // The pids fault_worker recorded in dir (rank<R>.attempt<A>.pid).
 std::vector<int> recorded_pids(const std::string& dir) {
   std::vector<int> pids;
@@ -151,7 +156,7 @@ TEST_CASE("a rank that exits, segfaults or is SIGKILLed takes the whole job down
       TempDir dir;
       Child launcher(job({"--nproc_per_node", "3", "--shutdown_grace", "5"},
                          {"--steps", "100000", "--step-ms", "20", "--pid-dir", dir.path()}),
-                     fault("rank=1,step=" + std::to_string(step) + ",kind=" + c.kind));
+                     fault_in("rank=1,step=" + std::to_string(step) + ",kind=" + c.kind, dir.path()));
       const auto outcome = launcher.wait(60s);
       const auto end = Clock::now();
       REQUIRE(outcome);
@@ -228,8 +233,7 @@ std::pair<LaunchOutcome, double> run_hung_job(const std::string& kind, const std
   TempDir dir;
   // TMPDIR: without --log_dir, the timed-out rank's collectives-rank0.json goes next to its error
   // file, in the launcher's temporary folder, which the launcher then keeps for the user.
-  Env env = fault("rank=1,step=3,kind=" + kind);
-  env["TMPDIR"] = dir.path();
+  const Env env = fault_in("rank=1,step=3,kind=" + kind, dir.path());
   Child launcher(job({"--nproc_per_node", "2", "--shutdown_grace", grace},
                      {"--steps", "100000", "--step-ms", "20", "--timeout-ms", "2000", "--pid-dir", dir.path()}),
                  env);
@@ -306,7 +310,7 @@ TEST_CASE("--max_restarts: a crash at a step, the restart resumes from the last 
 
   Child crashed(job({"--nproc_per_node", "2", "--max_restarts", "1", "--shutdown_grace", "5"},
                     with({"--pid-dir", dir.path()}, "restarted")),
-                fault("rank=1,step=8,kind=exit"));
+                fault_in("rank=1,step=8,kind=exit", dir.path()));
   const auto run = crashed.wait(60s);
   REQUIRE(run);
   INFO(run->out << run->err);
@@ -331,7 +335,7 @@ TEST_CASE("a rank killed while writing a checkpoint leaves the previous one; a c
   const std::string checkpoints = dir.path() + "/ckpt";
   Child launcher(job({"--nproc_per_node", "2", "--shutdown_grace", "3"},
                      {"--steps", "100", "--checkpoint-dir", checkpoints, "--pid-dir", dir.path()}),
-                 fault("rank=0,step=4,kind=ckpt"));
+                 fault_in("rank=0,step=4,kind=ckpt", dir.path()));
   const auto outcome = launcher.wait(60s);
   REQUIRE(outcome);
   INFO(outcome->out << outcome->err);
