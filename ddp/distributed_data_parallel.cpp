@@ -147,7 +147,7 @@ struct DdpCore::Impl {
     for (const auto& [name, t] : named_buffers) descriptions.push_back(describe("buffer", name, t));
     const auto long_options = torch::TensorOptions().dtype(torch::kLong).device(group->device());
     auto count = torch::tensor({static_cast<std::int64_t>(descriptions.size())}, long_options);
-    auto counts = group->allgather(count);
+    auto counts = group->allgather(count, "model check all-gather");
     std::vector<std::int64_t> n(world);
     std::int64_t max_n = 0;
     for (int r = 0; r < world; ++r) {
@@ -159,7 +159,7 @@ struct DdpCore::Impl {
       hashes[static_cast<std::int64_t>(i)] =
           static_cast<std::int64_t>(std::hash<std::string>{}(descriptions[i]) >> 1);
     }
-    auto gathered = group->allgather(hashes.to(group->device()));
+    auto gathered = group->allgather(hashes.to(group->device()), "model check all-gather");
     std::vector<torch::Tensor> all;
     for (auto& g : gathered) all.push_back(g.cpu());
     // First (index, rank) whose entry differs from rank 0's.
@@ -183,7 +183,7 @@ struct DdpCore::Impl {
     mine.resize(kWidth - 1, '\0');
     auto text = torch::zeros({kWidth}, torch::kByte);
     std::memcpy(text.data_ptr<std::uint8_t>(), mine.data(), mine.size());
-    auto texts = group->allgather(text.to(group->device()));
+    auto texts = group->allgather(text.to(group->device()), "model check all-gather");
     const auto read = [&](int r) {
       auto t = texts[r].cpu();
       return std::string(reinterpret_cast<const char*>(t.data_ptr<std::uint8_t>()));
@@ -201,7 +201,7 @@ struct DdpCore::Impl {
       if (group->rank() == src) {
         for (std::size_t i = 0; i < g.tensors.size(); ++i) g.views[i].copy_(g.tensors[i]);
       }
-      group->broadcast(g.flat, src);
+      group->broadcast(g.flat, src, "parameter broadcast");
       if (group->rank() != src) {
         for (std::size_t i = 0; i < g.tensors.size(); ++i) g.tensors[i].copy_(g.views[i]);
       }
@@ -318,7 +318,7 @@ struct DdpCore::Impl {
       if (group->rank() == 0) {
         for (std::size_t i = 0; i < g.tensors.size(); ++i) g.views[i].copy_(g.tensors[i]);
       }
-      group->broadcast(g.flat, 0);
+      group->broadcast(g.flat, 0, "buffer broadcast");
       if (group->rank() != 0) {
         for (std::size_t i = 0; i < g.tensors.size(); ++i) g.tensors[i].copy_(g.views[i]);
       }
@@ -383,7 +383,7 @@ struct DdpCore::Impl {
       send = &b.wire;
     }
     if (divisor != 1) send->div_(divisor);
-    b.work = group->allreduce_async(*send);
+    b.work = group->allreduce_async(*send, "gradient all-reduce", static_cast<int>(index));
     auto done = b.done_ns;
     try {
       b.work->getFuture()->addCallback([done](c10::ivalue::Future&) { done->store(now_ns()); });
@@ -484,7 +484,7 @@ struct DdpCore::Impl {
       auto* data = counts.data_ptr<std::int32_t>();
       for (std::size_t i = 0; i < params.size(); ++i) data[i] = used_locally[i];
       used_counts.copy_(counts);
-      group->allreduce(used_counts);
+      group->allreduce(used_counts, c10d::ReduceOp::SUM, "unused-parameter all-reduce");
       counts = used_counts.cpu();
       data = counts.data_ptr<std::int32_t>();
       for (std::size_t i = 0; i < params.size(); ++i) globally_unused[i] = data[i] == 0 ? 1 : 0;
@@ -550,14 +550,16 @@ struct DdpCore::Impl {
     if (synced_backwards > 0 && rebuild_wanted()) rebuild_buckets();
     if (options.broadcast_buffers && !buffer_groups.empty()) broadcast_buffers();
     torch::NoGradGuard no_grad;
-    for (auto& b : buckets) {
+    for (std::size_t i = 0; i < buckets.size(); ++i) {
+      Bucket& b = buckets[i];
       (b.wire.defined() ? b.wire : b.flat).zero_();
-      b.work = group->allreduce_async(b.wire.defined() ? b.wire : b.flat);
+      b.work = group->allreduce_async(b.wire.defined() ? b.wire : b.flat, "gradient all-reduce (joined rank)",
+                                      static_cast<int>(i));
     }
     for (auto& b : buckets) group->wait(b.work, "gradient all-reduce (joined rank)");
     if (options.find_unused_parameters) {
       used_counts.zero_();
-      group->allreduce(used_counts);
+      group->allreduce(used_counts, c10d::ReduceOp::SUM, "unused-parameter all-reduce");
     }
     ++synced_backwards;
   }
@@ -634,7 +636,7 @@ void DdpCore::before_forward() {
   if (m.joining) {
     auto flags = torch::tensor({1, will_sync ? 1 : 0},
                                torch::TensorOptions().dtype(torch::kInt).device(m.group->device()));
-    m.group->allreduce(flags);
+    m.group->allreduce(flags, c10d::ReduceOp::SUM, "join all-reduce");
     const int active = flags[0].item<int>();
     if (!m.divide_by_initial_world_size) m.divisor = active;
     ++m.join_iterations;
@@ -679,14 +681,14 @@ void DdpCore::join(const std::function<void()>& loop, const JoinOptions& options
   const auto int_options = torch::TensorOptions().dtype(torch::kInt).device(m.group->device());
   while (true) {
     auto flags = torch::zeros({2}, int_options);
-    m.group->allreduce(flags);
+    m.group->allreduce(flags, c10d::ReduceOp::SUM, "join all-reduce");
     if (flags[0].item<int>() == 0) break;
     m.shadow_iteration(flags[1].item<int>() > 0);
   }
   // The rank that ran the most iterations (the lowest such rank) has the final model.
   auto key = torch::tensor({m.join_iterations * m.world + (m.world - 1 - m.group->rank())},
                            int_options.dtype(torch::kLong));
-  m.group->allreduce(key, c10d::ReduceOp::MAX);
+  m.group->allreduce(key, c10d::ReduceOp::MAX, "join all-reduce");
   const int source = m.world - 1 - static_cast<int>(key.item<std::int64_t>() % m.world);
   std::vector<torch::Tensor> state;
   for (auto& p : m.params) state.push_back(p.tensor);

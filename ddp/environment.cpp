@@ -49,6 +49,16 @@ std::optional<int> first_int(const EnvLookup& env, std::initializer_list<const c
 
 }  // namespace
 
+std::string diagnostics_dir(const EnvLookup& env) {
+  if (auto dir = env("DDP_LOG_DIR"); dir && !dir->empty()) return *dir;
+  if (auto file = env("TORCHELASTIC_ERROR_FILE"); file && !file->empty()) {
+    const auto slash = file->rfind('/');
+    if (slash == std::string::npos) return ".";
+    return slash == 0 ? "/" : file->substr(0, slash);
+  }
+  return "";
+}
+
 LaunchEnvironment parse_launch_environment(const EnvLookup& env, int rank_override,
                                            int world_size_override) {
   LaunchEnvironment out;

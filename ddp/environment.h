@@ -33,6 +33,11 @@ struct LaunchEnvironment {
 LaunchEnvironment parse_launch_environment(const EnvLookup& env, int rank_override = -1,
                                            int world_size_override = -1);
 
+// The folder a rank writes diagnostics to (its collectives-rank<R>.json on a collective's failure):
+// DDP_LOG_DIR (set by ddp_launch --log_dir to the attempt's folder), else the folder of
+// TORCHELASTIC_ERROR_FILE (torchrun, or ddp_launch without --log_dir), else "" (nowhere).
+std::string diagnostics_dir(const EnvLookup& env);
+
 // A parsed init_method URL.
 struct InitMethod {
   enum class Kind { env, tcp, file };

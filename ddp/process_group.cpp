@@ -211,7 +211,8 @@ ProcessGroup::ProcessGroup(Info info, c10::intrusive_ptr<c10d::Store> store,
     : info_(std::move(info)),
       store_(std::move(store)),
       backend_(std::move(backend)),
-      logger_(Logger::for_rank(info_.rank)) {}
+      logger_(Logger::for_rank(info_.rank)),
+      collectives_(info_.collective_log_size) {}
 
 ProcessGroup::~ProcessGroup() { destroy(); }
 
@@ -225,73 +226,147 @@ void ProcessGroup::destroy() {
   store_.reset();
 }
 
-void ProcessGroup::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what) const {
+std::int64_t ProcessGroup::begin_collective(const char* op, const char* what, int bucket,
+                                           const torch::Tensor* tensor) const {
+  CollectiveRecord record;
+  record.op = op;
+  record.what = what;
+  record.bucket = bucket;
+  if (tensor != nullptr && tensor->defined()) {
+    record.numel = tensor->numel();
+    record.dtype = c10::toString(tensor->scalar_type());
+    record.bytes = record.numel * static_cast<std::int64_t>(tensor->element_size());
+  }
+  record.start_unix_us = unix_now_us();
+  return collectives_.begin(record);
+}
+
+// Starts a collective, turning c10d's errors into ours.
+template <class Start>
+c10::intrusive_ptr<c10d::Work> ProcessGroup::start_collective(std::int64_t seq, const char* what,
+                                                              Start&& start) const {
   try {
-    if (!work->wait(info_.timeout)) {
-      throw TimeoutError(str(what, " on rank ", info_.rank, " did not finish within ",
-                             seconds(info_.timeout), " s"));
-    }
+    auto work = start();
+    collectives_.attach(seq, work.get());
+    return work;
   } catch (const Error&) {
     throw;
   } catch (const std::exception& error) {
-    rethrow_as_ddp(error, str(what, " failed on rank ", info_.rank, " (timeout ",
-                              seconds(info_.timeout), " s)"));
+    fail_collective(seq, what, info_.timeout, &error);
   }
+}
+
+void ProcessGroup::wait_collective(std::int64_t seq, const c10::intrusive_ptr<c10d::Work>& work, const char* what,
+                                   milliseconds timeout) const {
+  try {
+    if (!work->wait(timeout)) fail_collective(seq, what, timeout, nullptr);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& error) {
+    fail_collective(seq, what, timeout, &error);
+  }
+  if (seq > 0) collectives_.finish(seq, CollectiveState::completed);
+}
+
+void ProcessGroup::fail_collective(std::int64_t seq, const char* what, milliseconds timeout,
+                                   const std::exception* error) const {
+  const std::string cause = error == nullptr ? std::string("did not finish") : std::string(error->what());
+  const bool timed_out = error == nullptr || mentions_timeout(cause);
+  std::optional<CollectiveRecord> record;
+  if (seq > 0) {
+    collectives_.finish(seq, CollectiveState::failed);
+    record = collectives_.find(seq);
+  }
+  std::string name = seq > 0 ? str(what, " #", seq) : std::string(what);
+  if (record && record->bytes > 0) {
+    name += record->bucket >= 0 ? str(" (bucket ", record->bucket, ", ", format_bytes(record->bytes), ")")
+                                : str(" (", format_bytes(record->bytes), ")");
+  }
+  // The ring buffer is written first: a rank still waiting for reports below may be stopped by
+  // the launcher (a peer failed first) before it can write the final version.
+  std::optional<std::string> dump;
+  const auto write_dump = [&](const std::string& reason) {
+    if (info_.log_dir.empty()) return;
+    CollectiveDumpHeader header;
+    header.rank = info_.rank;
+    header.world_size = info_.size;
+    header.backend = info_.backend_name;
+    header.reason = reason;
+    header.last_seq = collectives_.last_seq();
+    header.capacity = collectives_.capacity();
+    dump = write_collectives_file(info_.log_dir, info_.rank, collectives_json(header, collectives_.snapshot()));
+  };
+  std::string message;
+  if (timed_out) {
+    message = str(name, " timed out after ", seconds(timeout), " s on rank ", info_.rank);
+    if (seq > 0 && info_.size > 1 && store_) {
+      write_dump(message + " (checking which ranks arrived)");
+      // See Note [Naming the ranks that did not arrive] (ddp/collective_log.cpp).
+      const auto store = c10::make_intrusive<c10d::PrefixStore>("ddp/collectives", store_);
+      const ArrivalStore arrivals{
+          [store](const std::string& key, const std::string& value) { store->set(key, to_bytes(value)); },
+          [store](const std::string& key) -> std::optional<std::string> {
+            if (!store->check({key})) return std::nullopt;
+            return to_string(store->get(key));
+          }};
+      const auto window = std::min(timeout, milliseconds(2000));
+      ArrivalReport report = check_arrivals(arrivals, info_.rank, info_.size, Arrival{seq, what}, window,
+                                            /*linger=*/info_.rank == 0);
+      report.last_completed = collectives_.last_completed();
+      message += str(": ", describe_arrivals(report));
+    }
+  } else {
+    message = str(name, " failed on rank ", info_.rank, ": ", cause.substr(0, cause.find('\n')));
+  }
+  write_dump(message);
+  if (dump) message += str(" [this rank's last collectives: ", *dump, "]");
+  if (timed_out) throw TimeoutError(message);
+  throw CommunicationError(message);
+}
+
+void ProcessGroup::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what) const {
+  wait_collective(collectives_.find_started(work.get()).value_or(0), work, what, info_.timeout);
 }
 
 void ProcessGroup::barrier(std::optional<milliseconds> timeout) {
   c10d::BarrierOptions options;
   options.timeout = timeout.value_or(info_.timeout);
-  try {
-    auto work = backend()->barrier(options);
-    if (!work->wait(options.timeout)) throw TimeoutError("barrier did not finish");
-  } catch (const std::exception& error) {
-    rethrow_as_ddp(error, str("barrier on rank ", info_.rank, " (timeout ", seconds(options.timeout),
-                              " s)"));
-  }
+  const auto seq = begin_collective("barrier", "barrier", -1, nullptr);
+  wait_collective(seq, start_collective(seq, "barrier", [&] { return backend()->barrier(options); }), "barrier",
+                  options.timeout);
 }
 
-namespace {
-// Starts a collective, turning c10d's errors into ours.
-template <class Start>
-c10::intrusive_ptr<c10d::Work> start_collective(const char* what, int rank, Start&& start) {
-  try {
-    return start();
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception& error) {
-    rethrow_as_ddp(error, str(what, " on rank ", rank));
-  }
-}
-}  // namespace
-
-c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce_async(torch::Tensor& tensor) {
+c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce_async(torch::Tensor& tensor, const char* what, int bucket) {
   std::vector<torch::Tensor> tensors{tensor};
-  return start_collective("allreduce", info_.rank, [&] { return backend()->allreduce(tensors); });
+  const auto seq = begin_collective("allreduce", what, bucket, &tensor);
+  return start_collective(seq, what, [&] { return backend()->allreduce(tensors); });
 }
 
-void ProcessGroup::allreduce(torch::Tensor& tensor, c10d::ReduceOp op) {
+void ProcessGroup::allreduce(torch::Tensor& tensor, c10d::ReduceOp op, const char* what) {
   std::vector<torch::Tensor> tensors{tensor};
   c10d::AllreduceOptions options;
   options.reduceOp = op;
-  wait(start_collective("allreduce", info_.rank, [&] { return backend()->allreduce(tensors, options); }),
-       "allreduce");
+  const auto seq = begin_collective("allreduce", what, -1, &tensor);
+  wait_collective(seq, start_collective(seq, what, [&] { return backend()->allreduce(tensors, options); }), what,
+                  info_.timeout);
 }
 
-void ProcessGroup::broadcast(torch::Tensor& tensor, int src) {
+void ProcessGroup::broadcast(torch::Tensor& tensor, int src, const char* what) {
   std::vector<torch::Tensor> tensors{tensor};
   c10d::BroadcastOptions options;
   options.rootRank = src;
-  wait(start_collective("broadcast", info_.rank, [&] { return backend()->broadcast(tensors, options); }),
-       "broadcast");
+  const auto seq = begin_collective("broadcast", what, -1, &tensor);
+  wait_collective(seq, start_collective(seq, what, [&] { return backend()->broadcast(tensors, options); }), what,
+                  info_.timeout);
 }
 
-std::vector<torch::Tensor> ProcessGroup::allgather(const torch::Tensor& tensor) {
+std::vector<torch::Tensor> ProcessGroup::allgather(const torch::Tensor& tensor, const char* what) {
   std::vector<torch::Tensor> inputs{tensor.contiguous()};
   std::vector<std::vector<torch::Tensor>> outputs(1);
   for (int r = 0; r < info_.size; ++r) outputs[0].push_back(torch::empty_like(inputs[0]));
-  wait(start_collective("allgather", info_.rank, [&] { return backend()->allgather(outputs, inputs); }),
-       "allgather");
+  const auto seq = begin_collective("allgather", what, -1, &inputs[0]);
+  wait_collective(seq, start_collective(seq, what, [&] { return backend()->allgather(outputs, inputs); }), what,
+                  info_.timeout);
   return outputs[0];
 }
 
@@ -328,6 +403,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
 
   ProcessGroup::Info info;
   info.timeout = options.timeout;
+  info.log_dir = diagnostics_dir(env);
   std::string host;
   int port = 0;
   if (method.kind == InitMethod::Kind::env) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "ddp/collective_log.h"
 #include "ddp/log.h"
 
 namespace ddp {
@@ -48,6 +49,10 @@ class ProcessGroup {
     std::string backend_name;
     torch::Device device = torch::kCPU;
     std::chrono::milliseconds timeout = std::chrono::minutes(30);
+    // Where a rank writes its last collectives on a timeout or communication error ("": nowhere);
+    // see diagnostics_dir() in ddp/environment.h.
+    std::string log_dir;
+    std::size_t collective_log_size = 64;  // Note [Collective ring buffer]
   };
   ProcessGroup(Info info, c10::intrusive_ptr<c10d::Store> store,
                c10::intrusive_ptr<c10d::Backend> backend);
@@ -71,16 +76,28 @@ class ProcessGroup {
   void barrier(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
 
   // Blocking collectives, in place, bounded by the group's timeout. Errors become
-  // ddp::TimeoutError / ddp::CommunicationError naming the operation.
-  void allreduce(torch::Tensor& tensor, c10d::ReduceOp op = c10d::ReduceOp::SUM);
-  void broadcast(torch::Tensor& tensor, int src = 0);
+  // ddp::TimeoutError / ddp::CommunicationError naming the operation and its sequence number; a
+  // timeout also names the ranks that did not arrive (Note [Naming the ranks that did not arrive]).
+  // `what` (a string literal) says what the collective is for, in errors and recent_collectives().
+  void allreduce(torch::Tensor& tensor, c10d::ReduceOp op = c10d::ReduceOp::SUM, const char* what = "allreduce");
+  void broadcast(torch::Tensor& tensor, int src = 0, const char* what = "broadcast");
   // Returns one tensor per rank (same shape as `tensor` on every rank).
-  std::vector<torch::Tensor> allgather(const torch::Tensor& tensor);
+  std::vector<torch::Tensor> allgather(const torch::Tensor& tensor, const char* what = "allgather");
 
-  // Asynchronous all-reduce (sum) of one tensor; finish it with wait().
-  c10::intrusive_ptr<c10d::Work> allreduce_async(torch::Tensor& tensor);
+  // Asynchronous all-reduce (sum) of one tensor; finish it with wait(). `bucket`: the DDP bucket
+  // index, for diagnostics (-1: none).
+  c10::intrusive_ptr<c10d::Work> allreduce_async(torch::Tensor& tensor, const char* what = "allreduce",
+                                                 int bucket = -1);
   // Waits for `work` at most the group's timeout; `what` names the operation in errors.
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what) const;
+
+  // This rank's last collectives (at most Info::collective_log_size), oldest first; every
+  // collective of the group has a sequence number, the same on every rank. See
+  // Note [Collective ring buffer].
+  std::vector<CollectiveRecord> recent_collectives() const { return collectives_.snapshot(); }
+  // The sequence number of the last collective started (0: none yet).
+  std::int64_t last_collective_seq() const { return collectives_.last_seq(); }
+  const std::string& log_dir() const { return info_.log_dir; }
 
   // The underlying c10d objects, for anything these helpers do not cover.
   const c10::intrusive_ptr<c10d::Backend>& backend() const;
@@ -96,11 +113,21 @@ class ProcessGroup {
   void run_main_process_first(const std::function<void()>& f);
 
  private:
+  std::int64_t begin_collective(const char* op, const char* what, int bucket, const torch::Tensor* tensor) const;
+  template <class Start>
+  c10::intrusive_ptr<c10d::Work> start_collective(std::int64_t seq, const char* what, Start&& start) const;
+  void wait_collective(std::int64_t seq, const c10::intrusive_ptr<c10d::Work>& work, const char* what,
+                       std::chrono::milliseconds timeout) const;
+  // Records the failure, names the missing ranks (timeouts), writes the ring buffer file, throws.
+  [[noreturn]] void fail_collective(std::int64_t seq, const char* what, std::chrono::milliseconds timeout,
+                                    const std::exception* error) const;
+
   Info info_;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::Backend> backend_;
   Logger logger_;
   int main_first_calls_ = 0;
+  mutable CollectiveLog collectives_;
 };
 
 // Creates the default process group. Throws ddp::InvalidArgument (bad option or environment),

@@ -43,6 +43,16 @@ bool shown_on_console(const LaunchConfig& c, int local_rank) {
   return std::find(f.begin(), f.end(), local_rank) != f.end();
 }
 
+// Whether a worker wrote its last collectives (ddp library, collectives-rank<R>.json) below dir:
+// without --log_dir they go next to the error file, in the temporary folder, which is then kept.
+bool has_collective_logs(const std::string& dir) {
+  std::error_code error;
+  for (std::filesystem::recursive_directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
+    if (it->path().filename().string().rfind("collectives-rank", 0) == 0) return true;
+  }
+  return false;
+}
+
 int run(const LaunchConfig& c, const LaunchEnvironment& env) {
   MachineResources machine = MachineResources::of_this_machine();
   const int nproc = resolve_nproc(c, env, machine);
@@ -141,6 +151,8 @@ int run(const LaunchConfig& c, const LaunchEnvironment& env) {
       slot.local_rank = lr;
       slot.restart_count = attempt;
       slot.error_file = files.error_file;
+      // Diagnostics of the ddp library (collectives-rank<R>.json), side by side for every rank.
+      if (!c.log_dir.empty()) slot.log_dir = attempt_dir(base, c.run_id, attempt);
       if (!gpus.empty()) slot.visible_gpu = gpus[lr];
       if (agent) slot.agent_socket = agent->path();
       WorkerLaunch w;
@@ -174,7 +186,7 @@ int run(const LaunchConfig& c, const LaunchEnvironment& env) {
   if (result.exit_code != 0) {
     std::fputs(format_failure_summary(result, options.host_name).c_str(), stderr);
   }
-  if (logs_in_temporary) {
+  if (logs_in_temporary || (temporary && has_collective_logs(base))) {
     spdlog::info("worker logs are in {}", run_dir(base, c.run_id));
   } else if (temporary) {
     std::error_code ignored;

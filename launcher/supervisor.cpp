@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -222,6 +223,13 @@ struct ExecArgs {
 
 using Clock = std::chrono::steady_clock;
 
+std::optional<std::chrono::system_clock::time_point> file_mtime(const std::string& path) {
+  struct stat st {};
+  if (path.empty() || ::stat(path.c_str(), &st) != 0) return std::nullopt;
+  const auto since_epoch = std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec);
+  return std::chrono::system_clock::time_point(std::chrono::duration_cast<std::chrono::system_clock::duration>(since_epoch));
+}
+
 class Attempt {
  public:
   Attempt(const SupervisorOptions& options, SignalPipe& signals, int attempt, std::vector<WorkerLaunch> launches)
@@ -397,6 +405,9 @@ class Attempt {
   }
 
   void reap() {
+    ++pass_;
+    const bool stopping_before = stopping_;  // failures of this pass all count as before the stop
+    bool failed = false;
     for (auto& w : workers_) {
       if (!w.running) continue;
       int status = 0;
@@ -419,11 +430,14 @@ class Attempt {
       }
       if (!exit.signal && exit.exit_code == 0) continue;
       exit.error = read_error_file(exit.error_file);
-      exit.after_stop = stopping_;
-      if (!stopping_ && options_.progress != nullptr) options_.progress->count_failure();
+      if (exit.error) exit.error_written = file_mtime(exit.error_file);
+      exit.after_stop = stopping_before;
+      exit.observed_pass = pass_;
+      if (!stopping_before && options_.progress != nullptr) options_.progress->count_failure();
       failures.push_back(std::move(exit));
-      begin_stop(true);
+      failed = true;
     }
+    if (failed) begin_stop(true);
   }
 
   // The group stops: SIGTERM to every running worker (unless a forwarded signal already went out),
@@ -475,6 +489,7 @@ class Attempt {
   std::vector<Worker> workers_;
   bool stopping_ = false;
   bool killed_ = false;
+  int pass_ = 0;
   std::optional<Clock::time_point> stop_deadline_;
 };
 
@@ -519,6 +534,36 @@ std::string signal_name(int sig) {
   }
 }
 
+// Note [Root cause]
+// The root cause is the earliest failure. Failures the launcher saw before it began stopping the
+// group come before those that followed its SIGTERM; then the earlier pass of the monitor loop
+// (SIGCHLD wakes it at once, so a pass is a few milliseconds wide). Several workers reaped in the
+// same pass died too close together for waitpid to order them: when every one of them wrote an
+// error file, the one written first (its mtime, in nanoseconds) wins; otherwise (a worker killed by
+// a signal writes none, and a mtime cannot be compared with a death nobody timed) the lowest rank.
+std::size_t root_cause_index(const std::vector<WorkerExit>& failures) {
+  DDP_CHECK(!failures.empty(), "root_cause_index needs at least one failure");
+  const auto key = [](const WorkerExit& e) { return std::make_pair(e.after_stop, e.observed_pass); };
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < failures.size(); ++i) {
+    if (key(failures[i]) < key(failures[best])) best = i;
+  }
+  std::vector<std::size_t> tied;
+  for (std::size_t i = 0; i < failures.size(); ++i) {
+    if (key(failures[i]) == key(failures[best])) tied.push_back(i);
+  }
+  const bool all_timed = std::all_of(tied.begin(), tied.end(), [&](std::size_t i) {
+    return failures[i].error_written.has_value();
+  });
+  const auto earlier = [&](std::size_t a, std::size_t b) {
+    const WorkerExit& x = failures[a];
+    const WorkerExit& y = failures[b];
+    if (all_timed && *x.error_written != *y.error_written) return *x.error_written < *y.error_written;
+    return x.rank < y.rank;
+  };
+  return *std::min_element(tied.begin(), tied.end(), earlier);
+}
+
 SupervisorResult supervise(const SupervisorOptions& options, const GroupFactory& make_group) {
   SignalPipe signals;
   SupervisorResult result;
@@ -530,12 +575,10 @@ SupervisorResult supervise(const SupervisorOptions& options, const GroupFactory&
     result.root_cause.reset();
     result.other_failures.clear();
     if (!run.failures.empty()) {
-      // Root cause: the earliest failure observed before the launcher began stopping the group.
-      auto first = std::find_if(run.failures.begin(), run.failures.end(), [](const WorkerExit& e) { return !e.after_stop; });
-      if (first == run.failures.end()) first = run.failures.begin();
-      result.root_cause = *first;
-      for (auto it = run.failures.begin(); it != run.failures.end(); ++it) {
-        if (it != first) result.other_failures.push_back(*it);
+      const std::size_t first = root_cause_index(run.failures);
+      result.root_cause = run.failures[first];
+      for (std::size_t i = 0; i < run.failures.size(); ++i) {
+        if (i != first) result.other_failures.push_back(run.failures[i]);
       }
     }
     if (run.launcher_signal) {

@@ -2,6 +2,7 @@
 // The process supervisor: starts the local worker group, pipes its output, forwards signals,
 // stops the group on the first failure, restarts it, reaps every child. See Note [Supervision].
 #include <chrono>
+#include <cstddef>
 #include <functional>
 #include <optional>
 #include <string>
@@ -67,6 +68,9 @@ struct WorkerExit {
   std::optional<WorkerError> error;  // what the worker wrote to its error file
   bool after_stop = false;        // ended after the launcher began stopping the group
   std::optional<std::string> hang;  // set when the hang watchdog stopped it: describe_stuck()
+  int observed_pass = 0;          // the monitor loop's pass that reaped it (1, 2, ...)
+  // When the worker wrote its error file (the file's mtime), if it wrote one in this attempt.
+  std::optional<std::chrono::system_clock::time_point> error_written;
   int launcher_exit_code() const { return signal ? 128 + *signal : exit_code; }
 };
 
@@ -77,6 +81,10 @@ struct SupervisorResult {
   std::optional<WorkerExit> root_cause;   // the first failure of the last attempt
   std::vector<WorkerExit> other_failures;
 };
+
+// Which of an attempt's failures is the root cause (an index into failures, which must not be
+// empty): see Note [Root cause] in supervisor.cpp.
+std::size_t root_cause_index(const std::vector<WorkerExit>& failures);
 
 // Runs attempts until one succeeds, restarts are used up, or the launcher is signalled.
 // Installs handlers for SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD for its duration.

@@ -33,6 +33,7 @@ std::vector<std::pair<std::string, std::string>> launcher_variables(const NodeAs
     vars.emplace_back("CUDA_VISIBLE_DEVICES", *slot.visible_gpu);
   }
   if (slot.agent_socket) vars.emplace_back("DDP_AGENT_SOCKET", *slot.agent_socket);
+  if (slot.log_dir) vars.emplace_back("DDP_LOG_DIR", *slot.log_dir);
   return vars;
 }
 

@@ -25,6 +25,7 @@ struct WorkerSlot {
   std::string error_file;                 // TORCHELASTIC_ERROR_FILE
   std::optional<std::string> visible_gpu;  // CUDA_VISIBLE_DEVICES
   std::optional<std::string> agent_socket;  // DDP_AGENT_SOCKET (heartbeats), when the job is watched
+  std::optional<std::string> log_dir;      // DDP_LOG_DIR: the attempt's log folder (--log_dir only)
 };
 
 // rank = node_rank * nproc_per_node + local_rank (every node runs the same number of workers).

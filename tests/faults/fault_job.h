@@ -29,6 +29,11 @@ inline std::vector<std::string> job(const std::vector<std::string>& launcher_fla
 
 inline Env fault(const std::string& spec) { return {{"DDP_FAULT", spec}}; }
 
+// fault(spec) with TMPDIR=tmp: when a peer's failure makes the other ranks write their
+// collectives-rank<R>.json next to their error files, the launcher keeps its temporary folder for
+// the user; in a test it must land in the test's TempDir.
+inline Env fault_in(const std::string& spec, const std::string& tmp) { return {{"DDP_FAULT", spec}, {"TMPDIR", tmp}}; }
+
 // The pids fault_worker recorded in dir (rank<R>.attempt<A>.pid).
 inline std::vector<int> recorded_pids(const std::string& dir) {
   std::vector<int> pids;

@@ -11,6 +11,8 @@
 //   hang     sleeps (inside the step, before its forward and all-reduce) until it is killed
 //   hang_noterm  the same, ignoring SIGTERM (only SIGKILL ends it, like a rank stuck in a driver call)
 //   ckpt     starts writing checkpoint step-S and SIGKILLs itself half-way through model.pt
+//   desync   issues one extra collective (a barrier) before step S: from then on its collectives
+//            are not the others' (the same sequence number, another operation)
 // Each rank writes its pid to D/rank<R>.attempt<A>.pid, so that the test can check /proc.
 // The data of a step depend only on (step, rank), so a resumed run sees what an uninterrupted one
 // sees; --save-params writes the final parameters' raw bytes (rank 0) for a bit-for-bit comparison.
@@ -64,8 +66,8 @@ Fault parse_fault(const char* text) {
     else DDP_CHECK(false, "DDP_FAULT: unknown key '", key, "'");
   }
   DDP_CHECK(fault.kind == "exit" || fault.kind == "segv" || fault.kind == "sigkill" || fault.kind == "hang" ||
-                fault.kind == "hang_noterm" || fault.kind == "ckpt",
-            "DDP_FAULT: kind must be exit|segv|sigkill|hang|hang_noterm|ckpt, not '", fault.kind, "'");
+                fault.kind == "hang_noterm" || fault.kind == "ckpt" || fault.kind == "desync",
+            "DDP_FAULT: kind must be exit|segv|sigkill|hang|hang_noterm|ckpt|desync, not '", fault.kind, "'");
   return fault;
 }
 
@@ -156,7 +158,11 @@ int train(const std::map<std::string, std::string>& flags) {
   const bool armed = fault.rank == rank && fault.attempt == attempt;
   ddp::ProgressReporter progress;  // samples and loss for ddp_launch --metrics_port
   while (step < steps) {
-    if (armed && step + 1 == fault.step) inject(fault, checkpoint_dir, pid_dir);
+    if (armed && step + 1 == fault.step) {
+      if (fault.kind != "desync") inject(fault, checkpoint_dir, pid_dir);
+      std::cout << "fault: desync on rank " << rank << " at step " << fault.step << std::endl;
+      group->barrier();
+    }
     torch::manual_seed(1000 * step + rank);  // this step's data on this rank, whatever came before
     const auto x = torch::randn({16, 8}, torch::kDouble);
     const auto y = x.sum(1, /*keepdim=*/true).sin();

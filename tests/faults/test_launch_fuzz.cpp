@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <random>
 #include <string>
@@ -128,7 +129,7 @@ class ArgvFuzzer {
 
   std::string binary(bool real_run) {
     static const std::vector<std::string> real = {"/bin/true", "/bin/false", "true", "false"};
-    static const std::vector<std::string> odd = {"/nonexistent/train", "/tmp", "/etc/hostname", "", "-", "./",
+    static const std::vector<std::string> odd = {"/nonexistent/train", "/tmp", "./not_executable", "", "-", "./",
                                                  "no_such_binary_xyz", "/bin/true/x"};
     if (real_run || chance(0.7)) return one_of(real);
     return chance(0.7) ? one_of(odd) : garbage();
@@ -170,6 +171,9 @@ TEST_CASE("ddp_launch: 1000+ random and malformed command lines end with 0 or 2,
   REQUIRE(::mkdir(bin.c_str(), 0700) == 0);
   REQUIRE(::symlink("/bin/true", (bin + "/true").c_str()) == 0);
   REQUIRE(::symlink("/bin/false", (bin + "/false").c_str()) == 0);
+  // A file that is not executable (the fuzzer's ./not_executable); /etc/hostname was one until a
+  // machine had it mode 755: execve then fails with ENOEXEC and the launcher reports exit 127.
+  std::ofstream(scratch.path() + "/not_executable") << "not a program\n";
   // TMPDIR: the log folders that --redirects/--tee without --log_dir keep for the user land there too.
   const std::map<std::string, std::string> env{{"PATH", bin}, {"TMPDIR", scratch.path()}};
   char previous[4096];

@@ -13,6 +13,7 @@
 #include "launcher/line_splitter.h"
 #include "launcher/log_layout.h"
 #include "launcher/resources.h"
+#include "launcher/supervisor.h"
 #include "launcher/worker_env.h"
 
 using namespace ddp::launcher;
@@ -451,4 +452,59 @@ TEST_CASE("observability flags: hang watchdog and metrics endpoint", "[config]")
   slot.agent_socket = "/tmp/x/agent.sock";
   const auto vars = launcher_variables(NodeAssignment{}, slot);
   CHECK(std::count(vars.begin(), vars.end(), std::make_pair(std::string("DDP_AGENT_SOCKET"), *slot.agent_socket)) == 1);
+}
+
+TEST_CASE("DDP_LOG_DIR is exported only when the launcher has a log folder", "[launcher][env]") {
+  NodeAssignment node;
+  WorkerSlot slot;
+  slot.error_file = "/e/0";
+  CHECK(as_map(launcher_variables(node, slot)).count("DDP_LOG_DIR") == 0);
+  slot.log_dir = "/logs/run/attempt_2";
+  CHECK(as_map(launcher_variables(node, slot)).at("DDP_LOG_DIR") == "/logs/run/attempt_2");
+}
+
+namespace {
+
+WorkerExit failure(int rank, int pass, bool after_stop = false,
+                   std::optional<int> written_ms = std::nullopt) {
+  WorkerExit e;
+  e.rank = rank;
+  e.local_rank = rank;
+  e.exit_code = 1;
+  e.observed_pass = pass;
+  e.after_stop = after_stop;
+  if (written_ms) e.error_written = std::chrono::system_clock::time_point(std::chrono::milliseconds(*written_ms));
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("root cause: the earliest failure; within one monitor pass, the first error file, else the lowest rank",
+          "[launcher][root_cause]") {
+  SECTION("one failure") { CHECK(root_cause_index({failure(3, 1)}) == 0); }
+  SECTION("an earlier pass wins over a lower rank") {
+    CHECK(root_cause_index({failure(0, 5), failure(2, 4), failure(1, 6)}) == 1);
+  }
+  SECTION("failures before the launcher's stop win over those after it") {
+    CHECK(root_cause_index({failure(0, 1, true), failure(1, 2, false)}) == 1);
+  }
+  SECTION("same pass, no error files: the lowest rank, whatever the order of reaping") {
+    CHECK(root_cause_index({failure(2, 3), failure(1, 3), failure(3, 3)}) == 1);
+    CHECK(root_cause_index({failure(1, 3), failure(2, 3)}) == 0);
+  }
+  SECTION("same pass, every one wrote an error file: the first written") {
+    CHECK(root_cause_index({failure(0, 2, false, 500), failure(1, 2, false, 200), failure(2, 2, false, 300)}) == 1);
+  }
+  SECTION("same pass, equal error file times: the lowest rank") {
+    CHECK(root_cause_index({failure(2, 2, false, 100), failure(1, 2, false, 100)}) == 1);
+  }
+  SECTION("same pass, one killed by a signal (no error file): times are not comparable, lowest rank") {
+    auto killed = failure(2, 2);
+    killed.signal = 9;
+    CHECK(root_cause_index({failure(1, 2, false, 900), killed, failure(0, 2, false, 950)}) == 2);
+  }
+  SECTION("an error file time does not beat an earlier pass") {
+    CHECK(root_cause_index({failure(0, 2, false, 100), failure(1, 1, false, 900)}) == 1);
+  }
+  SECTION("no failures is a programming error") { CHECK_THROWS_AS(root_cause_index({}), ddp::Error); }
 }

@@ -1,0 +1,301 @@
+#include "ddp/collective_log.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include "ddp/json.h"
+#include "ddp/str.h"
+
+namespace ddp {
+
+const char* to_string(CollectiveState state) {
+  switch (state) {
+    case CollectiveState::started: return "started";
+    case CollectiveState::completed: return "completed";
+    case CollectiveState::failed: return "failed";
+  }
+  return "?";
+}
+
+CollectiveLog::CollectiveLog(std::size_t capacity) : slots_(capacity) {}
+
+CollectiveRecord* CollectiveLog::slot_of(std::int64_t seq) {
+  if (slots_.empty() || seq <= 0 || seq > last_seq_) return nullptr;
+  CollectiveRecord& slot = slots_[static_cast<std::size_t>(seq - 1) % slots_.size()];
+  return slot.seq == seq ? &slot : nullptr;
+}
+
+const CollectiveRecord* CollectiveLog::slot_of(std::int64_t seq) const {
+  return const_cast<CollectiveLog*>(this)->slot_of(seq);
+}
+
+std::int64_t CollectiveLog::begin(CollectiveRecord record) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  record.seq = ++last_seq_;
+  record.state = CollectiveState::started;
+  if (!slots_.empty()) slots_[static_cast<std::size_t>(record.seq - 1) % slots_.size()] = record;
+  return record.seq;
+}
+
+void CollectiveLog::attach(std::int64_t seq, const void* work) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (CollectiveRecord* slot = slot_of(seq)) slot->work = work;
+}
+
+bool CollectiveLog::finish(std::int64_t seq, CollectiveState state) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  CollectiveRecord* slot = slot_of(seq);
+  if (slot == nullptr) return false;
+  slot->state = state;
+  slot->end_unix_us = unix_now_us();
+  return true;
+}
+
+std::optional<std::int64_t> CollectiveLog::find_started(const void* work) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // Newest first: a work object's address may be reused by a later one once the first is freed.
+  const auto held = std::min<std::int64_t>(last_seq_, static_cast<std::int64_t>(slots_.size()));
+  for (std::int64_t seq = last_seq_; seq > last_seq_ - held; --seq) {
+    const CollectiveRecord* slot = slot_of(seq);
+    if (slot != nullptr && slot->work == work && slot->state == CollectiveState::started) return seq;
+  }
+  return std::nullopt;
+}
+
+std::optional<CollectiveRecord> CollectiveLog::find(std::int64_t seq) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const CollectiveRecord* slot = slot_of(seq);
+  if (slot == nullptr) return std::nullopt;
+  return *slot;
+}
+
+std::int64_t CollectiveLog::last_completed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto held = std::min<std::int64_t>(last_seq_, static_cast<std::int64_t>(slots_.size()));
+  for (std::int64_t seq = last_seq_; seq > last_seq_ - held; --seq) {
+    if (slot_of(seq)->state == CollectiveState::completed) return seq;
+  }
+  return 0;
+}
+
+std::vector<CollectiveRecord> CollectiveLog::snapshot() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<CollectiveRecord> out;
+  const auto held = std::min<std::int64_t>(last_seq_, static_cast<std::int64_t>(slots_.size()));
+  out.reserve(static_cast<std::size_t>(held));
+  for (std::int64_t seq = last_seq_ - held + 1; seq <= last_seq_; ++seq) out.push_back(*slot_of(seq));
+  return out;
+}
+
+std::int64_t CollectiveLog::last_seq() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return last_seq_;
+}
+
+std::int64_t unix_now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string format_bytes(std::int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 4) {
+    value /= 1024;
+    ++unit;
+  }
+  char buf[32];
+  if (unit == 0) {
+    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f %s", value, units[unit]);
+  }
+  return buf;
+}
+
+std::string collectives_json(const CollectiveDumpHeader& header, const std::vector<CollectiveRecord>& records) {
+  std::string out = str("{\"rank\": ", header.rank, ", \"world_size\": ", header.world_size,
+                        ", \"backend\": \"", json_escape(header.backend), "\", \"last_seq\": ", header.last_seq,
+                        ", \"capacity\": ", header.capacity, ", \"written_unix_us\": ", unix_now_us(),
+                        ",\n \"reason\": \"", json_escape(header.reason), "\",\n \"collectives\": [");
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    const CollectiveRecord& r = records[i];
+    out += str(i == 0 ? "\n" : ",\n", "  {\"seq\": ", r.seq, ", \"op\": \"", json_escape(r.op), "\", \"what\": \"",
+               json_escape(r.what), "\", \"bucket\": ", r.bucket, ", \"numel\": ", r.numel, ", \"dtype\": \"",
+               json_escape(r.dtype), "\", \"bytes\": ", r.bytes, ", \"start_unix_us\": ", r.start_unix_us,
+               ", \"end_unix_us\": ", r.end_unix_us, ", \"state\": \"", to_string(r.state), "\"}");
+  }
+  out += records.empty() ? "]}\n" : "\n ]}\n";
+  return out;
+}
+
+std::string collectives_file_name(int rank) { return str("collectives-rank", rank, ".json"); }
+
+std::optional<std::string> write_collectives_file(const std::string& dir, int rank, const std::string& text) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  fs::create_directories(dir, error);
+  const fs::path path = fs::path(dir) / collectives_file_name(rank);
+  const fs::path tmp = fs::path(dir) / (collectives_file_name(rank) + ".tmp");
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return std::nullopt;
+    out << text;
+    if (!out.flush()) return std::nullopt;
+  }
+  fs::rename(tmp, path, error);
+  if (error) return std::nullopt;
+  return path.string();
+}
+
+// --- Naming the ranks that did not arrive -------------------------------------------------------
+
+// Note [Naming the ranks that did not arrive]
+// A collective that times out says only "timed out" on the ranks that arrived: the backend does not
+// know who is missing. Asking costs nothing on the normal path: no store round trip per collective,
+// only the per-group sequence number that every collective carries anyway (CollectiveLog). When a
+// collective times out, the rank publishes "I am at seq N" under arrival/<rank> in the process
+// group's store (a PrefixStore of its own), then polls the other ranks' keys for a short window,
+// min(timeout, 2 s): the ranks that arrived at the same collective time out at about the same
+// moment and publish too. The value is "<seq> <what>", so that ranks stuck under the same number in
+// different collectives (a desync) are told apart from a stalled backend. The rank that hosts the
+// store (rank 0, TCPStore) stays for the whole window, so that its leaving does not take the store
+// away from ranks that timed out a little later. A rank whose key is still missing after the window is not inside any
+// collective of this group (it hangs in computation, or is gone); a rank that published a lower
+// number is stuck in an earlier collective (a desync: it skipped or reordered one); a higher number
+// means this rank is the one behind. The store calls run on a helper thread and are abandoned after
+// the window plus 1 s, so a dead store (rank 0 gone) cannot turn a timeout into a hang. Keys are
+// overwritten by later timeouts; after a timeout the group is unusable anyway.
+
+std::string arrival_key(int rank) { return str("arrival/", rank); }
+
+ArrivalReport classify_arrivals(int self, const Arrival& mine, const std::vector<std::optional<Arrival>>& reported) {
+  ArrivalReport report;
+  report.what = mine.what;
+  for (int r = 0; r < static_cast<int>(reported.size()); ++r) {
+    if (r == self) continue;
+    const auto& other = reported[static_cast<std::size_t>(r)];
+    if (!other) {
+      report.silent.push_back(r);
+    } else if (other->seq < mine.seq) {
+      report.behind.emplace_back(r, other->seq);
+    } else if (other->seq > mine.seq) {
+      report.ahead.emplace_back(r, other->seq);
+    } else if (other->what != mine.what) {
+      report.mismatched.emplace_back(r, other->what);
+    }
+  }
+  return report;
+}
+
+namespace {
+
+// An arrival key's value: "<seq> <what>".
+std::string format_arrival(const Arrival& arrival) { return str(arrival.seq, " ", arrival.what); }
+
+std::optional<Arrival> parse_arrival(const std::string& text) {
+  std::size_t used = 0;
+  Arrival arrival;
+  try {
+    arrival.seq = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  arrival.what = used < text.size() ? text.substr(used + 1) : std::string();
+  return arrival;
+}
+
+}  // namespace
+
+std::string describe_arrivals(const ArrivalReport& report) {
+  std::vector<int> missing = report.silent;
+  for (const auto& [rank, seq] : report.behind) missing.push_back(rank);
+  std::sort(missing.begin(), missing.end());
+  std::vector<std::string> details;
+  for (const auto& [rank, seq] : report.behind) details.push_back(str("rank ", rank, " last entered collective #", seq));
+  if (!report.silent.empty()) {
+    const double window = static_cast<double>(report.window.count()) / 1000.0;
+    details.push_back(str(report.silent.size() == 1 ? "rank " : "ranks ", join(report.silent, ", "),
+                          report.store_failed ? ": the store did not answer" : str(" sent no report within ", window, " s"),
+                          ": not inside any collective of this group (busy, hung, or gone)",
+                          report.last_completed > 0 ? str("; #", report.last_completed, " was the last to complete here")
+                                                    : std::string()));
+  }
+  std::string out;
+  if (!missing.empty()) out = str("rank(s) ", join(missing, ", "), " did not arrive (", join(details, "; "), ")");
+  if (!report.mismatched.empty()) {
+    std::vector<std::string> other;
+    for (const auto& [rank, what] : report.mismatched) other.push_back(str("rank ", rank, " is in ", what));
+    out += str(out.empty() ? "" : "; ", join(other, ", "), " under the same number, this rank in ", report.what,
+               " (a desync: the ranks issued different collectives; compare their collectives-rank*.json)");
+  }
+  if (!report.ahead.empty()) {
+    std::vector<std::string> ahead;
+    for (const auto& [rank, seq] : report.ahead) ahead.push_back(str("rank ", rank, " is at collective #", seq));
+    out += str(out.empty() ? "" : "; ", join(ahead, ", "), " (this rank is behind: a desync)");
+  }
+  if (out.empty()) out = "every rank reported this collective: the backend itself stalled";
+  return out;
+}
+
+ArrivalReport check_arrivals(const ArrivalStore& store, int rank, int world_size, const Arrival& mine,
+                             std::chrono::milliseconds window, bool linger) {
+  using Clock = std::chrono::steady_clock;
+  struct Shared {
+    std::mutex mutex;
+    std::condition_variable done_cv;
+    bool done = false;
+    bool failed = false;
+    std::vector<std::optional<Arrival>> reported;
+  };
+  auto shared = std::make_shared<Shared>();
+  shared->reported.assign(static_cast<std::size_t>(world_size), std::nullopt);
+  shared->reported[static_cast<std::size_t>(rank)] = mine;
+  const auto deadline = Clock::now() + window;
+  // Detached: if the store hangs, this thread is abandoned (it owns copies of everything it uses).
+  std::thread([shared, store, rank, world_size, mine, deadline, linger] {
+    bool failed = false;
+    try {
+      store.set(arrival_key(rank), format_arrival(mine));
+      while (true) {
+        bool all = true;
+        for (int r = 0; r < world_size; ++r) {
+          {
+            std::lock_guard<std::mutex> lock(shared->mutex);
+            if (shared->reported[static_cast<std::size_t>(r)]) continue;
+          }
+          std::optional<Arrival> value;
+          if (const auto text = store.get(arrival_key(r))) value = parse_arrival(*text);
+          std::lock_guard<std::mutex> lock(shared->mutex);
+          shared->reported[static_cast<std::size_t>(r)] = value;
+          all = all && value.has_value();
+        }
+        const auto now = Clock::now();
+        if ((all && !linger) || now >= deadline) break;
+        std::this_thread::sleep_for(std::min<Clock::duration>(std::chrono::milliseconds(50), deadline - now));
+      }
+    } catch (const std::exception&) {
+      failed = true;
+    }
+    std::lock_guard<std::mutex> lock(shared->mutex);
+    shared->failed = failed;
+    shared->done = true;
+    shared->done_cv.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> lock(shared->mutex);
+  const bool finished =
+      shared->done_cv.wait_until(lock, deadline + std::chrono::seconds(1), [&] { return shared->done; });
+  ArrivalReport report = classify_arrivals(rank, mine, shared->reported);
+  report.window = window;
+  report.store_failed = shared->failed || !finished;
+  return report;
+}
+
+}  // namespace ddp

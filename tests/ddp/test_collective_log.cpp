@@ -1,0 +1,352 @@
+// Collective diagnostics (ddp/collective_log.h): the ring buffer, its file, the arrival check with a
+// map as the store, and a one-rank process group's recent_collectives().
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "ddp/collective_log.h"
+#include "ddp/environment.h"
+#include "ddp/json_reader.h"
+#include "ddp/process_group.h"
+#include "tests/support/temp_dir.h"
+
+using Catch::Matchers::Contains;
+using namespace std::chrono_literals;
+
+namespace {
+
+ddp::CollectiveRecord record(const char* what, std::int64_t numel = 4) {
+  ddp::CollectiveRecord r;
+  r.op = "allreduce";
+  r.what = what;
+  r.numel = numel;
+  r.dtype = "Float";
+  r.bytes = numel * 4;
+  r.start_unix_us = ddp::unix_now_us();
+  return r;
+}
+
+std::vector<std::int64_t> seqs(const std::vector<ddp::CollectiveRecord>& records) {
+  std::vector<std::int64_t> out;
+  for (const auto& r : records) out.push_back(r.seq);
+  return out;
+}
+
+// A store for check_arrivals: a map behind a mutex, shared with the detached helper thread.
+struct MapStore {
+  std::shared_ptr<std::mutex> mutex = std::make_shared<std::mutex>();
+  std::shared_ptr<std::map<std::string, std::string>> keys = std::make_shared<std::map<std::string, std::string>>();
+  ddp::ArrivalStore store() const {
+    auto m = mutex;
+    auto k = keys;
+    return {[m, k](const std::string& key, const std::string& value) {
+              std::lock_guard<std::mutex> lock(*m);
+              (*k)[key] = value;
+            },
+            [m, k](const std::string& key) -> std::optional<std::string> {
+              std::lock_guard<std::mutex> lock(*m);
+              auto it = k->find(key);
+              if (it == k->end()) return std::nullopt;
+              return it->second;
+            }};
+  }
+  void set(int rank, std::int64_t seq, const std::string& what = "gradient all-reduce") {
+    std::lock_guard<std::mutex> lock(*mutex);
+    (*keys)[ddp::arrival_key(rank)] = std::to_string(seq) + " " + what;
+  }
+};
+
+const std::string kGrad = "gradient all-reduce";
+
+std::optional<ddp::Arrival> arrived(std::int64_t seq, const std::string& what = kGrad) { return ddp::Arrival{seq, what}; }
+const std::optional<ddp::Arrival> none;
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+TEST_CASE("the collective ring buffer keeps the last N collectives in order", "[collective_log]") {
+  SECTION("before wrapping around") {
+    ddp::CollectiveLog log(4);
+    CHECK(log.last_seq() == 0);
+    CHECK(log.snapshot().empty());
+    CHECK(log.begin(record("a")) == 1);
+    CHECK(log.begin(record("b")) == 2);
+    const auto held = log.snapshot();
+    CHECK(seqs(held) == std::vector<std::int64_t>{1, 2});
+    CHECK(std::string(held[0].what) == "a");
+    CHECK(held[1].state == ddp::CollectiveState::started);
+    CHECK(held[1].end_unix_us == 0);
+  }
+  SECTION("wrap-around: the oldest are overwritten, the order stays oldest first") {
+    ddp::CollectiveLog log(4);
+    for (int i = 0; i < 10; ++i) log.begin(record(i % 2 == 0 ? "even" : "odd", i + 1));
+    CHECK(log.last_seq() == 10);
+    const auto held = log.snapshot();
+    CHECK(seqs(held) == std::vector<std::int64_t>{7, 8, 9, 10});
+    CHECK(held.front().numel == 7);
+    CHECK(std::string(held.back().what) == "odd");
+    CHECK_FALSE(log.find(6));
+    CHECK_FALSE(log.finish(6, ddp::CollectiveState::completed));  // overwritten: nothing to mark
+    REQUIRE(log.find(7));
+    CHECK(log.finish(7, ddp::CollectiveState::completed));
+    CHECK(log.find(7)->state == ddp::CollectiveState::completed);
+    CHECK(log.find(7)->end_unix_us >= log.find(7)->start_unix_us);
+    CHECK(log.last_completed() == 7);
+    CHECK(log.finish(10, ddp::CollectiveState::failed));
+    CHECK(log.snapshot().back().state == ddp::CollectiveState::failed);
+    CHECK_FALSE(log.find(11));
+    CHECK_FALSE(log.find(0));
+  }
+  SECTION("size 0 keeps nothing but still numbers the collectives") {
+    ddp::CollectiveLog log(0);
+    CHECK(log.capacity() == 0);
+    CHECK(log.begin(record("a")) == 1);
+    CHECK(log.begin(record("b")) == 2);
+    CHECK(log.last_seq() == 2);
+    CHECK(log.snapshot().empty());
+    CHECK_FALSE(log.finish(2, ddp::CollectiveState::completed));
+    log.attach(2, &log);
+    CHECK_FALSE(log.find_started(&log));
+    CHECK(log.last_completed() == 0);
+  }
+  SECTION("size 1 keeps the newest") {
+    ddp::CollectiveLog log(1);
+    for (int i = 0; i < 3; ++i) log.begin(record("x"));
+    CHECK(seqs(log.snapshot()) == std::vector<std::int64_t>{3});
+  }
+  SECTION("a started collective is found by its work object, newest first") {
+    ddp::CollectiveLog log(8);
+    int work_a = 0, work_b = 0;
+    const auto s1 = log.begin(record("a"));
+    log.attach(s1, &work_a);
+    const auto s2 = log.begin(record("b"));
+    log.attach(s2, &work_b);
+    CHECK(log.find_started(&work_a) == s1);
+    CHECK(log.find_started(&work_b) == s2);
+    log.finish(s1, ddp::CollectiveState::completed);
+    CHECK_FALSE(log.find_started(&work_a));  // completed: a reused address must not match it
+    const auto s3 = log.begin(record("c"));
+    log.attach(s3, &work_a);  // the same address again, for a later collective
+    CHECK(log.find_started(&work_a) == s3);
+  }
+}
+
+TEST_CASE("the ring buffer file is JSON, one collective per line, oldest first", "[collective_log]") {
+  ddp::CollectiveLog log(3);
+  for (int i = 0; i < 5; ++i) {
+    auto r = record("gradient all-reduce", 100 + i);
+    r.bucket = i % 2;
+    const auto seq = log.begin(r);
+    if (i < 4) log.finish(seq, ddp::CollectiveState::completed);
+  }
+  ddp::CollectiveDumpHeader header;
+  header.rank = 1;
+  header.world_size = 2;
+  header.backend = "gloo";
+  header.reason = "gradient all-reduce #5 timed out: \"quoted\"\nsecond line";
+  header.last_seq = log.last_seq();
+  header.capacity = log.capacity();
+  const std::string text = ddp::collectives_json(header, log.snapshot());
+  CHECK(std::count(text.begin(), text.end(), '\n') == 3 + 3 + 1);  // 3 header lines, one per record, the end
+  const auto root = ddp::parse_json(text);
+  REQUIRE(root);
+  CHECK(root->field("rank")->text == "1");
+  CHECK(root->field("world_size")->text == "2");
+  CHECK(root->field("last_seq")->text == "5");
+  CHECK(root->field("capacity")->text == "3");
+  CHECK(root->field("reason")->text == header.reason);
+  const auto& items = root->field("collectives")->array;
+  REQUIRE(items.size() == 3);
+  CHECK(items[0].field("seq")->text == "3");
+  CHECK(items[2].field("seq")->text == "5");
+  CHECK(items[2].field("state")->text == "started");
+  CHECK(items[1].field("state")->text == "completed");
+  CHECK(items[2].field("op")->text == "allreduce");
+  CHECK(items[2].field("what")->text == "gradient all-reduce");
+  CHECK(items[2].field("bucket")->text == "0");
+  CHECK(items[2].field("numel")->text == "104");
+  CHECK(items[2].field("bytes")->text == "416");
+  CHECK(items[2].field("dtype")->text == "Float");
+
+  SECTION("an empty ring is valid JSON too") {
+    const auto empty = ddp::parse_json(ddp::collectives_json(header, {}));
+    REQUIRE(empty);
+    CHECK(empty->field("collectives")->array.empty());
+  }
+  SECTION("written atomically to <dir>/collectives-rank<R>.json, creating the folder") {
+    ddp::testing::TempDir dir;
+    const auto path = ddp::write_collectives_file(dir / "a/b", 1, text);
+    REQUIRE(path);
+    CHECK(*path == dir / "a/b/collectives-rank1.json");
+    std::ifstream in(*path);
+    std::stringstream read;
+    read << in.rdbuf();
+    CHECK(read.str() == text);
+    CHECK_FALSE(std::filesystem::exists(*path + ".tmp"));
+    CHECK_FALSE(ddp::write_collectives_file("/proc/no/such/folder", 1, text));
+  }
+}
+
+TEST_CASE("byte counts read as B, KiB, MiB", "[collective_log]") {
+  CHECK(ddp::format_bytes(0) == "0 B");
+  CHECK(ddp::format_bytes(580) == "580 B");
+  CHECK(ddp::format_bytes(1536) == "1.5 KiB");
+  CHECK(ddp::format_bytes(1258291) == "1.2 MiB");
+  CHECK(ddp::format_bytes(std::int64_t{3} << 30) == "3.0 GiB");
+}
+
+TEST_CASE("arrival reports name the ranks that did not arrive", "[collective_log][arrivals]") {
+  SECTION("classification against this rank's sequence number") {
+    const auto report = ddp::classify_arrivals(0, {37, kGrad}, {arrived(37), none, arrived(36), arrived(38), arrived(37), arrived(37, "barrier")});
+    CHECK(report.silent == std::vector<int>{1});
+    CHECK(report.behind == std::vector<std::pair<int, std::int64_t>>{{2, 36}});
+    CHECK(report.ahead == std::vector<std::pair<int, std::int64_t>>{{3, 38}});
+    CHECK(report.mismatched == std::vector<std::pair<int, std::string>>{{5, "barrier"}});
+    CHECK_FALSE(report.all_arrived());
+    CHECK(ddp::classify_arrivals(1, {9, kGrad}, {arrived(9), arrived(9)}).all_arrived());
+  }
+  SECTION("messages") {
+    ddp::ArrivalReport report = ddp::classify_arrivals(0, {37, kGrad}, {arrived(37), arrived(36)});
+    CHECK(ddp::describe_arrivals(report) == "rank(s) 1 did not arrive (rank 1 last entered collective #36)");
+    report = ddp::classify_arrivals(0, {37, kGrad}, {arrived(37), none, arrived(37)});
+    report.window = 2000ms;
+    CHECK_THAT(ddp::describe_arrivals(report),
+               Contains("rank(s) 1 did not arrive (rank 1 sent no report within 2 s: not inside any collective"));
+    report.last_completed = 36;
+    CHECK_THAT(ddp::describe_arrivals(report), Contains("(busy, hung, or gone); #36 was the last to complete here)"));
+    report = ddp::classify_arrivals(2, {5, kGrad}, {none, arrived(4), arrived(5), arrived(6)});
+    report.window = 500ms;
+    const auto text = ddp::describe_arrivals(report);
+    CHECK_THAT(text, Contains("rank(s) 0, 1 did not arrive (rank 1 last entered collective #4; rank 0 sent no report"));
+    CHECK_THAT(text, Contains("rank 3 is at collective #6 (this rank is behind"));
+    CHECK_THAT(ddp::describe_arrivals(ddp::classify_arrivals(1, {9, kGrad}, {arrived(9), arrived(9)})),
+               Contains("every rank reported"));
+    CHECK(ddp::describe_arrivals(ddp::classify_arrivals(0, {7, kGrad}, {arrived(7), arrived(7, "barrier")})) ==
+          "rank 1 is in barrier under the same number, this rank in gradient all-reduce (a desync: the ranks "
+          "issued different collectives; compare their collectives-rank*.json)");
+  }
+}
+
+TEST_CASE("check_arrivals publishes this rank's number and waits a bounded time for the others",
+          "[collective_log][arrivals]") {
+  MapStore map;
+  SECTION("everybody reports: it returns at once") {
+    map.set(0, 12);
+    map.set(2, 11);
+    const auto start = std::chrono::steady_clock::now();
+    const auto report = ddp::check_arrivals(map.store(), 1, 3, {12, kGrad}, 5000ms);
+    CHECK(seconds_since(start) < 2.0);
+    CHECK(report.silent.empty());
+    CHECK(report.behind == std::vector<std::pair<int, std::int64_t>>{{2, 11}});
+    CHECK(map.keys->at(ddp::arrival_key(1)) == "12 gradient all-reduce");  // published
+  }
+  SECTION("a rank that never reports is named after the window") {
+    map.set(0, 12);
+    const auto start = std::chrono::steady_clock::now();
+    const auto report = ddp::check_arrivals(map.store(), 1, 3, {12, kGrad}, 300ms);
+    const double took = seconds_since(start);
+    CHECK(took >= 0.29);
+    CHECK(took < 1.3);
+    CHECK(report.silent == std::vector<int>{2});
+    CHECK_FALSE(report.store_failed);
+  }
+  SECTION("a rank that reports during the window is seen") {
+    std::thread late([&] {
+      std::this_thread::sleep_for(100ms);
+      map.set(0, 12);
+    });
+    const auto report = ddp::check_arrivals(map.store(), 1, 2, {12, kGrad}, 3000ms);
+    late.join();
+    CHECK(report.all_arrived());
+  }
+  SECTION("the store's host lingers for the whole window even when everybody reported") {
+    map.set(1, 12, "barrier");
+    const auto start = std::chrono::steady_clock::now();
+    const auto report = ddp::check_arrivals(map.store(), 0, 2, {12, kGrad}, 300ms, /*linger=*/true);
+    CHECK(seconds_since(start) >= 0.29);
+    CHECK(report.mismatched == std::vector<std::pair<int, std::string>>{{1, "barrier"}});
+  }
+  SECTION("a store that throws: every other rank is unknown, and it says so") {
+    ddp::ArrivalStore broken{[](const std::string&, const std::string&) { throw std::runtime_error("connection reset"); },
+                             [](const std::string&) -> std::optional<std::string> { return std::nullopt; }};
+    const auto report = ddp::check_arrivals(broken, 0, 2, {3, kGrad}, 1000ms);
+    CHECK(report.store_failed);
+    CHECK(report.silent == std::vector<int>{1});
+    CHECK_THAT(ddp::describe_arrivals(report), Contains("the store did not answer"));
+  }
+  SECTION("a store that blocks cannot turn the check into a hang") {
+    ddp::ArrivalStore stuck{[](const std::string&, const std::string&) { std::this_thread::sleep_for(3s); },
+                            [](const std::string&) -> std::optional<std::string> { return std::nullopt; }};
+    const auto start = std::chrono::steady_clock::now();
+    const auto report = ddp::check_arrivals(stuck, 0, 2, {3, kGrad}, 200ms);
+    CHECK(seconds_since(start) < 2.0);  // window + 1 s at most
+    CHECK(report.store_failed);
+  }
+}
+
+TEST_CASE("diagnostics go to DDP_LOG_DIR, else next to the error file", "[collective_log][environment]") {
+  const auto env = [](std::map<std::string, std::string> vars) {
+    return [vars](const std::string& name) -> std::optional<std::string> {
+      auto it = vars.find(name);
+      if (it == vars.end()) return std::nullopt;
+      return it->second;
+    };
+  };
+  CHECK(ddp::diagnostics_dir(env({})).empty());
+  CHECK(ddp::diagnostics_dir(env({{"TORCHELASTIC_ERROR_FILE", "/runs/x/attempt_0/1/error.json"}})) ==
+        "/runs/x/attempt_0/1");
+  CHECK(ddp::diagnostics_dir(env({{"TORCHELASTIC_ERROR_FILE", "error.json"}})) == ".");
+  CHECK(ddp::diagnostics_dir(env({{"DDP_LOG_DIR", "/logs/a"}, {"TORCHELASTIC_ERROR_FILE", "/e/error.json"}})) ==
+        "/logs/a");
+  CHECK(ddp::diagnostics_dir(env({{"DDP_LOG_DIR", ""}, {"TORCHELASTIC_ERROR_FILE", "/e/error.json"}})) == "/e");
+}
+
+TEST_CASE("every collective of a process group is numbered and recorded", "[collective_log][process_group]") {
+  ddp::testing::TempDir dir;
+  auto group = ddp::init_process_group(ddp::InitOptions()
+                                           .set_backend("gloo")
+                                           .set_init_method("file://" + (dir / "store"))
+                                           .set_rank(0)
+                                           .set_world_size(1)
+                                           .set_timeout(10s));
+  CHECK(group->last_collective_seq() == 0);
+  auto t = torch::ones({3, 5});
+  group->allreduce(t);
+  group->broadcast(t, 0, "buffer broadcast");
+  group->allgather(torch::ones({2}, torch::kDouble));
+  group->barrier();
+  auto work = group->allreduce_async(t, "gradient all-reduce", 3);
+  CHECK(group->recent_collectives().back().state == ddp::CollectiveState::started);
+  group->wait(work, "gradient all-reduce");
+
+  const auto held = group->recent_collectives();
+  REQUIRE(held.size() == 5);
+  CHECK(seqs(held) == std::vector<std::int64_t>{1, 2, 3, 4, 5});
+  CHECK(group->last_collective_seq() == 5);
+  const std::vector<std::string> ops{"allreduce", "broadcast", "allgather", "barrier", "allreduce"};
+  for (std::size_t i = 0; i < held.size(); ++i) {
+    CHECK(held[i].op == ops[i]);
+    CHECK(held[i].state == ddp::CollectiveState::completed);
+    CHECK(held[i].end_unix_us >= held[i].start_unix_us);
+  }
+  CHECK(std::string(held[1].what) == "buffer broadcast");
+  CHECK(held[0].numel == 15);
+  CHECK(held[0].bytes == 60);
+  CHECK(std::string(held[0].dtype) == "Float");
+  CHECK(std::string(held[2].dtype) == "Double");
+  CHECK(held[2].bytes == 16);
+  CHECK(held[3].bytes == 0);
+  CHECK(held[4].bucket == 3);
+  CHECK(std::string(held[4].what) == "gradient all-reduce");
+}
