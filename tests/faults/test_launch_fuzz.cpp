@@ -27,7 +27,7 @@ const std::vector<std::string> kFlags = {
     "nnodes", "node_rank", "nproc_per_node", "master_addr", "master_port", "standalone", "rdzv_endpoint",
     "rdzv_id", "rdzv_backend", "rdzv_timeout", "max_restarts", "monitor_interval", "shutdown_grace", "log_dir",
     "redirects", "tee", "local_ranks_filter", "gpus", "allow_busy_gpus", "dry_run", "no_python", "run_id",
-    "help", "version"};
+    "hang_timeout", "metrics_port", "metrics_addr", "help", "version"};
 
 // Values that mean something to some flag, and values that mean nothing to any.
 const std::vector<std::string> kValues = {
@@ -112,7 +112,10 @@ class ArgvFuzzer {
         {"--run_id", "r1", "", "a/b", "x y"},
         {"--standalone"},
         {"--no_python"},
-        {"--rdzv_backend", "static", "c10d", "x"}};
+        {"--rdzv_backend", "static", "c10d", "x"},
+        {"--hang_timeout", "0", "1", "-1", "nan", "inf", "1e309", "x", ""},
+        {"--metrics_port", "0", "-1", "65536", "x", ""},
+        {"--metrics_addr", "127.0.0.1", "::1", "localhost", "1.2.3", ""}};
     const auto& choice = one_of(safe);
     if (choice.size() == 1) {
       argv.push_back(choice[0]);
