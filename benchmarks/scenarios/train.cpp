@@ -236,7 +236,10 @@ int run_train(const BenchOptions& options) {
         const double elapsed = reduce(reduce_group, m.elapsed_s, c10d::ReduceOp::MAX);
         const std::vector<double> peaks = gather(reduce_group, static_cast<double>(peak_device_memory(device)) / (1 << 20));
         std::string per_rank;
-        for (double p : peaks) per_rank += (per_rank.empty() ? "" : " ") + fixed(p, 1);
+        for (double p : peaks) {  // appended in two steps: gcc 12 -std=c++20 -O3 misreads "" + string as -Wrestrict
+          if (!per_rank.empty()) per_rank += ' ';
+          per_rank += fixed(p, 1);
+        }
         const double loss = reduce(reduce_group, m.final_loss, c10d::ReduceOp::SUM) / ranks;
         const double samples_per_s = static_cast<double>(ranks * batch * options.iters) / elapsed;
         const std::string key = model_name + "/" + std::to_string(batch);
