@@ -119,7 +119,12 @@ void inject(const Fault& fault, const fs::path& checkpoint_dir, const fs::path& 
   }
   std::cout << "fault: " << fault.kind << " on rank " << fault.rank << " at step " << fault.step << std::endl;
   if (fault.kind == "exit") ::_exit(3);
-  if (fault.kind == "segv") ::raise(SIGSEGV);
+  if (fault.kind == "segv") {
+    // The default action, so that the process dies of the signal even where a handler is installed
+    // (AddressSanitizer's turns a SIGSEGV into its own report and exit code 23).
+    ::signal(SIGSEGV, SIG_DFL);
+    ::raise(SIGSEGV);
+  }
   if (fault.kind == "sigkill") ::raise(SIGKILL);
   if (fault.kind == "ckpt") die_in_checkpoint(checkpoint_dir, fault.step);
   if (fault.kind == "hang_noterm") ::signal(SIGTERM, SIG_IGN);
