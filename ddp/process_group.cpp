@@ -12,6 +12,7 @@
 
 #include <fcntl.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -20,6 +21,8 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <optional>
 #include <thread>
 
 #include "ddp/cuda_support.h"
@@ -143,6 +146,46 @@ bool wait_until_listening(const std::string& host, int port, std::chrono::steady
   }
 }
 
+// Note [Loopback store]
+// c10d's TCPStore server listens on every interface whatever host it is given, so a single-node job
+// (MASTER_ADDR 127.0.0.1: ddp_launch --standalone, or its default) would expose its store to the
+// network. When the master address is a loopback one, rank 0 binds the listening socket itself to
+// that address and hands it to the store (TCPStoreOptions::masterListenFd, which both of c10d's
+// store backends take over): nothing listens on the network unless MASTER_ADDR names a network
+// address, as multi-node jobs must. Returns no fd for other addresses (the store binds as before).
+std::optional<int> listen_on_loopback(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || found == nullptr) {
+    return std::nullopt;
+  }
+  const bool loopback =
+      (found->ai_family == AF_INET &&
+       (ntohl(reinterpret_cast<const sockaddr_in*>(found->ai_addr)->sin_addr.s_addr) >> 24) == 127) ||
+      (found->ai_family == AF_INET6 &&
+       IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(found->ai_addr)->sin6_addr));
+  std::optional<int> listening;
+  if (loopback) {
+    const int fd = ::socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, found->ai_protocol);
+    const int on = 1;
+    if (fd >= 0 && ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) == 0 &&
+        ::bind(fd, found->ai_addr, found->ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0) {
+      listening = fd;
+    } else {
+      const int error = errno;
+      if (fd >= 0) ::close(fd);
+      ::freeaddrinfo(found);
+      throw CommunicationError(str("rank 0 could not listen on ", host, ":", port, ": ", std::strerror(error),
+                                   " (is the port in use? pick another MASTER_PORT)"));
+    }
+  }
+  ::freeaddrinfo(found);
+  return listening;
+}
+
 c10::intrusive_ptr<c10d::Store> make_store(const InitMethod& method, const std::string& host, int port,
                                            int rank, int world_size, milliseconds timeout) {
   if (method.kind == InitMethod::Kind::file) {
@@ -158,6 +201,7 @@ c10::intrusive_ptr<c10d::Store> make_store(const InitMethod& method, const std::
   store_options.numWorkers = world_size;
   store_options.waitWorkers = false;
   store_options.timeout = timeout;
+  if (rank == 0) store_options.masterListenFd = listen_on_loopback(host, port);  // Note [Loopback store]
   // See Note [Bounded connect to the master].
   if (rank != 0 && !wait_until_listening(host, port, std::chrono::steady_clock::now() + timeout)) {
     throw CommunicationError(str("rank ", rank, " could not reach the master at ", host, ":", port,

@@ -2,6 +2,11 @@
 // map as the store, and a one-rank process group's recent_collectives().
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -349,4 +354,58 @@ TEST_CASE("every collective of a process group is numbered and recorded", "[coll
   CHECK(held[3].bytes == 0);
   CHECK(held[4].bucket == 3);
   CHECK(std::string(held[4].what) == "gradient all-reduce");
+}
+
+namespace {
+
+// A port nothing listens on now: bound to 127.0.0.1:0, read back, closed.
+int free_loopback_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  socklen_t len = sizeof addr;
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// The local addresses (hex, as the kernel writes them) of the sockets listening on `port`.
+std::vector<std::string> listening_addresses(int port) {
+  std::vector<std::string> found;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state;
+      fields >> slot >> local >> remote >> state;
+      const auto colon = local.rfind(':');
+      if (state == "0A" && colon != std::string::npos && std::stoi(local.substr(colon + 1), nullptr, 16) == port) {
+        found.push_back(local.substr(0, colon));
+      }
+    }
+  }
+  return found;
+}
+
+}  // namespace
+
+TEST_CASE("a store for a loopback master listens on loopback only (Note [Loopback store])", "[process_group]") {
+  const int port = free_loopback_port();
+  auto group = ddp::init_process_group(ddp::InitOptions()
+                                           .set_backend("gloo")
+                                           .set_init_method("tcp://127.0.0.1:" + std::to_string(port))
+                                           .set_rank(0)
+                                           .set_world_size(1)
+                                           .set_timeout(10s));
+  const auto addresses = listening_addresses(port);
+  INFO("listening on port " << port << ": " << Catch::Detail::stringify(addresses));
+  REQUIRE_FALSE(addresses.empty());
+  for (const auto& address : addresses) CHECK(address == "0100007F");  // 127.0.0.1; never 00000000 or ::
+  auto t = torch::ones({4});
+  group->allreduce(t);
+  CHECK(t.sum().item<float>() == 4.0f);
 }
