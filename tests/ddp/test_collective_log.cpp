@@ -2,11 +2,6 @@
 // map as the store, and a one-rank process group's recent_collectives().
 #include <catch2/catch.hpp>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -21,6 +16,7 @@
 #include "ddp/environment.h"
 #include "ddp/json_reader.h"
 #include "ddp/process_group.h"
+#include "launcher/net.h"
 #include "tests/support/temp_dir.h"
 
 using Catch::Matchers::Contains;
@@ -358,19 +354,6 @@ TEST_CASE("every collective of a process group is numbered and recorded", "[coll
 
 namespace {
 
-// A port nothing listens on now: bound to 127.0.0.1:0, read back, closed.
-int free_loopback_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  socklen_t len = sizeof addr;
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // The local addresses (hex, as the kernel writes them) of the sockets listening on `port`.
 std::vector<std::string> listening_addresses(int port) {
   std::vector<std::string> found;
@@ -394,7 +377,7 @@ std::vector<std::string> listening_addresses(int port) {
 }  // namespace
 
 TEST_CASE("a store for a loopback master listens on loopback only (Note [Loopback store])", "[process_group]") {
-  const int port = free_loopback_port();
+  const int port = ddp::launcher::pick_free_port("127.0.0.1");
   auto group = ddp::init_process_group(ddp::InitOptions()
                                            .set_backend("gloo")
                                            .set_init_method("tcp://127.0.0.1:" + std::to_string(port))

@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 
+#include "launcher/net.h"
 #include "tests/faults/fault_job.h"
 #include "tests/launcher/process_harness.h"
 
@@ -24,18 +25,6 @@ using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
 
 namespace {
-
-int free_tcp_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 // GET http://127.0.0.1:port/path with HTTP/1.0; the body, or nullopt when there is no 200 answer
 // within 5 s.
@@ -109,7 +98,7 @@ std::map<std::string, double> scrape_when_running(int port) {
 // A 2-rank job that trains until it is told to stop, serving metrics on a free port.
 struct MetricsJob {
   TempDir dir;
-  int port = free_tcp_port();
+  int port = ddp::launcher::pick_free_port("127.0.0.1");
   Child launcher{job({"--nproc_per_node", "2", "--metrics_port", std::to_string(port)},
                      {"--steps", "1000000", "--step-ms", "20", "--pid-dir", dir.path()})};
 
@@ -220,7 +209,7 @@ TEST_CASE("a real Prometheus server scrapes the job and has the series", "[prome
   MetricsJob job;
   scrape_when_running(job.port);
   TempDir prom;
-  const int web_port = free_tcp_port();
+  const int web_port = ddp::launcher::pick_free_port("127.0.0.1");
   std::ofstream(prom.path() + "/prometheus.yml")
       << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
       << "scrape_configs:\n  - job_name: ddp\n    static_configs:\n      - targets: ['127.0.0.1:" << job.port << "']\n";
