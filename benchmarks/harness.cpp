@@ -80,6 +80,10 @@ BenchOptions parse_options(int argc, char** argv, const std::string& scenario_de
       ("baseline", "samples/s of one device, for the scaling efficiency column (0: from the single rows of this run)", cxxopts::value<double>()->default_value("0"))
       ("min-bytes", "allreduce: smallest message (a multiple of 4)", cxxopts::value<int64_t>()->default_value(std::to_string(d.min_bytes)))
       ("max-bytes", "allreduce: largest message (sizes double up to it)", cxxopts::value<int64_t>()->default_value(std::to_string(d.max_bytes)))
+      ("bucket-cap-mb", "ddp: gradient bucket size in MiB", cxxopts::value<double>()->default_value("25"))
+      ("gradient-as-bucket-view", "ddp: gradients are views into the buckets (no copies in and out)")
+      ("comm-hook", "ddp: allreduce | fp16_compress | bf16_compress", cxxopts::value<std::string>()->default_value("allreduce"))
+      ("no-broadcast-buffers", "ddp: do not broadcast buffers (BatchNorm statistics) at each forward")
       ("csv", "write the rows as CSV to this file", cxxopts::value<std::string>()->default_value(""))
       ("append", "append to --csv (header only when the file is new)")
       ("json", "write the rows as JSON to this file", cxxopts::value<std::string>()->default_value(""))
@@ -120,6 +124,13 @@ BenchOptions parse_options(int argc, char** argv, const std::string& scenario_de
     options.min_bytes = positive("min-bytes", result["min-bytes"].as<int64_t>(), 4);
     options.max_bytes = positive("max-bytes", result["max-bytes"].as<int64_t>(), options.min_bytes);
     if (options.min_bytes % 4 != 0) throw UsageError{"--min-bytes must be a multiple of 4 (float32 elements)"};
+    options.bucket_cap_mb = result["bucket-cap-mb"].as<double>();
+    if (!(options.bucket_cap_mb > 0 && options.bucket_cap_mb <= 4096)) throw UsageError{"--bucket-cap-mb must be in (0, 4096]"};
+    options.gradient_as_bucket_view = result.count("gradient-as-bucket-view") > 0;
+    const auto hooks = choices("comm-hook", result["comm-hook"].as<std::string>(), {"allreduce", "fp16_compress", "bf16_compress"});
+    if (hooks.size() != 1) throw UsageError{"--comm-hook takes one value, got " + std::to_string(hooks.size())};
+    options.comm_hook = hooks.front();
+    options.broadcast_buffers = result.count("no-broadcast-buffers") == 0;
     options.csv = result["csv"].as<std::string>();
     options.append = result.count("append") > 0;
     options.json = result["json"].as<std::string>();

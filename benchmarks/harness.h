@@ -31,6 +31,11 @@ struct BenchOptions {
   bool append = false;                            // append to --csv instead of replacing it
   std::string json;
   bool markdown = true;                           // print the Markdown table on rank 0
+  // DistributedDataParallel's options in mode ddp (ddp::DdpOptions; the defaults are PyTorch's).
+  double bucket_cap_mb = 25;
+  bool gradient_as_bucket_view = false;
+  std::string comm_hook = "allreduce";            // allreduce | fp16_compress | bf16_compress
+  bool broadcast_buffers = true;
 };
 
 // Parses argv (argv[0] is the program). scenario_default fills `scenario` when --scenario is absent.

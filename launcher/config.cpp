@@ -49,6 +49,10 @@ constexpr FlagSpec kFlags[] = {
     {"local_ranks_filter", true, "Show only these local ranks on the console, e.g. 0,1", nullptr},
     {"gpus", true, "GPUs for the local workers: 0,3,5 or auto or auto:N", nullptr},
     {"allow_busy_gpus", false, "Let --gpus auto pick GPUs that other processes use", nullptr},
+    {"cpu_bind", true,
+     "none, or exclusive: each local worker runs on its own contiguous share of the launcher's CPUs "
+     "(OMP_NUM_THREADS = its CPU count unless set)",
+     "none"},
     {"dry_run", false, "Print each worker's command and environment, start nothing", nullptr},
     {"no_python", false, "Accepted for torchrun compatibility (ddp_launch always runs a binary)", nullptr},
     {"run_id", true, "TORCHELASTIC_RUN_ID (default: rdzv_id, or 'none')", nullptr},
@@ -428,6 +432,14 @@ ParseResult parse_launch_args(int argc, const char* const* argv, const LaunchEnv
     }
   }
   c.allow_busy_gpus = given("allow_busy_gpus");
+  const std::string cpu_bind = text("cpu_bind");
+  if (cpu_bind == "none") {
+    c.cpu_bind = CpuBind::kNone;
+  } else if (cpu_bind == "exclusive") {
+    c.cpu_bind = CpuBind::kExclusive;
+  } else {
+    throw UsageError(ddp::str("--cpu_bind: unknown value '", cpu_bind, "' (choose none or exclusive)"));
+  }
 
   // Supervision and output.
   c.max_restarts = parse_int_flag("--max_restarts", text("max_restarts"), 0, 1 << 20);

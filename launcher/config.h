@@ -36,6 +36,9 @@ struct NprocRequest {
   int number = 1;
 };
 
+// --cpu_bind: whether each local worker is pinned to its own CPUs.
+enum class CpuBind { kNone, kExclusive };
+
 struct LaunchConfig {
   // Topology.
   int nnodes = 1;
@@ -66,6 +69,8 @@ struct LaunchConfig {
   // GPUs.
   GpuRequest gpus;
   bool allow_busy_gpus = false;
+  // CPUs (Note [CPU binding] in launcher/resources.h).
+  CpuBind cpu_bind = CpuBind::kNone;
   // Misc.
   bool dry_run = false;
   std::string run_id;  // TORCHELASTIC_RUN_ID

@@ -57,6 +57,7 @@ int run(const LaunchConfig& c, const LaunchEnvironment& env) {
   MachineResources machine = MachineResources::of_this_machine();
   const int nproc = resolve_nproc(c, env, machine);
   const std::vector<std::string> gpus = resolve_visible_gpus(c, nproc, machine);
+  const std::vector<std::vector<int>> cpu_slices = resolve_cpu_binding(c, nproc, machine);
   if (c.gpus.mode == GpuRequest::Mode::kAuto) spdlog::info("--gpus auto picked GPUs {}", ddp::join(gpus, ","));
   for (const auto& note : c.notes) spdlog::info("{}", note);
 
@@ -90,14 +91,16 @@ int run(const LaunchConfig& c, const LaunchEnvironment& env) {
       slot.local_rank = lr;
       slot.error_file = "<per-run folder>/attempt_0/" + std::to_string(global_rank(node, lr)) + "/error.json";
       if (!gpus.empty()) slot.visible_gpu = gpus[lr];
+      if (!cpu_slices.empty()) slot.cpus = cpu_slices[lr];
       std::string cmd;
       for (const auto& a : c.program_args) cmd += (cmd.empty() ? "" : " ") + shell_quote(a);
       const std::string prefix = rank_prefix(global_rank(node, lr));
       std::printf("%scommand: %s (executable: %s)\n", prefix.c_str(), cmd.c_str(), c.program_path.c_str());
       std::string vars;
       for (const auto& [k, v] : launcher_variables(node, slot)) vars += " " + k + "=" + shell_quote(v);
-      if (needs_omp_default(env.vars, nproc)) vars += " OMP_NUM_THREADS=1";
+      if (auto omp = omp_threads_default(env.vars, nproc, slot)) vars += " OMP_NUM_THREADS=" + *omp;
       std::printf("%senv:%s (plus the launcher's environment)\n", prefix.c_str(), vars.c_str());
+      if (!slot.cpus.empty()) std::printf("%scpus: %s\n", prefix.c_str(), format_cpu_list(slot.cpus).c_str());
     }
     return 0;
   }
@@ -132,7 +135,12 @@ int run(const LaunchConfig& c, const LaunchEnvironment& env) {
     temporary = true;
   }
   bool logs_in_temporary = false;
-  if (needs_omp_default(env.vars, nproc)) {
+  if (!cpu_slices.empty()) {
+    std::string bound;
+    for (int lr = 0; lr < nproc; ++lr) bound += ddp::str(lr == 0 ? "" : ", ", "local rank ", lr, ": ", format_cpu_list(cpu_slices[lr]));
+    spdlog::info("--cpu_bind exclusive: {}{}", bound,
+                 env.get("OMP_NUM_THREADS") ? "" : " (OMP_NUM_THREADS = each worker's CPU count)");
+  } else if (needs_omp_default(env.vars, nproc)) {
     spdlog::warn("setting OMP_NUM_THREADS=1 for each of the {} workers to avoid overloading the machine; "
                  "set OMP_NUM_THREADS to tune it",
                  nproc);
@@ -155,8 +163,10 @@ int run(const LaunchConfig& c, const LaunchEnvironment& env) {
       if (!c.log_dir.empty()) slot.log_dir = attempt_dir(base, c.run_id, attempt);
       if (!gpus.empty()) slot.visible_gpu = gpus[lr];
       if (agent) slot.agent_socket = agent->path();
+      if (!cpu_slices.empty()) slot.cpus = cpu_slices[lr];
       WorkerLaunch w;
       w.local_rank = lr;
+      w.cpus = slot.cpus;
       w.rank = rank;
       w.env = worker_environment(env.vars, node, slot);
       w.error_file = files.error_file;

@@ -9,11 +9,17 @@
 namespace ddp::launcher {
 namespace {
 
-int usable_cpu_count() {
+std::vector<int> usable_cpus() {
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-  return 1;
+  std::vector<int> cpus;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) {
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+    }
+  }
+  if (cpus.empty()) cpus.push_back(0);  // affinity unreadable: count one CPU, bind nothing beyond it
+  return cpus;
 }
 
 int visible_gpu_count(const LaunchEnvironment& env, MachineResources& machine) {
@@ -26,7 +32,12 @@ int visible_gpu_count(const LaunchEnvironment& env, MachineResources& machine) {
 
 }  // namespace
 
-MachineResources MachineResources::of_this_machine() { return MachineResources(usable_cpu_count(), load_nvml_provider); }
+MachineResources::MachineResources(int cpu_count, GpuProviderLoader load_gpu_provider)
+    : load_(std::move(load_gpu_provider)) {
+  for (int cpu = 0; cpu < cpu_count; ++cpu) cpus_.push_back(cpu);
+}
+
+MachineResources MachineResources::of_this_machine() { return MachineResources(usable_cpus(), load_nvml_provider); }
 
 const std::vector<GpuInfo>& MachineResources::gpus() {
   if (!gpus_) gpus_ = load_()->gpus();
@@ -77,6 +88,42 @@ std::vector<std::string> resolve_visible_gpus(const LaunchConfig& c, int nproc, 
   }
   std::vector<std::string> out;
   for (int i = 0; i < nproc; ++i) out.push_back(std::to_string(picked[i]));
+  return out;
+}
+
+}  // namespace ddp::launcher
+
+namespace ddp::launcher {
+
+std::vector<std::vector<int>> exclusive_cpu_slices(const std::vector<int>& cpus, int nproc) {
+  const int n = static_cast<int>(cpus.size());
+  if (nproc < 1 || n < nproc) {
+    throw UsageError(ddp::str("--cpu_bind exclusive needs a CPU per worker: ", nproc, " workers, ", n,
+                              " CPUs (", format_cpu_list(cpus), "); start fewer workers or use --cpu_bind none"));
+  }
+  std::vector<std::vector<int>> slices;
+  int next = 0;
+  for (int rank = 0; rank < nproc; ++rank) {
+    const int size = n / nproc + (rank < n % nproc ? 1 : 0);
+    slices.emplace_back(cpus.begin() + next, cpus.begin() + next + size);
+    next += size;
+  }
+  return slices;
+}
+
+std::vector<std::vector<int>> resolve_cpu_binding(const LaunchConfig& config, int nproc, const MachineResources& machine) {
+  if (config.cpu_bind == CpuBind::kNone) return {};
+  return exclusive_cpu_slices(machine.cpus(), nproc);
+}
+
+std::string format_cpu_list(const std::vector<int>& cpus) {
+  std::string out;
+  for (std::size_t i = 0; i < cpus.size();) {
+    std::size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    out += (out.empty() ? "" : ",") + std::to_string(cpus[i]) + (j > i ? "-" + std::to_string(cpus[j]) : "");
+    i = j + 1;
+  }
   return out;
 }
 

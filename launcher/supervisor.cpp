@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <ctime>
 #include <memory>
+#include <optional>
 #include <spdlog/spdlog.h>
 
 #include "ddp/error.h"
@@ -187,8 +189,19 @@ struct ExecArgs {
   }
 };
 
+[[noreturn]] void child_exit_with_errno(const char* what);
+
+// The affinity mask of a worker, built before fork; nullopt: the worker inherits the launcher's.
+std::optional<cpu_set_t> cpu_mask(const std::vector<int>& cpus) {
+  if (cpus.empty()) return std::nullopt;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int cpu : cpus) CPU_SET(cpu, &set);
+  return set;
+}
+
 [[noreturn]] void child_after_fork(pid_t launcher, const char* path, const ExecArgs& args, int out_w,
-                                   int err_w) {
+                                   int err_w, const cpu_set_t* cpus) {
   // Signals are blocked here (see start_all); handlers go back to the defaults before unblocking.
   ::setsid();
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -207,10 +220,24 @@ struct ExecArgs {
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  // Note [CPU binding] (launcher/resources.h): before exec, so every thread the worker starts
+  // inherits the mask.
+  if (cpus != nullptr && ::sched_setaffinity(0, sizeof *cpus, cpus) != 0) {
+    child_exit_with_errno("ddp_launch: --cpu_bind: sched_setaffinity failed (errno ");
+  }
   ::execve(path, args.argv.data(), args.envp.data());
-  // Only async-signal-safe calls here: format "errno N" by hand.
-  char msg[512] = "ddp_launch: execve failed (errno ";
-  size_t len = std::strlen(msg);
+  child_exit_with_errno("ddp_launch: execve failed (errno ");
+}
+
+// Writes `what`, errno and ")\n" to stderr and exits 127. Only async-signal-safe calls: the digits
+// are formatted by hand.
+[[noreturn]] void child_exit_with_errno(const char* what) {
+  char msg[512];
+  size_t len = 0;
+  while (what[len] != '\0' && len < 400) {
+    msg[len] = what[len];
+    ++len;
+  }
   char digits[16];
   int nd = 0;
   for (int e = errno; nd == 0 || e > 0; e /= 10) digits[nd++] = static_cast<char>('0' + e % 10);
@@ -292,13 +319,15 @@ class Attempt {
       }
       w.err.fd = err_pipe[0];
       ExecArgs exec_args(args, w.launch.env);
+      const std::optional<cpu_set_t> mask = cpu_mask(w.launch.cpus);
       // Signals stay blocked across fork(): the child must not run our handlers (they would write
       // to the shared self-pipe); it unblocks them after restoring the default dispositions.
       sigset_t all, old;
       sigfillset(&all);
       ::sigprocmask(SIG_SETMASK, &all, &old);
       const pid_t pid = ::fork();
-      if (pid == 0) child_after_fork(self, options_.program_path.c_str(), exec_args, out_pipe[1], err_pipe[1]);
+      if (pid == 0) child_after_fork(self, options_.program_path.c_str(), exec_args, out_pipe[1], err_pipe[1],
+                                    mask ? &*mask : nullptr);
       const int fork_errno = errno;
       ::sigprocmask(SIG_SETMASK, &old, nullptr);
       ::close(out_pipe[1]);

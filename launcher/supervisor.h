@@ -25,6 +25,7 @@ struct WorkerLaunch {
   bool stderr_to_console = true;
   std::string stdout_log;         // empty: not written to a file
   std::string stderr_log;
+  std::vector<int> cpus;          // pinned to these CPUs (Note [CPU binding]); empty: inherited
 };
 
 // One attempt's workers, built by the caller for attempt k (restart count k).

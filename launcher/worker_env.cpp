@@ -41,11 +41,19 @@ bool needs_omp_default(const std::map<std::string, std::string>& inherited, int 
   return nproc_per_node > 1 && inherited.find("OMP_NUM_THREADS") == inherited.end();
 }
 
+std::optional<std::string> omp_threads_default(const std::map<std::string, std::string>& inherited,
+                                               int nproc_per_node, const WorkerSlot& slot) {
+  if (inherited.find("OMP_NUM_THREADS") != inherited.end()) return std::nullopt;
+  if (!slot.cpus.empty()) return std::to_string(slot.cpus.size());
+  if (needs_omp_default(inherited, nproc_per_node)) return "1";
+  return std::nullopt;
+}
+
 std::vector<std::string> worker_environment(const std::map<std::string, std::string>& inherited,
                                             const NodeAssignment& node, const WorkerSlot& slot) {
   std::map<std::string, std::string> env = inherited;
   for (auto& [key, value] : launcher_variables(node, slot)) env[key] = value;
-  if (needs_omp_default(inherited, node.nproc_per_node)) env["OMP_NUM_THREADS"] = "1";
+  if (auto omp = omp_threads_default(inherited, node.nproc_per_node, slot)) env["OMP_NUM_THREADS"] = *omp;
   // Note [GPU numbering]: --gpus and NVML number GPUs in PCI bus order; CUDA's default order
   // (fastest first) can differ, so pin CUDA to PCI order unless the user chose an order.
   if (slot.visible_gpu && env.find("CUDA_DEVICE_ORDER") == env.end()) env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";

@@ -26,6 +26,7 @@ struct WorkerSlot {
   std::optional<std::string> visible_gpu;  // CUDA_VISIBLE_DEVICES
   std::optional<std::string> agent_socket;  // DDP_AGENT_SOCKET (heartbeats), when the job is watched
   std::optional<std::string> log_dir;      // DDP_LOG_DIR: the attempt's log folder (--log_dir only)
+  std::vector<int> cpus;                   // --cpu_bind: the CPUs it is pinned to (empty: not pinned)
 };
 
 // rank = node_rank * nproc_per_node + local_rank (every node runs the same number of workers).
@@ -38,8 +39,13 @@ std::vector<std::pair<std::string, std::string>> launcher_variables(const NodeAs
 // Whether OMP_NUM_THREADS=1 is added (torchrun: unset and more than one worker on the node).
 bool needs_omp_default(const std::map<std::string, std::string>& inherited, int nproc_per_node);
 
+// OMP_NUM_THREADS the launcher adds for a worker, if any: unset by the user and pinned (--cpu_bind):
+// its CPU count (Note [CPU binding]); else 1 when needs_omp_default().
+std::optional<std::string> omp_threads_default(const std::map<std::string, std::string>& inherited,
+                                               int nproc_per_node, const WorkerSlot& slot);
+
 // The complete environment of a worker: inherited variables, overridden by the launcher's, plus
-// OMP_NUM_THREADS=1 when needs_omp_default(). Returned as "KEY=VALUE" strings for execve.
+// omp_threads_default(). Returned as "KEY=VALUE" strings for execve.
 std::vector<std::string> worker_environment(const std::map<std::string, std::string>& inherited,
                                             const NodeAssignment& node, const WorkerSlot& slot);
 

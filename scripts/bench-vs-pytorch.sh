@@ -38,6 +38,14 @@ for tool in ddp_bench ddp_launch launch_startup_bench; do
   [[ -x $bin/$tool ]] || { echo "bench-vs-pytorch: no $bin/$tool: cmake --build build --target $tool" >&2; exit 2; }
 done
 [[ -x $root/.venv/bin/torchrun ]] || { echo "bench-vs-pytorch: no .venv/bin/torchrun: run scripts/setup.sh" >&2; exit 2; }
+# The users' per-sample pipeline (--data fashion-mnist) decodes through Pillow and NumPy: install them
+# into the venv when missing (PyPI or the machine's mirror; setup.sh leaves them out, the tests do
+# not need them).
+if [[ $data == fashion-mnist ]] && ! "$root/.venv/bin/python" -c "import PIL, numpy" 2>/dev/null; then
+  echo "bench-vs-pytorch: installing pillow and numpy into .venv for the Python per-sample pipeline"
+  "$root/.venv/bin/python" -m pip install -q --disable-pip-version-check pillow numpy ||
+    { echo "bench-vs-pytorch: could not install pillow and numpy into .venv (pip failed above)" >&2; exit 1; }
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 

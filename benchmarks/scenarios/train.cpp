@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -102,7 +103,7 @@ const std::vector<std::string> kColumns = {
     "model", "data", "mode", "world_size", "devices", "batch_per_rank", "global_batch", "threads", "warmup",
     "iters", "it_per_s", "samples_per_s", "step_ms_median", "step_ms_mean", "step_ms_stddev", "data_ms",
     "forward_ms", "backward_compute_ms", "comm_wait_ms", "optimizer_ms", "comm_ms", "comm_hidden_pct",
-    "peak_mem_mib", "peak_mem_per_rank_mib", "peak_mem_kind", "scaling_eff", "final_loss"};
+    "peak_mem_mib", "peak_mem_per_rank_mib", "peak_mem_kind", "scaling_eff", "final_loss", "ddp_options"};
 
 struct Config {
   std::string model, mode;
@@ -167,6 +168,24 @@ Measurement train_loop(Forward&& forward, std::vector<torch::Tensor> parameters,
   return m;
 }
 
+DdpOptions ddp_options(const BenchOptions& options) {
+  DdpOptions ddp;
+  ddp.set_bucket_cap_mb(options.bucket_cap_mb)
+      .set_gradient_as_bucket_view(options.gradient_as_bucket_view)
+      .set_broadcast_buffers(options.broadcast_buffers)
+      .set_comm_hook(*parse_comm_hook(options.comm_hook));  // the harness accepted only known names
+  return ddp;
+}
+
+// The ddp_options column: what DDP ran with, so rows of different settings stay apart in one CSV.
+std::string ddp_options_text(const BenchOptions& options) {
+  std::ostringstream cap;
+  cap << options.bucket_cap_mb;  // shortest form: 25, 0.05
+  return "bucket_cap_mb=" + cap.str() +
+         " gradient_as_bucket_view=" + (options.gradient_as_bucket_view ? "1" : "0") + " comm_hook=" +
+         options.comm_hook + " broadcast_buffers=" + (options.broadcast_buffers ? "1" : "0");
+}
+
 template <class Holder>
 Measurement run_mode(Holder model, const Config& config, const std::shared_ptr<ProcessGroup>& group,
                      const BenchOptions& options, const examples::data::ImageSet* real_data) {
@@ -192,7 +211,7 @@ Measurement run_mode(Holder model, const Config& config, const std::shared_ptr<P
   }
   const torch::Device device = group->device();
   model->to(device);
-  DistributedDataParallel<Holder> ddp_model(model, group);
+  DistributedDataParallel<Holder> ddp_model(model, group, ddp_options(options));
   group->barrier();
   return train_loop([&](const torch::Tensor& x) { return ddp_model(x); }, ddp_model.parameters(), *data, device,
                     options, [&] { return ddp_model.stats(); });
@@ -284,6 +303,7 @@ int run_train(const BenchOptions& options) {
                                                                     : 0.0;
         table.set("scaling_eff", one_device > 0 ? fixed(samples_per_s / (devices_used * one_device), 3) : "");
         table.set("final_loss", loss, 4);
+        table.set("ddp_options", mode == "ddp" ? ddp_options_text(options) : "");
       }
     }
   }

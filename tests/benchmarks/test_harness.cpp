@@ -128,6 +128,23 @@ TEST_CASE("parse_options: --data synthetic or fashion-mnist, the latter for lene
   CHECK(usage_error({"--data", "fashion-mnist", "--model", "lenet,resnet18"}).find("lenet only") != std::string::npos);
 }
 
+TEST_CASE("parse_options: DDP's options, PyTorch's defaults unless given") {
+  const BenchOptions d = parse({});
+  CHECK(d.bucket_cap_mb == 25);
+  CHECK_FALSE(d.gradient_as_bucket_view);
+  CHECK(d.comm_hook == "allreduce");
+  CHECK(d.broadcast_buffers);
+  const BenchOptions o = parse({"--bucket-cap-mb", "2.5", "--gradient-as-bucket-view", "--comm-hook", "bf16_compress",
+                                "--no-broadcast-buffers"});
+  CHECK(o.bucket_cap_mb == 2.5);
+  CHECK(o.gradient_as_bucket_view);
+  CHECK(o.comm_hook == "bf16_compress");
+  CHECK_FALSE(o.broadcast_buffers);
+  CHECK(usage_error({"--bucket-cap-mb", "0"}).find("--bucket-cap-mb must be in (0, 4096]") != std::string::npos);
+  CHECK(usage_error({"--comm-hook", "int8"}).find("unknown value 'int8'") != std::string::npos);
+  CHECK(usage_error({"--comm-hook", "allreduce,bf16_compress"}).find("--comm-hook takes one value") != std::string::npos);
+}
+
 TEST_CASE("peak_rss_bytes reads VmHWM") {
   CHECK(peak_rss_bytes() > 0);
 }

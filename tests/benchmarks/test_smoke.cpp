@@ -128,6 +128,25 @@ TEST_CASE("ddp_bench: 2 ranks, lenet, two batch sizes -> CSV, JSON and Markdown"
   CHECK(text.str().find("| model | data | mode |", text.str().find("| model | data | mode |") + 1) == std::string::npos);
 }
 
+TEST_CASE("ddp_bench: DDP's options reach DDP and are recorded in the ddp_options column") {
+  TempDir dir;
+  const std::string csv = dir / "options.csv";
+  REQUIRE(run(kBin + "/ddp_launch --nproc_per_node 2 --master_port 0 " + kBin +
+              "/ddp_bench --model lenet --mode ddp --batch 8 --warmup 1 --iters 3 --pool-batches 2 --no-markdown "
+              "--bucket-cap-mb 0.05 --gradient-as-bucket-view --comm-hook bf16_compress --csv " + csv + " > " +
+              dir / "out.txt 2>&1") == 0);
+  const auto rows = read_csv(csv);
+  REQUIRE(rows.size() == 2);
+  CHECK(cell(rows, 1, "ddp_options") ==
+        "bucket_cap_mb=0.05 gradient_as_bucket_view=1 comm_hook=bf16_compress broadcast_buffers=1");
+  CHECK(positive_number(cell(rows, 1, "final_loss")));
+  // Single-process modes have no DDP options.
+  const std::string single = dir / "single.csv";
+  REQUIRE(run(kBin + "/ddp_bench --model lenet --mode single --batch 8 --warmup 0 --iters 1 --pool-batches 1 "
+              "--no-markdown --csv " + single + " > " + dir / "out1.txt 2>&1") == 0);
+  CHECK(cell(read_csv(single), 1, "ddp_options").empty());
+}
+
 TEST_CASE("ddp_bench --data fashion-mnist: 2 ranks through the examples' pipeline, peak memory of each rank") {
   TempDir dir;
   const std::string csv = dir / "real.csv";

@@ -15,6 +15,7 @@
 
 #include "ddp/str.h"
 #include "launcher/net.h"
+#include "launcher/resources.h"
 #include "launcher/supervisor.h"
 #include "tests/launcher/process_harness.h"
 
@@ -494,4 +495,58 @@ TEST_CASE("--gpus 0,3,5 gives each local worker one GPU", "[process][env]") {
     CHECK(r.env.at("CUDA_DEVICE_ORDER") == "PCI_BUS_ID");
     CHECK(r.env.at("LOCAL_WORLD_SIZE") == "3");
   }
+}
+
+TEST_CASE("--cpu_bind exclusive pins each worker, its threads and its restarts to its own CPUs", "[process][cpu]") {
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  REQUIRE(::sched_getaffinity(0, sizeof mine, &mine) == 0);
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &mine)) cpus.push_back(cpu);
+  }
+  const int nproc = std::min<int>(2, static_cast<int>(cpus.size()));  // the split itself: test_launcher_logic
+  const auto slices = exclusive_cpu_slices(cpus, nproc);
+  // A thread the worker starts reports its mask too (threads inherit it), and the first attempt
+  // fails so that the restart's mask is checked as well.
+  // Each worker waits (bounded) for its siblings' reports before exiting, so that attempt 0's
+  // failure cannot stop a sibling before it has reported.
+  TempDir reports;
+  const std::string script = ddp::str(
+      "grep Cpus_allowed_list: /proc/self/status; (grep Cpus_allowed_list: /proc/self/status) | sed s/^/sub:/; "
+      "echo omp=$OMP_NUM_THREADS restart=$TORCHELASTIC_RESTART_COUNT; "
+      "touch ", reports.path(), "/$RANK.$TORCHELASTIC_RESTART_COUNT; i=0; "
+      "while [ $(ls ", reports.path(), " | grep -c \"[.]$TORCHELASTIC_RESTART_COUNT$\") -lt ", nproc,
+      " ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; test $TORCHELASTIC_RESTART_COUNT = 1");
+  const auto outcome = run_launcher({"--nproc_per_node", std::to_string(nproc), "--master_port", "0", "--cpu_bind",
+                                     "exclusive", "--max_restarts", "1", "/bin/sh", "-c", script},
+                                    {}, 20s);
+  INFO(outcome.out << outcome.err);
+  CHECK(outcome.exit_code == 0);
+  for (int rank = 0; rank < nproc; ++rank) {
+    const std::string prefix = "[rank " + std::to_string(rank) + "]: ";
+    const std::string list = format_cpu_list(slices[rank]);
+    CHECK(count_of(outcome.out, prefix + "Cpus_allowed_list:\t" + list + "\n") == 2);  // both attempts
+    CHECK(count_of(outcome.out, prefix + "sub:Cpus_allowed_list:\t" + list + "\n") == 2);
+    CHECK(count_of(outcome.out, prefix + "omp=" + std::to_string(slices[rank].size()) + " restart=") == 2);
+  }
+  CHECK_THAT(outcome.err, Catch::Contains("--cpu_bind exclusive: local rank 0: " + format_cpu_list(slices[0])));
+
+  // The user's OMP_NUM_THREADS wins; binding stays.
+  const auto kept = run_launcher({"--nproc_per_node", "1", "--master_port", "0", "--cpu_bind", "exclusive", "/bin/sh",
+                                  "-c", "echo omp=$OMP_NUM_THREADS"},
+                                 {{"OMP_NUM_THREADS", "3"}}, 20s);
+  CHECK(kept.exit_code == 0);
+  CHECK_THAT(kept.out, Catch::Contains("[rank 0]: omp=3"));
+
+  // More workers than CPUs: exit 2, one line, nothing started.
+  TempDir dir;
+  const std::string marker = dir.path() + "/started";
+  const auto refused = run_launcher({"--nproc_per_node", std::to_string(cpus.size() + 1), "--master_port", "0",
+                                     "--cpu_bind", "exclusive", "/bin/sh", "-c", "touch " + marker},
+                                    {}, 20s);
+  CHECK(refused.exit_code == 2);
+  CHECK(count_lines(refused.err) == 1);
+  CHECK_THAT(refused.err, Catch::Contains("--cpu_bind exclusive needs a CPU per worker"));
+  CHECK_FALSE(std::filesystem::exists(marker));
 }

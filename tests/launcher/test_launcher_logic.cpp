@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
+#include <numeric>
 #include <set>
 
 #include "launcher/config.h"
@@ -242,6 +243,57 @@ TEST_CASE("inherited variables pass through; OMP_NUM_THREADS=1 only when unset a
   CHECK_FALSE(needs_omp_default({}, 1));
   const auto kept = worker_environment({{"OMP_NUM_THREADS", "4"}}, node, WorkerSlot{});
   CHECK(std::find(kept.begin(), kept.end(), "OMP_NUM_THREADS=4") != kept.end());
+}
+
+TEST_CASE("--cpu_bind exclusive: contiguous slices of the launcher's CPUs, OMP_NUM_THREADS their size", "[launcher][cpu]") {
+  CHECK(parse({"/bin/true"}).cpu_bind == CpuBind::kNone);
+  CHECK(parse({"--cpu-bind=exclusive", "/bin/true"}).cpu_bind == CpuBind::kExclusive);
+  CHECK_THAT(usage_error({"--cpu_bind", "cores", "/bin/true"}),
+             Catch::Contains("--cpu_bind: unknown value 'cores' (choose none or exclusive)"));
+
+  using Slices = std::vector<std::vector<int>>;
+  CHECK(exclusive_cpu_slices({0, 1}, 2) == Slices{{0}, {1}});
+  CHECK(exclusive_cpu_slices({0, 1, 2, 3, 4, 5, 6, 7}, 3) == Slices{{0, 1, 2}, {3, 4, 5}, {6, 7}});
+  CHECK(exclusive_cpu_slices({2, 3, 8, 9, 10}, 1) == Slices{{2, 3, 8, 9, 10}});
+  CHECK(exclusive_cpu_slices({4, 6, 8, 10}, 4) == Slices{{4}, {6}, {8}, {10}});
+  // Every CPU exactly once, sizes differing by at most one, for every worker count up to the CPUs.
+  std::vector<int> sixteen(16);
+  std::iota(sixteen.begin(), sixteen.end(), 0);
+  for (int nproc = 1; nproc <= 16; ++nproc) {
+    const Slices slices = exclusive_cpu_slices(sixteen, nproc);
+    REQUIRE(slices.size() == static_cast<size_t>(nproc));
+    std::vector<int> all;
+    for (const auto& s : slices) all.insert(all.end(), s.begin(), s.end());
+    CHECK(all == sixteen);
+    CHECK(slices.front().size() - slices.back().size() <= 1);
+  }
+  try {
+    exclusive_cpu_slices({0, 1}, 3);
+    FAIL("3 workers on 2 CPUs were accepted");
+  } catch (const UsageError& e) {
+    CHECK_THAT(std::string(e.what()), Catch::Contains("needs a CPU per worker: 3 workers, 2 CPUs (0-1)"));
+  }
+  CHECK(format_cpu_list({0, 1, 2, 3, 8, 10, 11}) == "0-3,8,10-11");
+  CHECK(format_cpu_list({5}) == "5");
+  CHECK(format_cpu_list({}).empty());
+
+  LaunchConfig bound = parse({"--cpu_bind", "exclusive", "/bin/true"});
+  const MachineResources machine(4, nullptr);
+  CHECK(resolve_cpu_binding(bound, 2, machine) == Slices{{0, 1}, {2, 3}});
+  CHECK(resolve_cpu_binding(parse({"/bin/true"}), 2, machine).empty());
+
+  // OMP_NUM_THREADS: the user's value wins; pinned workers get their CPU count; else torchrun's rule.
+  WorkerSlot pinned;
+  pinned.cpus = {2, 3, 4};
+  CHECK(omp_threads_default({}, 2, pinned) == "3");
+  CHECK(omp_threads_default({}, 1, pinned) == "3");
+  CHECK_FALSE(omp_threads_default({{"OMP_NUM_THREADS", "8"}}, 2, pinned));
+  CHECK(omp_threads_default({}, 2, WorkerSlot{}) == "1");
+  CHECK_FALSE(omp_threads_default({}, 1, WorkerSlot{}));
+  NodeAssignment node;
+  node.nproc_per_node = 2;
+  const auto env = worker_environment({}, node, pinned);
+  CHECK(std::find(env.begin(), env.end(), "OMP_NUM_THREADS=3") != env.end());
 }
 
 namespace {
