@@ -1,5 +1,7 @@
 #include "ddp/distributed_data_parallel.h"
 
+#include <ATen/ScalarOps.h>
+
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -113,6 +115,8 @@ struct DdpCore::Impl {
   std::vector<char> grad_was_undefined;
   std::size_t next_launch = 0;
   double divisor = 1;
+  torch::Tensor reciprocal;  // wrapped scalar 1 / reciprocal_of (Note [Dividing on the copy])
+  double reciprocal_of = 0;
   torch::Tensor used_counts;  // find_unused_parameters: how many ranks used each parameter
 
   // Bucket rebuild; see Note [Bucket rebuild] in ddp/bucket.h.
@@ -346,6 +350,14 @@ struct DdpCore::Impl {
     }
   }
 
+  // Note [Dividing on the copy]
+  // The average is taken before the all-reduce, per gradient, exactly as PyTorch's reducer does it
+  // (bit for bit: x * (1 / n) and x / n differ in the last bit of about a third of the elements when
+  // n is not a power of two): a gradient copied into its bucket is multiplied by a wrapped scalar
+  // 1 / divisor on the way (one pass, no separate division of the bucket), a gradient already in
+  // its bucket (gradient_as_bucket_view after the first step) is divided in place. With a
+  // compression hook the bucket is copied as it is and the hook divides in its wire dtype (launch),
+  // as PyTorch's fp16/bf16 hooks do.
   void mark_ready(std::size_t i, bool has_gradient) {
     Param& p = params[i];
     ready[i] = 1;
@@ -353,37 +365,27 @@ struct DdpCore::Impl {
     used_locally[i] = has_gradient ? 1 : 0;
     torch::Tensor& grad = p.tensor.mutable_grad();
     grad_was_undefined[i] = grad.defined() ? 0 : 1;
-    if (options.gradient_as_bucket_view) {
-      if (!grad.defined()) {
-        p.view.zero_();
-        if (has_gradient) grad = p.view;
-      } else if (grad.data_ptr() != p.view.data_ptr()) {
-        p.view.copy_(grad);
-        grad = p.view;
-      }
-    } else if (grad.defined()) {
-      // Note [Dividing on the copy]: one pass instead of a copy and a division of the bucket.
-      if (divides_on_copy(p.bucket)) {
-        torch::div_out(p.view, grad, divisor);
+    // See Note [Dividing on the copy].
+    const bool divide_here = divisor != 1 && !buckets[p.bucket].wire.defined();
+    if (!grad.defined()) {
+      p.view.zero_();
+      if (options.gradient_as_bucket_view && has_gradient) grad = p.view;
+    } else if (options.gradient_as_bucket_view && grad.data_ptr() == p.view.data_ptr()) {
+      if (divide_here) p.view.div_(divisor);  // already in the bucket (a view since an earlier step)
+    } else {
+      if (divide_here) {
+        if (reciprocal_of != divisor) {
+          reciprocal = at::native::wrapped_scalar_tensor(c10::Scalar(1.0 / divisor));
+          reciprocal_of = divisor;
+        }
+        at::mul_out(p.view, grad, reciprocal);
       } else {
         p.view.copy_(grad);
       }
-    } else {
-      p.view.zero_();
+      if (options.gradient_as_bucket_view) grad = p.view;
     }
     Bucket& bucket = buckets[p.bucket];
     if (--bucket.pending == 0) launch_complete_buckets();
-  }
-
-  // Note [Dividing on the copy]
-  // PyTorch divides each bucket by the world size just before its all-reduce, a pass over the
-  // bucket after the gradients were copied into it. Where the gradients are copied anyway (not
-  // gradient_as_bucket_view) and the bucket itself is sent (no compression hook, which divides in
-  // the wire dtype as PyTorch's hooks do), mark_ready writes grad / divisor into the bucket instead:
-  // the same division of the same values (bit-identical), one pass over the gradient memory fewer
-  // (ResNet-18: 45 MB of reads and writes per step; docs/benchmarks.md).
-  bool divides_on_copy(std::size_t bucket) const {
-    return divisor != 1 && !options.gradient_as_bucket_view && !buckets[bucket].wire.defined();
   }
 
   void launch_complete_buckets() {
@@ -398,7 +400,7 @@ struct DdpCore::Impl {
       b.wire.copy_(b.flat);
       send = &b.wire;
     }
-    if (divisor != 1 && !divides_on_copy(index)) send->div_(divisor);
+    if (divisor != 1 && b.wire.defined()) send->div_(divisor);  // see Note [Dividing on the copy]
     b.work = group->allreduce_async(*send, "gradient all-reduce", static_cast<int>(index));
     auto done = b.done_ns;
     try {

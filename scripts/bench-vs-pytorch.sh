@@ -15,8 +15,10 @@
 # Prints every round and all the ratios.
 #   scripts/bench-vs-pytorch.sh [--data synthetic|fashion-mnist]
 #   environment: ROUNDS=3 NPROC=2 THREADS=1 MODELS="lenet resnet18" LENET_BATCH=64 LENET_ITERS=60
-#   RESNET_BATCH=16 RESNET_ITERS=4 WARMUP=3 STARTUP_REPS=5 SKIP_LAUNCH= (1: skip 2. and 3.)
+#   RESNET_BATCH=16 RESNET_ITERS=10 WARMUP=3 STARTUP_REPS=5 SKIP_LAUNCH= (1: skip 2. and 3.)
 #   DATA_DIR=/usr/share/datasets/fashion-mnist
+#   PIN=1: pin both sides' workers to the same CPUs (C++: ddp_launch --cpu_bind exclusive; Python: each
+#   torchrun worker through taskset, with the CPU list ddp_launch's dry run gives its local rank)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin=${DDP_BUILD_DIR:-$root/build}/bin
@@ -26,7 +28,7 @@ while (($#)); do
   case $1 in
     --data) data=${2:-}; shift 2 || { echo "bench-vs-pytorch: --data needs a value" >&2; exit 2; } ;;
     --data=*) data=${1#--data=}; shift ;;
-    -h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench-vs-pytorch: unknown argument '$1' (usage: scripts/bench-vs-pytorch.sh [--data synthetic|fashion-mnist])" >&2; exit 2 ;;
   esac
 done
@@ -48,6 +50,19 @@ if [[ $data == fashion-mnist ]] && ! "$root/.venv/bin/python" -c "import PIL, nu
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+pin_flags=() py_launch=()
+if [[ -n ${PIN:-} ]]; then
+  pin_flags=(--cpu_bind exclusive)
+  "$bin/ddp_launch" --nproc_per_node "$nproc" --cpu_bind exclusive --dry_run /bin/true |
+    sed -n 's/^\[rank \([0-9]*\)\]: cpus: \(.*\)$/\1 \2/p' > "$work/cpus.txt"
+  [[ -s $work/cpus.txt ]] || { echo "bench-vs-pytorch: PIN=1: ddp_launch --cpu_bind exclusive gave no CPU lists" >&2; exit 1; }
+  cat > "$work/pinned_python" <<EOF
+#!/usr/bin/env bash
+exec taskset -c "\$(awk -v r="\$LOCAL_RANK" '\$1 == r { print \$2 }' "$work/cpus.txt")" "$root/.venv/bin/python" "\$@"
+EOF
+  chmod +x "$work/pinned_python"
+  py_launch=(--no-python "$work/pinned_python")
+fi
 
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
@@ -55,7 +70,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 # Each side: model batch iters -> samples/s on stdout.
 side_cpp() {
   rm -f "$work/cpp.csv"
-  "$bin/ddp_launch" --nproc_per_node "$nproc" --master_port 0 "$bin/ddp_bench" --mode ddp --model "$1" --batch "$2" \
+  "$bin/ddp_launch" --nproc_per_node "$nproc" --master_port 0 "${pin_flags[@]}" "$bin/ddp_bench" --mode ddp --model "$1" --batch "$2" \
     --iters "$3" --warmup "$warmup" --data "$data" --data-dir "$data_dir" --no-markdown --csv "$work/cpp.csv" \
     > "$work/cpp.log" 2>&1 || { cat "$work/cpp.log" >&2; return 1; }
   awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } { print $c["samples_per_s"] }' "$work/cpp.csv"
@@ -63,7 +78,7 @@ side_cpp() {
 py_run() {  # pipeline model batch iters
   local pipeline=$1
   shift
-  "$root/.venv/bin/torchrun" --standalone --nproc_per_node "$nproc" "$root/benchmarks/torch_ddp_reference.py" \
+  "$root/.venv/bin/torchrun" --standalone --nproc_per_node "$nproc" "${py_launch[@]}" "$root/benchmarks/torch_ddp_reference.py" \
     --model "$1" --batch "$2" --iters "$3" --warmup "$warmup" --data "$data" --data-dir "$data_dir" \
     --pipeline "$pipeline" --work-dir "$work/torchvision" > "$work/py.log" 2>&1 || true
   grep -m1 'data pipeline' "$work/py.log" > "$work/py_pipeline_$pipeline.txt" || true
@@ -100,7 +115,8 @@ compare() {  # model batch iters; sides: C++ then the Python ones
     medians+=("$(median "${all[@]}")")
   done
   local head
-  head=$(printf '%-9s %s data, batch/rank %3s, %s ranks, %s thread(s)/rank:' "$model" "$data" "$batch" "$nproc" "$OMP_NUM_THREADS")
+  head=$(printf '%-9s %s data, batch/rank %3s, %s ranks, %s thread(s)/rank%s:' "$model" "$data" "$batch" "$nproc" \
+    "$OMP_NUM_THREADS" "${PIN:+, workers pinned}")
   for ((j = 1; j < n; j++)); do
     summary+=("$(printf '%s %s %.1f samples/s vs %s %.1f samples/s: ratio %sx' "$head" "${names[0]}" "${medians[0]}" \
       "${names[j]}" "${medians[j]}" "$(ratio "${medians[0]}" "${medians[j]}")")")
@@ -119,7 +135,7 @@ for model in ${MODELS:-lenet resnet18}; do
       if [[ $data == fashion-mnist ]]; then
         summary+=("resnet18: skipped with --data fashion-mnist (1x28x28 images; ResNet-18 takes CIFAR's 3x32x32)")
       else
-        compare resnet18 "${RESNET_BATCH:-16}" "${RESNET_ITERS:-4}"
+        compare resnet18 "${RESNET_BATCH:-16}" "${RESNET_ITERS:-10}"
       fi ;;
     *) echo "bench-vs-pytorch: unknown model '$model' in MODELS (lenet, resnet18)" >&2; exit 2 ;;
   esac

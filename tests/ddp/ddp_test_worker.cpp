@@ -11,6 +11,7 @@
 //   collectives  init through --init-method, all-reduce, broadcast, allgather, barrier, main_process_first
 //   eval_on_rank0  rank 0 alone runs no-grad forwards between steps: no hang, same parameters
 //   fail       rank 1 throws: run_main writes the launcher's error file
+//   average    the averaged gradient is PyTorch's bit for bit (Note [Dividing on the copy])
 #include <torch/torch.h>
 
 #include <cmath>
@@ -304,6 +305,58 @@ int train(const Args& args, ddp::ProcessGroup& pg) {
   return fail("unknown --model " + model);
 }
 
+// Note [Dividing on the copy] (ddp/distributed_data_parallel.cpp): the averaged gradient is
+// PyTorch's, bit for bit. float32; only rank 0's loss counts (the others' is multiplied by 0), so the
+// all-reduce adds exact zeros in whatever order and the result is rank 0's division alone:
+// g * float(1 / n) where the gradient is copied into its bucket, g / n where it already is one
+// (gradient_as_bucket_view, second step, zero_grad keeping the tensors). The two differ in the
+// last bit for about a third of the elements at n = 3, so the check can tell them apart.
+int average(const Args& args, ddp::ProcessGroup& pg) {
+  const int world = pg.size(), rank = pg.rank();
+  const bool view = args.count("grad-view") > 0;
+  torch::manual_seed(11 + rank);  // DDP broadcasts rank 0's parameters
+  torch::nn::Linear net(64, 256);
+  torch::manual_seed(11);
+  torch::nn::Linear reference(64, 256);  // rank 0's initial parameters, on every rank
+  ddp::DistributedDataParallel<torch::nn::Linear> model(
+      net, std::shared_ptr<ddp::ProcessGroup>(&pg, [](auto*) {}), ddp::DdpOptions().set_gradient_as_bucket_view(view));
+  torch::manual_seed(5);
+  const auto x = torch::randn({8, 64});  // rank 0's batch (every rank draws it; only rank 0's loss counts)
+  for (int step = 0; step < 2; ++step) {
+    // Step 2 under --grad-view keeps the gradients (zeroed in place): they are views into the buckets.
+    for (auto& p : model.parameters()) {
+      if (step == 1 && view) {
+        p.mutable_grad().zero_();
+      } else {
+        p.mutable_grad() = torch::Tensor();
+      }
+    }
+    for (auto& p : reference->parameters()) p.mutable_grad() = torch::Tensor();
+    (model(x).pow(2).sum() * (rank == 0 ? 1.0 : 0.0)).backward();
+    reference(x).pow(2).sum().backward();
+    const bool divided_in_place = view && step == 1;
+    long differing = 0, total = 0;
+    const auto names = reference->named_parameters();
+    for (std::size_t i = 0; i < model.parameters().size(); ++i) {
+      const auto& g = reference->parameters()[i].grad();
+      const auto multiplied = g * (1.0 / world), divided = g / world;
+      const auto& expected = divided_in_place ? divided : multiplied;
+      const auto& got = model.parameters()[i].grad();
+      if (!torch::equal(got, expected)) {
+        return fail("step " + std::to_string(step + 1) + ": the averaged gradient of " + names[i].key() +
+                    " is not PyTorch's " + (divided_in_place ? "g / n" : "g * (1 / n)") + " (max difference " +
+                    std::to_string((got - expected).abs().max().item<double>()) + ")");
+      }
+      differing += multiplied.ne(divided).sum().item<long>();
+      total += g.numel();
+    }
+    if (world == 3 && differing == 0) return fail("g * (1/3) and g / 3 agree everywhere: this check cannot tell them apart");
+    std::cout << "OK: step " << step + 1 << " rank " << rank << ": " << (divided_in_place ? "g / n" : "g * (1 / n)")
+              << " bit for bit (" << differing << " of " << total << " elements differ between the two)\n";
+  }
+  return 0;
+}
+
 // --- failure modes -------------------------------------------------------------------------------
 
 // Without find_unused_parameters. Same usage on every rank: every rank fails naming never.*.
@@ -472,6 +525,7 @@ int worker_main(int argc, char** argv) {
   options.timeout = std::chrono::seconds(get_int(args, "timeout-s", 60));
   auto pg = ddp::init_process_group(options);
   if (command == "train") return train(args, *pg);
+  if (command == "average") return average(args, *pg);
   if (command == "unused") return unused(args, *pg);
   if (command == "mismatch") return mismatch(*pg);
   if (command == "eval_on_rank0") return eval_on_rank0(*pg);
