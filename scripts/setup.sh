@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the build needs, idempotently; prints nothing when everything is already there.
 #   Debian packages: compiler, CMake, Ninja, cxxopts, spdlog, Catch2 (v2), Gloo headers, Fashion-MNIST,
-#   cpp-httplib and Prometheus (metrics).
+#   cpp-httplib and Prometheus (metrics), gnuplot-nox (scripts/plot_bench.sh).
 #   --fuzz: also clang-14 and libclang-rt-14-dev, for scripts/fuzz.sh.
 #   .venv: a project-local virtual environment with torch==2.13.0 (CPU), unless LIBTORCH is set.
 set -euo pipefail
@@ -9,7 +9,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 debian_packages=(g++ cmake ninja-build pkg-config libcxxopts-dev libspdlog-dev catch2 libgloo-dev zlib1g-dev
                  dataset-fashion-mnist
-                 libcpp-httplib-dev prometheus)  # ddp_launch --metrics_port and its test (docs/observability.md)
+                 libcpp-httplib-dev prometheus  # ddp_launch --metrics_port and its test (docs/observability.md)
+                 gnuplot-nox)                   # scripts/plot_bench.sh and its test
 # --fuzz (scripts/fuzz.sh): clang and its runtimes (libFuzzer, ASan, UBSan) as well.
 [[ ${1:-} == --fuzz ]] && debian_packages+=(clang-14 libclang-rt-14-dev)
 missing=()
