@@ -359,6 +359,9 @@ struct DdpCore::Impl {
   // compression hook the bucket is copied as it is and the hook divides in its wire dtype (launch),
   // as PyTorch's fp16/bf16 hooks do.
   void mark_ready(std::size_t i, bool has_gradient) {
+    // Under create_graph=True backward runs in grad mode and gradients require grad; the bucket is
+    // plain data (the all-reduce is not differentiated, as in PyTorch), and out= ops refuse autograd.
+    torch::NoGradGuard no_grad;
     Param& p = params[i];
     ready[i] = 1;
     if (synced_backwards == 0 && rebuild_wanted()) ready_order.push_back(i);

@@ -332,7 +332,9 @@ int average(const Args& args, ddp::ProcessGroup& pg) {
       }
     }
     for (auto& p : reference->parameters()) p.mutable_grad() = torch::Tensor();
-    (model(x).pow(2).sum() * (rank == 0 ? 1.0 : 0.0)).backward();
+    // --create-graph: backward records the gradients' own graph (higher-order use): DDP averages the
+    // values all the same, as PyTorch does (it does not differentiate through the all-reduce).
+    (model(x).pow(2).sum() * (rank == 0 ? 1.0 : 0.0)).backward({}, std::nullopt, args.count("create-graph") > 0);
     reference(x).pow(2).sum().backward();
     const bool divided_in_place = view && step == 1;
     long differing = 0, total = 0;
