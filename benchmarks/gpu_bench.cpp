@@ -95,8 +95,8 @@ Pool make_pool(const Options& o, torch::Device device) {
   return pool;
 }
 
-template <class Net, class Forward>
-void measure(const Options& o, const std::string& mode, Net net, const Pool& pool, torch::Device device, Forward&& forward,
+template <class Forward>
+void measure(const Options& o, const std::string& mode, const Pool& pool, torch::Device device, Forward&& forward,
              const std::vector<torch::Tensor>& params) {
   torch::optim::SGD optimizer(params, torch::optim::SGDOptions(0.01).momentum(0.9));
   double grad_bytes = 0;
@@ -122,7 +122,6 @@ void measure(const Options& o, const std::string& mode, Net net, const Pool& poo
             << " batch=" << o.batch << " it_per_s=" << o.iters / seconds << " step_ms=" << 1e3 * seconds / o.iters
             << " peak_mib=" << static_cast<double>(memory.peak_allocated_bytes) / (1 << 20)
             << " grad_mib=" << grad_bytes / (1 << 20) << " final_loss=" << loss.item<double>() << "\n";
-  (void)net;
 }
 
 template <class Net>
@@ -130,11 +129,11 @@ void run_mode(const Options& o, const std::string& mode, Net net, const Pool& po
               const std::shared_ptr<ddp::ProcessGroup>& group) {
   net->to(device);
   if (mode == "plain") {
-    measure(o, mode, net, pool, device, [&](const torch::Tensor& x) { return net->forward(x); }, net->parameters());
+    measure(o, mode, pool, device, [&](const torch::Tensor& x) { return net->forward(x); }, net->parameters());
     return;
   }
   ddp::DistributedDataParallel<Net> model(net, group, ddp::DdpOptions().set_gradient_as_bucket_view(mode == "ddp_view"));
-  measure(o, mode, net, pool, device, [&](const torch::Tensor& x) { return model(x); }, model.parameters());
+  measure(o, mode, pool, device, [&](const torch::Tensor& x) { return model(x); }, model.parameters());
 }
 
 int run(int argc, char** argv) {

@@ -56,11 +56,14 @@ bool CollectiveLog::finish(std::int64_t seq, CollectiveState state) {
   return true;
 }
 
+std::int64_t CollectiveLog::oldest_held() const {
+  return last_seq_ - std::min<std::int64_t>(last_seq_, static_cast<std::int64_t>(slots_.size())) + 1;
+}
+
 std::optional<std::int64_t> CollectiveLog::find_started(const void* work) const {
   std::lock_guard<std::mutex> lock(mutex_);
   // Newest first: a work object's address may be reused by a later one once the first is freed.
-  const auto held = std::min<std::int64_t>(last_seq_, static_cast<std::int64_t>(slots_.size()));
-  for (std::int64_t seq = last_seq_; seq > last_seq_ - held; --seq) {
+  for (std::int64_t seq = last_seq_; seq >= oldest_held(); --seq) {
     const CollectiveRecord* slot = slot_of(seq);
     if (slot != nullptr && slot->work == work && slot->state == CollectiveState::started) return seq;
   }
@@ -76,8 +79,7 @@ std::optional<CollectiveRecord> CollectiveLog::find(std::int64_t seq) const {
 
 std::int64_t CollectiveLog::last_completed() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  const auto held = std::min<std::int64_t>(last_seq_, static_cast<std::int64_t>(slots_.size()));
-  for (std::int64_t seq = last_seq_; seq > last_seq_ - held; --seq) {
+  for (std::int64_t seq = last_seq_; seq >= oldest_held(); --seq) {
     if (slot_of(seq)->state == CollectiveState::completed) return seq;
   }
   return 0;
@@ -86,9 +88,9 @@ std::int64_t CollectiveLog::last_completed() const {
 std::vector<CollectiveRecord> CollectiveLog::snapshot() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<CollectiveRecord> out;
-  const auto held = std::min<std::int64_t>(last_seq_, static_cast<std::int64_t>(slots_.size()));
-  out.reserve(static_cast<std::size_t>(held));
-  for (std::int64_t seq = last_seq_ - held + 1; seq <= last_seq_; ++seq) out.push_back(*slot_of(seq));
+  const std::int64_t oldest = oldest_held();
+  out.reserve(static_cast<std::size_t>(last_seq_ - oldest + 1));
+  for (std::int64_t seq = oldest; seq <= last_seq_; ++seq) out.push_back(*slot_of(seq));
   return out;
 }
 

@@ -68,6 +68,8 @@ class CollectiveLog {
  private:
   CollectiveRecord* slot_of(std::int64_t seq);
   const CollectiveRecord* slot_of(std::int64_t seq) const;
+  // The oldest sequence number still in the ring (last_seq_ + 1 when empty); the caller holds mutex_.
+  std::int64_t oldest_held() const;
 
   mutable std::mutex mutex_;
   std::vector<CollectiveRecord> slots_;  // seq s lives in slots_[(s - 1) % capacity]

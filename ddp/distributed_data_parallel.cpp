@@ -368,7 +368,6 @@ struct DdpCore::Impl {
     used_locally[i] = has_gradient ? 1 : 0;
     torch::Tensor& grad = p.tensor.mutable_grad();
     grad_was_undefined[i] = grad.defined() ? 0 : 1;
-    // See Note [Dividing on the copy].
     const bool divide_here = divisor != 1 && !buckets[p.bucket].wire.defined();
     if (!grad.defined()) {
       p.view.zero_();

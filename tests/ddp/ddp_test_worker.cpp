@@ -339,11 +339,12 @@ int average(const Args& args, ddp::ProcessGroup& pg) {
     const bool divided_in_place = view && step == 1;
     long differing = 0, total = 0;
     const auto names = reference->named_parameters();
-    for (std::size_t i = 0; i < model.parameters().size(); ++i) {
-      const auto& g = reference->parameters()[i].grad();
+    const auto params = model.parameters();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const auto& g = names[i].value().grad();
       const auto multiplied = g * (1.0 / world), divided = g / world;
       const auto& expected = divided_in_place ? divided : multiplied;
-      const auto& got = model.parameters()[i].grad();
+      const auto& got = params[i].grad();
       if (!torch::equal(got, expected)) {
         return fail("step " + std::to_string(step + 1) + ": the averaged gradient of " + names[i].key() +
                     " is not PyTorch's " + (divided_in_place ? "g / n" : "g * (1 / n)") + " (max difference " +

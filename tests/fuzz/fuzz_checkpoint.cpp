@@ -109,8 +109,7 @@ Outcome checkpoint_entry(const uint8_t* data, size_t size, const fs::path& scrat
         write_file(folder / "MANIFEST", content, content_size);
         const auto listed = list_checkpoints(root);
         check(listed.size() == 1 && listed.front().path == folder, "the checkpoint is listed");
-        verify_checkpoint(folder);
-        SmallTrainer trainer;
+        SmallTrainer trainer;  // load_checkpoint verifies the MANIFEST and checksums first
         load_checkpoint(folder, *trainer.model, &trainer.optimizer);
         break;
       }

@@ -498,13 +498,7 @@ TEST_CASE("--gpus 0,3,5 gives each local worker one GPU", "[process][env]") {
 }
 
 TEST_CASE("--cpu_bind exclusive pins each worker, its threads and its restarts to its own CPUs", "[process][cpu]") {
-  cpu_set_t mine;
-  CPU_ZERO(&mine);
-  REQUIRE(::sched_getaffinity(0, sizeof mine, &mine) == 0);
-  std::vector<int> cpus;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (CPU_ISSET(cpu, &mine)) cpus.push_back(cpu);
-  }
+  const std::vector<int> cpus = MachineResources::of_this_machine().cpus();  // this process's affinity
   const int nproc = std::min<int>(2, static_cast<int>(cpus.size()));  // the split itself: test_launcher_logic
   const auto slices = exclusive_cpu_slices(cpus, nproc);
   // A thread the worker starts reports its mask too (threads inherit it), and the first attempt
