@@ -12,7 +12,7 @@
 #include <string>
 
 #include "ddp/collective_log.h"
-#include "ddp/error.h"
+#include "ddp/base/error.h"
 #include "ddp/process_group.h"
 #include "ddp/run_main.h"
 

@@ -21,7 +21,7 @@
 
 #include "ddp/cuda_support.h"
 #include "ddp/distributed_data_parallel.h"
-#include "ddp/error.h"
+#include "ddp/base/error.h"
 #include "ddp/process_group.h"
 #include "examples/models/lenet.h"
 #include "examples/models/resnet.h"

@@ -4,7 +4,7 @@
 #include <map>
 #include <tuple>
 
-#include "ddp/error.h"
+#include "ddp/base/error.h"
 
 namespace ddp {
 

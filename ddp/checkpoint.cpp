@@ -24,7 +24,7 @@
 #include <unordered_set>
 #include <utility>
 
-#include "ddp/error.h"
+#include "ddp/base/error.h"
 #include "ddp/log.h"
 #include "ddp/process_group.h"
 

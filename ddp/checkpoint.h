@@ -30,7 +30,7 @@
 #include <utility>
 #include <vector>
 
-#include "ddp/error.h"
+#include "ddp/base/error.h"
 #include "samplers/distributed_sampler.h"
 
 namespace ddp {

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "ddp/json.h"
-#include "ddp/str.h"
+#include "ddp/base/str.h"
 
 namespace ddp {
 

@@ -9,8 +9,8 @@
 #include <cstdlib>
 #include <vector>
 
-#include "ddp/error.h"
-#include "ddp/str.h"
+#include "ddp/base/error.h"
+#include "ddp/base/str.h"
 
 
 namespace ddp {

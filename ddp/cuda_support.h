@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "ddp/environment.h"
+#include "ddp/base/environment.h"
 
 namespace ddp {
 namespace cuda {

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "ddp/error.h"
+#include "ddp/base/error.h"
 
 namespace ddp {
 

@@ -15,9 +15,9 @@
 #include <mutex>
 #include <unordered_set>
 
-#include "ddp/agent_channel.h"
+#include "ddp/base/agent_channel.h"
 #include "ddp/bucket.h"
-#include "ddp/error.h"
+#include "ddp/base/error.h"
 
 namespace ddp {
 namespace detail {

@@ -26,8 +26,8 @@
 #include <thread>
 
 #include "ddp/cuda_support.h"
-#include "ddp/environment.h"
-#include "ddp/error.h"
+#include "ddp/base/environment.h"
+#include "ddp/base/error.h"
 
 namespace ddp {
 namespace {

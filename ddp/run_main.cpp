@@ -12,7 +12,7 @@
 #include <typeinfo>
 
 #include "ddp/json.h"
-#include "ddp/str.h"
+#include "ddp/base/str.h"
 
 namespace ddp {
 namespace {

@@ -6,8 +6,8 @@
 #include <utility>
 #include <vector>
 
-#include "ddp/error.h"
-#include "ddp/str.h"
+#include "ddp/base/error.h"
+#include "ddp/base/str.h"
 
 namespace ddp {
 namespace {

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "ddp/error.h"
+#include "ddp/base/error.h"
 
 namespace ddp::examples {
 namespace {

@@ -14,11 +14,11 @@
 #include <memory>
 #include <thread>
 
-#include "ddp/agent_channel.h"
+#include "ddp/base/agent_channel.h"
 #include "ddp/checkpoint.h"
 #include "ddp/data_parallel.h"
 #include "ddp/distributed_data_parallel.h"
-#include "ddp/error.h"
+#include "ddp/base/error.h"
 #include "ddp/process_group.h"
 #include "ddp/run_main.h"
 #include "examples/data/cifar10.h"

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <iostream>
 
-#include "ddp/error.h"
+#include "ddp/base/error.h"
 
 namespace ddp::examples {
 

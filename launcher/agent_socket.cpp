@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "ddp/error.h"
+#include "ddp/base/error.h"
 
 namespace ddp::launcher {
 

@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "ddp/agent_channel.h"
+#include "ddp/base/agent_channel.h"
 
 namespace ddp::launcher {
 

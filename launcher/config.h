@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "launcher/launch_env.h"
-#include "launcher/usage_error.h"
+#include "ddp/base/error.h"
 
 namespace ddp::launcher {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "launcher/usage_error.h"
+#include "ddp/base/error.h"
 
 namespace ddp::launcher {
 namespace {

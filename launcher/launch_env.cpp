@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "launcher/hostlist.h"
-#include "launcher/usage_error.h"
+#include "ddp/base/error.h"
 
 extern char** environ;
 

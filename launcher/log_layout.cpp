@@ -5,7 +5,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "ddp/error.h"
+#include "ddp/base/error.h"
 
 namespace ddp::launcher {
 

@@ -227,9 +227,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     return run(parsed.config, env);
-  } catch (const UsageError& e) {
+  } catch (const ddp::UsageError& e) {
     std::fprintf(stderr, "ddp_launch: error: %s\n", e.what());
-    return kUsageExitCode;
+    return ddp::kUsageExitCode;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ddp_launch: error: %s\n", e.what());
     return 1;

@@ -4,12 +4,12 @@
 
 #include <spdlog/spdlog.h>
 
-#include "ddp/error.h"
+#include "ddp/base/error.h"
 #include "launcher/metrics_plugin_api.h"
 #include "launcher/net.h"
 #include "launcher/nvml_provider.h"
 #include "launcher/rdzv_client.h"
-#include "launcher/usage_error.h"
+#include "ddp/base/error.h"
 
 #ifndef DDP_METRICS_PLUGIN_NAME
 #define DDP_METRICS_PLUGIN_NAME "libddp_launch_metrics.so"

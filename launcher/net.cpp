@@ -9,7 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "launcher/usage_error.h"
+#include "ddp/base/error.h"
 
 namespace ddp::launcher {
 namespace {

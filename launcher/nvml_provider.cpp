@@ -2,7 +2,7 @@
 
 #include <dlfcn.h>
 
-#include "launcher/usage_error.h"
+#include "ddp/base/error.h"
 
 namespace ddp::launcher {
 namespace {

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "ddp/str.h"
+#include "ddp/base/str.h"
 
 namespace ddp::launcher {
 

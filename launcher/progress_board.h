@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/agent_channel.h"
+#include "ddp/base/agent_channel.h"
 #include "launcher/gpu_select.h"
 
 namespace ddp::launcher {

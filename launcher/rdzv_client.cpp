@@ -6,7 +6,7 @@
 #include <climits>
 #include <vector>
 
-#include "ddp/error.h"
+#include "ddp/base/error.h"
 #include "launcher/net.h"
 #include "launcher/rdzv_plugin_api.h"
 

@@ -17,7 +17,7 @@
 #include <optional>
 #include <spdlog/spdlog.h>
 
-#include "ddp/error.h"
+#include "ddp/base/error.h"
 #include "launcher/agent_socket.h"
 #include "launcher/line_splitter.h"
 #include "launcher/progress_board.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/error_file.h"
+#include "ddp/base/error_file.h"
 
 namespace ddp::launcher {
 

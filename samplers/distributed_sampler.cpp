@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <mutex>
 
-#include "ddp/error.h"
+#include "ddp/base/error.h"
 
 namespace ddp::samplers {
 namespace {

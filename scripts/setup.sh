@@ -8,6 +8,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 debian_packages=(g++ cmake ninja-build pkg-config libcxxopts-dev libspdlog-dev catch2 libgloo-dev zlib1g-dev
+                 nlohmann-json3-dev            # JSON in ddp/base and the launcher (header-only)
+                 libxxhash-dev xxhash          # the checkpoint MANIFEST checksum (XXH3-64) and xxhsum
                  dataset-fashion-mnist
                  libcpp-httplib-dev prometheus  # ddp_launch --metrics_port and its test (docs/observability.md)
                  gnuplot-nox)                   # scripts/plot_bench.sh and its test

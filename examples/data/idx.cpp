@@ -7,7 +7,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "ddp/error.h"
+#include "ddp/base/error.h"
 
 namespace ddp::examples::data {
 namespace {

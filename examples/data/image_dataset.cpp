@@ -1,6 +1,6 @@
 #include "examples/data/image_dataset.h"
 
-#include "ddp/error.h"
+#include "ddp/base/error.h"
 
 namespace ddp::examples::data {
 namespace {

@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "ddp/error.h"
+#include "ddp/base/error.h"
 #include "examples/data/cifar10.h"
 #include "examples/data/fashion_mnist.h"
 #include "examples/data/idx.h"

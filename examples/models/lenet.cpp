@@ -1,6 +1,6 @@
 #include "examples/models/lenet.h"
 
-#include "ddp/error.h"
+#include "ddp/base/error.h"
 
 namespace ddp::examples::models {
 

@@ -22,7 +22,7 @@
 #include <string>
 
 #include "ddp/distributed_data_parallel.h"
-#include "ddp/error.h"
+#include "ddp/base/error.h"
 #include "ddp/process_group.h"
 #include "ddp/run_main.h"
 

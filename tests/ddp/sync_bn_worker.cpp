@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "ddp/distributed_data_parallel.h"
-#include "ddp/error.h"
+#include "ddp/base/error.h"
 #include "ddp/process_group.h"
 #include "ddp/run_main.h"
 #include "ddp/sync_batch_norm.h"

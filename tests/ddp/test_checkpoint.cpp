@@ -16,7 +16,7 @@
 
 #include "ddp/checkpoint.h"
 #include "tests/support/temp_dir.h"
-#include "ddp/error.h"
+#include "ddp/base/error.h"
 #include "samplers/distributed_sampler.h"
 
 namespace fs = std::filesystem;

@@ -17,7 +17,7 @@
 
 #include "ddp/checkpoint.h"
 #include "ddp/distributed_data_parallel.h"
-#include "ddp/error.h"
+#include "ddp/base/error.h"
 #include "ddp/process_group.h"
 #include "ddp/run_main.h"
 #include "samplers/distributed_sampler.h"

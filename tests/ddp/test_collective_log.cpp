@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "ddp/collective_log.h"
-#include "ddp/environment.h"
+#include "ddp/base/environment.h"
 #include "ddp/json_reader.h"
 #include "ddp/process_group.h"
 #include "launcher/net.h"

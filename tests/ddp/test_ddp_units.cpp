@@ -11,8 +11,8 @@
 
 #include "ddp/bucket.h"
 #include "ddp/comm_hooks.h"
-#include "ddp/environment.h"
-#include "ddp/error.h"
+#include "ddp/base/environment.h"
+#include "ddp/base/error.h"
 #include "ddp/run_main.h"
 
 namespace {

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/error.h"
+#include "ddp/base/error.h"
 #include "ddp/version.h"
 
 TEST_CASE("str concatenates mixed values and join separates them") {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/error.h"
+#include "ddp/base/error.h"
 #include "tests/support/temp_dir.h"
 #include "examples/data/cifar10.h"
 #include "examples/data/fashion_mnist.h"

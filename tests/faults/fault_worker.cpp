@@ -31,10 +31,10 @@
 #include <string>
 #include <thread>
 
-#include "ddp/agent_channel.h"
+#include "ddp/base/agent_channel.h"
 #include "ddp/checkpoint.h"
 #include "ddp/distributed_data_parallel.h"
-#include "ddp/error.h"
+#include "ddp/base/error.h"
 #include "ddp/process_group.h"
 #include "ddp/run_main.h"
 

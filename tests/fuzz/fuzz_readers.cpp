@@ -6,7 +6,7 @@
 #include <iterator>
 #include <stdexcept>
 
-#include "ddp/error.h"
+#include "ddp/base/error.h"
 #include "examples/data/cifar10.h"
 #include "examples/data/idx.h"
 #include "tests/fuzz/fuzz_entries.h"

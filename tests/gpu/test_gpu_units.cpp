@@ -7,7 +7,7 @@
 
 #include "ddp/checkpoint.h"
 #include "ddp/cuda_support.h"
-#include "ddp/error.h"
+#include "ddp/base/error.h"
 #include "tests/support/temp_dir.h"
 
 namespace {

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/error_file.h"
+#include "ddp/base/error_file.h"
 
 extern char** environ;
 
@@ -102,10 +102,10 @@ int main(int argc, char** argv) {
   if (may_fail) {
     for (const auto& spec : value_of("--error-message")) {
       if (for_me(spec, v)) {
-        ddp::launcher::WorkerError error;
+        ddp::WorkerError error;
         error.message = v;
         error.timestamp = static_cast<long long>(std::time(nullptr));
-        ddp::launcher::write_error_file(env_or("TORCHELASTIC_ERROR_FILE", "/dev/null"), error);
+        ddp::write_error_file(env_or("TORCHELASTIC_ERROR_FILE", "/dev/null"), error);
       }
     }
   }

@@ -13,7 +13,7 @@
 #include <memory>
 #include <set>
 
-#include "ddp/str.h"
+#include "ddp/base/str.h"
 #include "launcher/net.h"
 #include "launcher/resources.h"
 #include "launcher/supervisor.h"

@@ -8,7 +8,7 @@
 #include <set>
 
 #include "launcher/config.h"
-#include "launcher/error_file.h"
+#include "ddp/base/error_file.h"
 #include "launcher/gpu_select.h"
 #include "launcher/hostlist.h"
 #include "launcher/line_splitter.h"
@@ -18,6 +18,12 @@
 #include "launcher/worker_env.h"
 
 using namespace ddp::launcher;
+using ddp::UsageError;
+using ddp::WorkerError;
+using ddp::parse_error_json;
+using ddp::read_error_file;
+using ddp::format_error_json;
+using ddp::write_error_file;
 
 namespace {
 

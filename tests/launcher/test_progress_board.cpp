@@ -10,8 +10,8 @@
 #include <map>
 #include <thread>
 
-#include "ddp/agent_channel.h"
-#include "ddp/error.h"
+#include "ddp/base/agent_channel.h"
+#include "ddp/base/error.h"
 #include "launcher/agent_socket.h"
 #include "launcher/progress_board.h"
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/error.h"
+#include "ddp/base/error.h"
 #include "samplers/distributed_sampler.h"
 
 using ddp::samplers::DistributedSampler;

@@ -1,4 +1,4 @@
-#include "ddp/agent_channel.h"
+#include "ddp/base/agent_channel.h"
 
 #include <sys/socket.h>
 #include <sys/un.h>

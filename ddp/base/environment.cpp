@@ -1,11 +1,11 @@
-#include "ddp/environment.h"
+#include "ddp/base/environment.h"
 
 #include <sys/un.h>
 
 #include <cstdlib>
 #include <limits>
 
-#include "ddp/error.h"
+#include "ddp/base/error.h"
 
 namespace ddp {
 

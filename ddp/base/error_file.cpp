@@ -1,4 +1,4 @@
-#include "launcher/error_file.h"
+#include "ddp/base/error_file.h"
 
 #include "ddp/json.h"
 #include "ddp/json_reader.h"
@@ -10,7 +10,7 @@
 #include <sstream>
 #include <vector>
 
-namespace ddp::launcher {
+namespace ddp {
 namespace {
 
 using ddp::Json;
@@ -76,4 +76,4 @@ bool write_error_file(const std::string& path, const WorkerError& error) {
   return std::rename(tmp.c_str(), path.c_str()) == 0;
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp

@@ -5,7 +5,7 @@
 #include <optional>
 #include <string>
 
-namespace ddp::launcher {
+namespace ddp {
 
 struct WorkerError {
   std::string message;
@@ -26,4 +26,4 @@ std::string format_error_json(const WorkerError& error);
 // Returns false when it cannot.
 bool write_error_file(const std::string& path, const WorkerError& error);
 
-}  // namespace ddp::launcher
+}  // namespace ddp

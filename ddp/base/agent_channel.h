@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "ddp/environment.h"
+#include "ddp/base/environment.h"
 
 namespace ddp {
 

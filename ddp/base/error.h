@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "ddp/str.h"
+#include "ddp/base/str.h"
 
 namespace ddp {
 
@@ -37,6 +37,15 @@ class MismatchError : public Error {
  public:
   using Error::Error;
 };
+
+// Bad input on a command line or in the environment (a tool's flags, a launcher's variables):
+// the program prints it as one line on stderr and exits with kUsageExitCode before it starts work.
+class UsageError : public InvalidArgument {
+ public:
+  using InvalidArgument::InvalidArgument;
+};
+
+constexpr int kUsageExitCode = 2;
 
 // A file could not be read or written, or its contents are not what they should be.
 class IoError : public Error {
