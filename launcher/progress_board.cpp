@@ -1,5 +1,7 @@
 #include "launcher/progress_board.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -9,7 +11,7 @@
 
 namespace ddp::launcher {
 
-ProgressBoard::ProgressBoard(int node_rank, int world_size) {
+ProgressBoard::ProgressBoard(int node_rank, int world_size) : worker_uid_(::geteuid()) {
   job_.node_rank = node_rank;
   job_.world_size = world_size;
 }
@@ -30,12 +32,49 @@ void ProgressBoard::begin_attempt(int attempt, const std::vector<WorkerIdentity>
   }
 }
 
-bool ProgressBoard::record(const AgentMessage& m, SteadyClock::time_point now) {
+namespace {
+
+bool finite_non_negative(double v) { return std::isfinite(v) && v >= 0; }
+
+// See Note [Validated progress].
+bool plausible(const AgentMessage& m, const RankProgress& r) {
+  if (!finite_non_negative(m.timestamp_s)) return false;
+  if (m.flags & AgentMessage::kHasStep) {
+    if (m.step < 1 || (r.step && m.step < *r.step)) return false;
+    if (!finite_non_negative(m.step_time_s) || !finite_non_negative(m.comm_time_s)) return false;
+  }
+  if (m.flags & AgentMessage::kHasSamples) {
+    if (m.samples < 0 || (r.samples && m.samples < *r.samples)) return false;
+  }
+  if ((m.flags & AgentMessage::kHasLoss) && !std::isfinite(m.loss)) return false;
+  return true;
+}
+
+}  // namespace
+
+AgentVerdict ProgressBoard::record(const AgentDatagram& datagram, SteadyClock::time_point now) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (!datagram.message) {
+    ++job_.dropped.malformed;
+    return AgentVerdict::kMalformed;
+  }
+  const AgentMessage& m = *datagram.message;
+  // See Note [Agent sender credentials]: the kernel's pid must be the worker's, and the message must
+  // claim that worker's rank and pid.
+  const auto& sender = datagram.sender;
   auto it = std::find_if(job_.ranks.begin(), job_.ranks.end(),
                          [&](const RankProgress& r) { return r.worker.rank == m.rank && r.worker.pid == m.pid; });
-  if (it == job_.ranks.end()) return false;
+  if (it == job_.ranks.end() || !sender || sender->pid != m.pid || sender->uid != worker_uid_) {
+    ++job_.dropped.sender;
+    return AgentVerdict::kForeignSender;
+  }
   RankProgress& r = *it;
+  r.last_heard = now;
+  r.heard = true;
+  if (!plausible(m, r)) {
+    ++job_.dropped.values;
+    return AgentVerdict::kInvalidValues;
+  }
   if (m.flags & AgentMessage::kHasStep) {
     r.step = m.step;
     r.step_time_s = m.step_time_s;
@@ -56,9 +95,7 @@ bool ProgressBoard::record(const AgentMessage& m, SteadyClock::time_point now) {
   }
   if (m.flags & AgentMessage::kHasLoss) r.loss = m.loss;
   r.timestamp_s = m.timestamp_s;
-  r.last_heard = now;
-  r.heard = true;
-  return true;
+  return AgentVerdict::kRecorded;
 }
 
 void ProgressBoard::mark_exited(int rank) {
@@ -207,6 +244,12 @@ std::string render_prometheus(const JobProgress& job, const std::vector<GpuInfo>
   e.sample(node, job.worker_failures);
   e.family("ddp_world_size", "gauge", "Ranks in the job (all nodes).");
   e.sample(node, job.world_size);
+  e.family("ddp_launch_agent_messages_dropped_total", "counter",
+           "Heartbeat datagrams the launcher dropped: malformed, from a process that is not the rank's worker "
+           "(kernel credentials), or with values that cannot be (NaN, negative, a decreasing counter).");
+  e.sample(node + ",reason=\"malformed\"", static_cast<double>(job.dropped.malformed));
+  e.sample(node + ",reason=\"sender\"", static_cast<double>(job.dropped.sender));
+  e.sample(node + ",reason=\"values\"", static_cast<double>(job.dropped.values));
 
   if (!gpus.empty()) {
     const auto gpu_labels = [](const GpuInfo& g) {

@@ -1,7 +1,9 @@
 #pragma once
 // What the launcher knows about its local workers' progress (from their heartbeats, see
-// Note [Agent channel] in ddp/agent_channel.h): the hang watchdog's facts and the Prometheus
+// Note [Agent channel] in ddp/base/agent_channel.h): the hang watchdog's facts and the Prometheus
 // series. Thread-safe: the supervisor writes, the metrics server's thread reads snapshots.
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstdint>
 #include <mutex>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "ddp/base/agent_channel.h"
+#include "launcher/agent_socket.h"
 #include "launcher/gpu_select.h"
 
 namespace ddp::launcher {
@@ -39,11 +42,27 @@ struct RankProgress {
   SteadyClock::time_point rate_since;
 };
 
+// Datagrams ProgressBoard::record dropped, by reason (never reset: they count over all attempts).
+struct DroppedAgentMessages {
+  std::int64_t malformed = 0;  // not a message of this version
+  std::int64_t sender = 0;     // not from a worker of this attempt (Note [Agent sender credentials])
+  std::int64_t values = 0;     // from a worker, with values that cannot be (Note [Validated progress])
+};
+
+// What ProgressBoard::record made of a datagram.
+enum class AgentVerdict {
+  kRecorded,        // a heartbeat, its values taken
+  kMalformed,       // dropped: not a message of this version
+  kForeignSender,   // dropped: the kernel's credentials do not name this rank's worker
+  kInvalidValues,   // a heartbeat (the worker is alive), its values dropped
+};
+
 struct JobProgress {
   int node_rank = 0;
   int world_size = 1;
   int restarts = 0;
   int worker_failures = 0;
+  DroppedAgentMessages dropped;
   std::vector<RankProgress> ranks;  // this node's workers, by local rank
 };
 
@@ -63,13 +82,27 @@ class ProgressBoard {
   void set_node_rank(int node_rank);  // known after a dynamic rendezvous
   // A new attempt's workers (restart count `attempt`): forgets the previous attempt's progress.
   void begin_attempt(int attempt, const std::vector<WorkerIdentity>& workers);
-  // Takes a message received at `now`; returns false (and ignores it) when rank and pid do not
-  // name a worker of this attempt.
-  bool record(const AgentMessage& message, SteadyClock::time_point now);
+  // Takes a datagram received at `now`. Only a message whose sender credentials name the worker of
+  // this attempt with the message's rank and pid counts (Note [Agent sender credentials] in
+  // launcher/agent_socket.h), and only plausible values reach the series (Note [Validated
+  // progress]); everything else is dropped and counted in JobProgress::dropped.
+  //
+  // Note [Validated progress]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~
+  // What a worker reports goes to /metrics as it is, so a bug in a training loop (a NaN loss, a
+  // negative or restarted sample count) would show as NaN, negative or decreasing counters, which
+  // break Prometheus' rate() and alerts. A report is taken whole or not at all: every value must be
+  // finite, step >= 1, samples and times >= 0, and step and samples must not go below what this
+  // rank reported before in this attempt. A report that fails is dropped and counted, but it still
+  // counts as a heartbeat: its sender is the worker (the kernel says so), which is alive, and the
+  // watchdog must not stop a job because its loss became NaN. Counters restart with each attempt,
+  // as they do when any exporter restarts.
+  AgentVerdict record(const AgentDatagram& datagram, SteadyClock::time_point now);
   void mark_exited(int rank);
   void count_failure();
 
   // Note [Hang watchdog]
+  // ~~~~~~~~~~~~~~~~~~~~
   // A rank is silent when it has sent at least one heartbeat in this attempt, is still running, and
   // has sent nothing for more than timeout_s. The clock starts at the first heartbeat: start-up
   // (loading LibTorch, data, rendezvous) has no step rate to compare with and is bounded by the
@@ -83,6 +116,7 @@ class ProgressBoard {
  private:
   mutable std::mutex mutex_;
   JobProgress job_;
+  uid_t worker_uid_;  // workers run as the launcher's user
 };
 
 // "rank 1 (pid 4242, local_rank 1) made no progress for 10 s (last heartbeat at step 5; the other

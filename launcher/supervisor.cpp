@@ -407,7 +407,7 @@ class Attempt {
     }
     if (agent_fd >= 0 && fds.back().revents != 0) {
       const auto now = Clock::now();
-      options_.agent->drain([&](const ddp::AgentMessage& m) { options_.progress->record(m, now); });
+      options_.agent->drain([&](const AgentDatagram& d) { options_.progress->record(d, now); });
     }
   }
 

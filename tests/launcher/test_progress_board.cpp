@@ -1,11 +1,15 @@
 // Unit tests of the heartbeat channel (ddp/agent_channel.h, launcher/agent_socket.h) and of what the
 // launcher makes of heartbeats: the hang watchdog's choice of stuck ranks and the Prometheus text.
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <thread>
@@ -40,6 +44,9 @@ ddp::AgentMessage heartbeat(int rank, int pid, std::int64_t step) {
   m.timestamp_s = 1.7e9 + step;
   return m;
 }
+
+// m as the kernel delivers it when the process m.pid (of the launcher's user) sent it.
+AgentDatagram from_worker(const ddp::AgentMessage& m) { return {m, SenderCredentials{m.pid, ::geteuid()}}; }
 
 }  // namespace
 
@@ -91,7 +98,13 @@ TEST_CASE("agent channel: no variable is a no-op, a bad one a clear error, a rea
   ddp::AgentChannel channel(socket->path());
   channel.send(heartbeat(5, 77, 9));
   std::vector<ddp::AgentMessage> got;
-  socket->drain([&](const ddp::AgentMessage& m) { got.push_back(m); });
+  socket->drain([&](const AgentDatagram& d) {
+    REQUIRE(d.message);
+    REQUIRE(d.sender);
+    CHECK(d.sender->pid == ::getpid());  // the kernel's word, whatever the message says
+    CHECK(d.sender->uid == ::geteuid());
+    got.push_back(*d.message);
+  });
   REQUIRE(got.size() == 3);
   CHECK(got[0].rank == 5);
   CHECK(got[0].pid == ::getpid());
@@ -117,13 +130,14 @@ TEST_CASE("hang watchdog: the silent rank at the lowest step is the stuck one", 
   board.begin_attempt(0, {{0, 0, 100}, {1, 1, 101}, {2, 2, 102}});
   const auto t0 = SteadyClock::now();
   CHECK(board.stuck(t0 + 1h, 5).empty());  // no heartbeat yet: start-up is not watched
-  for (int r = 0; r < 3; ++r) REQUIRE(board.record(heartbeat(r, 100 + r, 5), t0));
-  CHECK_FALSE(board.record(heartbeat(1, 999, 6), t0));  // a pid that is not this attempt's worker
-  CHECK_FALSE(board.record(heartbeat(7, 100, 6), t0));  // a rank that is not on this node
+  for (int r = 0; r < 3; ++r) REQUIRE(board.record(from_worker(heartbeat(r, 100 + r, 5)), t0) == AgentVerdict::kRecorded);
+  // A pid that is not this attempt's worker; a rank that is not on this node.
+  CHECK(board.record(from_worker(heartbeat(1, 999, 6)), t0) == AgentVerdict::kForeignSender);
+  CHECK(board.record(from_worker(heartbeat(7, 100, 6)), t0) == AgentVerdict::kForeignSender);
   CHECK(board.stuck(t0 + 4s, 5).empty());
   // Ranks 0 and 2 enter step 6 and wait in its all-reduce for rank 1, which never arrives.
-  board.record(heartbeat(0, 100, 6), t0 + 1s);
-  board.record(heartbeat(2, 102, 6), t0 + 1s);
+  board.record(from_worker(heartbeat(0, 100, 6)), t0 + 1s);
+  board.record(from_worker(heartbeat(2, 102, 6)), t0 + 1s);
   const auto stuck = board.stuck(t0 + 10s, 5);  // all three silent by now
   REQUIRE(stuck.size() == 1);
   CHECK(stuck[0].worker.rank == 1);
@@ -132,7 +146,7 @@ TEST_CASE("hang watchdog: the silent rank at the lowest step is the stuck one", 
         "rank 1 (pid 101, local_rank 1) made no progress for 10 s (last heartbeat at step 5; the other ranks are "
         "at step 6)");
   // Everybody at the same step and silent: all are reported. An exited rank is not watched.
-  board.record(heartbeat(1, 101, 6), t0 + 1s);
+  board.record(from_worker(heartbeat(1, 101, 6)), t0 + 1s);
   board.mark_exited(2);
   const auto all = board.stuck(t0 + 10s, 5);
   REQUIRE(all.size() == 2);
@@ -149,7 +163,7 @@ TEST_CASE("Prometheus text: every series with its labels and plausible values", 
   ProgressBoard board(1, 4);
   board.begin_attempt(2, {{2, 0, 300}, {3, 1, 301}});
   const auto t0 = SteadyClock::now();
-  board.record(heartbeat(2, 300, 11), t0);
+  board.record(from_worker(heartbeat(2, 300, 11)), t0);
   ddp::AgentMessage progress;
   progress.flags = ddp::AgentMessage::kHasSamples | ddp::AgentMessage::kHasLoss;
   progress.rank = 2;
@@ -157,9 +171,9 @@ TEST_CASE("Prometheus text: every series with its labels and plausible values", 
   progress.samples = 100;
   progress.loss = 0.75;
   progress.timestamp_s = 1.7e9 + 11;
-  board.record(progress, t0);
+  board.record(from_worker(progress), t0);
   progress.samples = 400;
-  board.record(progress, t0 + 2s);  // 300 samples in 2 s
+  board.record(from_worker(progress), t0 + 2s);  // 300 samples in 2 s
   board.count_failure();
   GpuInfo gpu;
   gpu.index = 0;
@@ -189,4 +203,152 @@ TEST_CASE("Prometheus text: every series with its labels and plausible values", 
   CHECK(text.find("rank=\"3\"") == std::string::npos);
   // Without GPUs, no GPU family at all.
   CHECK(render_prometheus(board.snapshot(), {}).find("ddp_gpu_") == std::string::npos);
+}
+
+TEST_CASE("agent socket: the kernel names the sending process, whatever pid the message claims", "[agent]") {
+  auto socket = AgentSocket::open(std::filesystem::temp_directory_path().string());
+  const pid_t parent = ::getpid();
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ddp::AgentChannel forger(socket->path());
+    forger.send(heartbeat(0, parent, 3));  // claims to be the parent
+    const int fd = ::socket(AF_UNIX, SOCK_DGRAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, socket->path().c_str(), socket->path().size() + 1);
+    const char junk[] = "not a heartbeat";
+    ::sendto(fd, junk, sizeof junk, 0, reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+    unsigned char bytes[ddp::kAgentMessageBytes];
+    ddp::encode_agent_message(heartbeat(0, parent, 3), bytes);
+    unsigned char longer[ddp::kAgentMessageBytes + 8] = {};
+    std::memcpy(longer, bytes, sizeof bytes);
+    ::sendto(fd, longer, sizeof longer, 0, reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  std::vector<AgentDatagram> got;
+  socket->drain([&](const AgentDatagram& d) { got.push_back(d); });
+  REQUIRE(got.size() == 3);
+  for (const auto& d : got) {
+    REQUIRE(d.sender);
+    CHECK(d.sender->pid == child);
+    CHECK(d.sender->uid == ::geteuid());
+  }
+  REQUIRE(got[0].message);
+  CHECK(got[0].message->pid == parent);
+  CHECK_FALSE(got[1].message);  // wrong size
+  CHECK_FALSE(got[2].message);  // a valid message with bytes after it
+
+  // The board hears none of them as the parent's worker.
+  ProgressBoard board(0, 1);
+  board.begin_attempt(0, {{0, 0, parent}});
+  CHECK(board.record(got[0], SteadyClock::now()) == AgentVerdict::kForeignSender);
+  CHECK(board.record(got[1], SteadyClock::now()) == AgentVerdict::kMalformed);
+  CHECK(board.record(got[2], SteadyClock::now()) == AgentVerdict::kMalformed);
+  CHECK(board.snapshot().dropped.sender == 1);
+  CHECK(board.snapshot().dropped.malformed == 2);
+}
+
+TEST_CASE("agent credentials: only the rank's own worker process is heard; forged keep-alives do not hide a hang",
+          "[agent]") {
+  ProgressBoard board(0, 2);
+  board.begin_attempt(0, {{0, 0, 100}, {1, 1, 101}});
+  const auto t0 = SteadyClock::now();
+  REQUIRE(board.record(from_worker(heartbeat(0, 100, 5)), t0) == AgentVerdict::kRecorded);
+  REQUIRE(board.record(from_worker(heartbeat(1, 101, 4)), t0) == AgentVerdict::kRecorded);
+  // Rank 1 hangs at step 4; forgeries keep coming for it until t0 + 10 s.
+  const auto forged = heartbeat(1, 101, 4);
+  int sent = 0;
+  for (auto t = t0 + 1s; t <= t0 + 10s; t += 1s) {
+    // Another process of the same user, claiming rank 1's pid.
+    CHECK(board.record({forged, SenderCredentials{555, ::geteuid()}}, t) == AgentVerdict::kForeignSender);
+    // Rank 0's worker, claiming to be rank 1 (its own pid and rank 1's; rank 1's pid).
+    CHECK(board.record({heartbeat(1, 100, 4), SenderCredentials{100, ::geteuid()}}, t) == AgentVerdict::kForeignSender);
+    CHECK(board.record({forged, SenderCredentials{100, ::geteuid()}}, t) == AgentVerdict::kForeignSender);
+    // Rank 1's pid, another user (a reused pid); no credentials at all.
+    CHECK(board.record({forged, SenderCredentials{101, ::geteuid() + 1}}, t) == AgentVerdict::kForeignSender);
+    CHECK(board.record({forged, std::nullopt}, t) == AgentVerdict::kForeignSender);
+    sent += 5;
+  }
+  const auto stuck = board.stuck(t0 + 10s, 5);
+  REQUIRE(stuck.size() == 1);
+  CHECK(stuck[0].worker.rank == 1);
+  CHECK(stuck[0].silent_s == Approx(10));
+  const auto job = board.snapshot();
+  CHECK(job.dropped.sender == sent);
+  CHECK(job.dropped.malformed == 0);
+  CHECK(job.dropped.values == 0);
+  CHECK_THAT(render_prometheus(job, {}),
+             Contains("# TYPE ddp_launch_agent_messages_dropped_total counter\n") &&
+                 Contains("ddp_launch_agent_messages_dropped_total{node_rank=\"0\",reason=\"sender\"} " +
+                          std::to_string(sent) + "\n") &&
+                 Contains("ddp_launch_agent_messages_dropped_total{node_rank=\"0\",reason=\"malformed\"} 0\n"));
+  // The real worker is heard again: not stuck any more. Drop counts survive a new attempt.
+  REQUIRE(board.record(from_worker(heartbeat(0, 100, 6)), t0 + 10s) == AgentVerdict::kRecorded);
+  REQUIRE(board.record(from_worker(heartbeat(1, 101, 5)), t0 + 10s) == AgentVerdict::kRecorded);
+  CHECK(board.stuck(t0 + 10s, 5).empty());
+  board.begin_attempt(1, {{0, 0, 200}, {1, 1, 201}});
+  CHECK(board.snapshot().dropped.sender == sent);
+}
+
+TEST_CASE("validated progress: NaN, infinite, negative and decreasing values never reach the series", "[metrics]") {
+  ProgressBoard board(0, 1);
+  board.begin_attempt(0, {{0, 0, 100}});
+  const auto t0 = SteadyClock::now();
+  ddp::AgentMessage good = heartbeat(0, 100, 10);
+  good.flags |= ddp::AgentMessage::kHasSamples | ddp::AgentMessage::kHasLoss;
+  good.samples = 640;
+  good.loss = -1.5;  // a gauge: a negative loss (a log-likelihood) is a value like any other
+  REQUIRE(board.record(from_worker(good), t0) == AgentVerdict::kRecorded);
+
+  const double nan = std::nan("");
+  const double inf = HUGE_VAL;
+  std::vector<std::pair<std::string, ddp::AgentMessage>> bad;
+  const auto variant = [&](const std::string& what, auto change) {
+    ddp::AgentMessage m = good;
+    m.step = 11;
+    m.samples = 704;
+    change(m);
+    bad.emplace_back(what, m);
+  };
+  variant("NaN loss", [&](ddp::AgentMessage& m) { m.loss = nan; });
+  variant("infinite loss", [&](ddp::AgentMessage& m) { m.loss = -inf; });
+  variant("infinite step time", [&](ddp::AgentMessage& m) { m.step_time_s = inf; });
+  variant("negative communication time", [&](ddp::AgentMessage& m) { m.comm_time_s = -0.5; });
+  variant("NaN timestamp", [&](ddp::AgentMessage& m) { m.timestamp_s = nan; });
+  variant("negative timestamp", [&](ddp::AgentMessage& m) { m.timestamp_s = -1; });
+  variant("negative samples", [&](ddp::AgentMessage& m) { m.samples = -64; });
+  variant("decreasing samples", [&](ddp::AgentMessage& m) { m.samples = 639; });
+  variant("decreasing step", [&](ddp::AgentMessage& m) { m.step = 9; });
+  variant("step 0", [&](ddp::AgentMessage& m) { m.step = 0; });
+  int n = 0;
+  for (const auto& [what, m] : bad) {
+    INFO(what);
+    ++n;
+    // Dropped and counted, but a heartbeat still: the worker itself sent it.
+    CHECK(board.record(from_worker(m), t0 + n * 1s) == AgentVerdict::kInvalidValues);
+    CHECK(board.stuck(t0 + n * 1s + 4s, 5).empty());
+  }
+  const auto job = board.snapshot();
+  CHECK(job.dropped.values == static_cast<std::int64_t>(bad.size()));
+  CHECK(job.dropped.sender == 0);
+  const std::string text = render_prometheus(job, {});
+  INFO(text);
+  const std::string r0 = "{rank=\"0\",local_rank=\"0\",node_rank=\"0\"}";
+  CHECK_THAT(text, Contains("ddp_steps_total" + r0 + " 9\n") && Contains("ddp_samples_total" + r0 + " 640\n") &&
+                       Contains("ddp_loss" + r0 + " -1.5\n") && Contains("ddp_step_time_seconds" + r0 + " 0.25\n") &&
+                       Contains("ddp_last_heartbeat_timestamp_seconds" + r0 + " 1700000010\n") &&
+                       Contains("ddp_launch_agent_messages_dropped_total{node_rank=\"0\",reason=\"values\"} " +
+                                std::to_string(bad.size()) + "\n"));
+  CHECK(text.find(" NaN\n") == std::string::npos);
+  CHECK(text.find("Inf\n") == std::string::npos);
+  // Equal counters are fine (a report without progress), and the rank goes on from where it was.
+  ddp::AgentMessage same = good;
+  REQUIRE(board.record(from_worker(same), t0 + 20s) == AgentVerdict::kRecorded);
+  same.step = 12;
+  same.samples = 768;
+  REQUIRE(board.record(from_worker(same), t0 + 21s) == AgentVerdict::kRecorded);
+  CHECK_THAT(render_prometheus(board.snapshot(), {}), Contains("ddp_steps_total" + r0 + " 11\n"));
 }
