@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "launcher/net.h"
 #include "tests/faults/fault_job.h"
@@ -26,33 +28,44 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-// GET http://127.0.0.1:port/path with HTTP/1.0; the body, or nullopt when there is no 200 answer
-// within 5 s.
-std::optional<std::string> http_get(int port, const std::string& path) {
+// A TCP connection to 127.0.0.1:port (blocking), or -1.
+int connect_loopback(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     ::close(fd);
-    return std::nullopt;
+    return -1;
   }
+  return fd;
+}
+
+// GET http://127.0.0.1:port/path with HTTP/1.0; the body, or nullopt when there is no 200 answer
+// within `timeout` (from connecting to the last byte).
+std::optional<std::string> http_get(int port, const std::string& path, std::chrono::milliseconds timeout = 5s) {
+  const auto deadline = Clock::now() + timeout;
+  const int fd = connect_loopback(port);
+  if (fd < 0) return std::nullopt;
   const std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
   [[maybe_unused]] ssize_t sent = ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
   std::string response;
-  const auto deadline = Clock::now() + 5s;
   char buf[16384];
+  bool complete = false;
   while (Clock::now() < deadline) {
     pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 200) <= 0) continue;
+    if (::poll(&p, 1, 50) <= 0) continue;
     const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
+    if (n <= 0) {
+      complete = n == 0;
+      break;
+    }
     response.append(buf, static_cast<size_t>(n));
   }
   ::close(fd);
   const auto body = response.find("\r\n\r\n");
-  if (response.rfind("HTTP/1.", 0) != 0 || response.find(" 200 ") > response.find("\r\n") ||
+  if (!complete || response.rfind("HTTP/1.", 0) != 0 || response.find(" 200 ") > response.find("\r\n") ||
       body == std::string::npos) {
     return std::nullopt;
   }
@@ -110,6 +123,66 @@ struct MetricsJob {
     CHECK(outcome->exit_code == 128 + SIGTERM);
     require_gone(recorded_pids(dir.path()));
   }
+};
+
+// Connections that hold on to the metrics endpoint: `idle` ones that never send a byte and `slow`
+// ones that send one byte of an endless request header a second. Closes them all at the end.
+class Crowd {
+ public:
+  Crowd(int port, int idle, int slow) {
+    for (int i = 0; i < idle + slow; ++i) {
+      const int fd = connect_loopback(port);
+      if (fd < 0) break;
+      (i < idle ? idle_ : slow_).push_back(fd);
+    }
+    dribbler_ = std::thread([this] { dribble(); });
+  }
+  ~Crowd() {
+    stop_ = true;
+    dribbler_.join();
+    for (int fd : idle_) ::close(fd);
+    for (int fd : slow_) ::close(fd);
+  }
+  Crowd(const Crowd&) = delete;
+  Crowd& operator=(const Crowd&) = delete;
+
+  size_t connected() const { return idle_.size() + slow_.size(); }
+  // How many of the crowd's connections the server has closed, after waiting up to `timeout` for all.
+  size_t closed_by_server(std::chrono::milliseconds timeout) const {
+    std::vector<int> fds = idle_;
+    fds.insert(fds.end(), slow_.begin(), slow_.end());
+    std::vector<bool> closed(fds.size(), false);
+    size_t count = 0;
+    const auto deadline = Clock::now() + timeout;
+    while (count < fds.size() && Clock::now() < deadline) {
+      for (size_t i = 0; i < fds.size(); ++i) {
+        pollfd p{fds[i], POLLIN, 0};
+        char byte = 0;
+        // Ready with nothing to read (EOF) or an error (reset): the server hung up.
+        if (!closed[i] && ::poll(&p, 1, 0) == 1 && ::recv(fds[i], &byte, 1, MSG_DONTWAIT) <= 0) {
+          closed[i] = true;
+          ++count;
+        }
+      }
+      std::this_thread::sleep_for(100ms);
+    }
+    return count;
+  }
+
+ private:
+  void dribble() {
+    const std::string header = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ";
+    for (size_t i = 0; !stop_; ++i) {
+      const char byte = i < header.size() ? header[i] : 'a';  // the header never ends
+      for (int fd : slow_) [[maybe_unused]] ssize_t n = ::send(fd, &byte, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      for (int tick = 0; tick < 20 && !stop_; ++tick) std::this_thread::sleep_for(50ms);
+    }
+  }
+
+  std::vector<int> idle_;
+  std::vector<int> slow_;
+  std::atomic<bool> stop_{false};
+  std::thread dribbler_;
 };
 
 std::string find_prometheus() {
@@ -198,6 +271,47 @@ TEST_CASE("/metrics: a port in use or an address that is not local is refused be
   CHECK(not_local.exit_code == 2);
   CHECK_THAT(not_local.err, Contains("--metrics_addr 192.0.2.1 is not an address of this machine"));
   CHECK(recorded_pids(dir.path()).empty());  // no worker was started
+}
+
+TEST_CASE("/metrics: 8 clients sending a byte a second and 200 idle connections do not delay a scrape past 2 s",
+          "[metrics]") {
+  MetricsJob job;
+  scrape_when_running(job.port);
+  double slowest = 0;
+  {
+    Crowd crowd(job.port, 200, 8);
+    REQUIRE(crowd.connected() == 208);
+    // Scrapes for 6 s while the crowd holds on (longer than any per-connection timeout of the server).
+    for (int i = 0; i < 6; ++i) {
+      const auto start = Clock::now();
+      const auto body = http_get(job.port, "/metrics", 2s);
+      slowest = std::max(slowest, std::chrono::duration<double>(Clock::now() - start).count());
+      INFO("scrape " << i << " with the crowd connected");
+      REQUIRE(body);
+      CHECK_THAT(*body, Contains("ddp_steps_total{rank=\"0\""));
+      std::this_thread::sleep_for(1s);
+    }
+    // The server hangs up on each of them by itself (its per-connection read timeout).
+    CHECK(crowd.closed_by_server(10s) == 208);
+  }
+  job.stop();
+  report("/metrics with 200 idle connections and 8 clients sending a byte a second",
+         "every scrape answered, the slowest in " + fmt_seconds(slowest) + "; the server closed all 208 connections");
+}
+
+TEST_CASE("/metrics: more idle connections than the server keeps open cannot lock a scraper out", "[metrics]") {
+  MetricsJob job;
+  scrape_when_running(job.port);
+  {
+    Crowd crowd(job.port, 300, 0);  // the server keeps 256: the oldest idle ones make room
+    REQUIRE(crowd.connected() == 300);
+    for (int i = 0; i < 3; ++i) {
+      INFO("scrape " << i << " after 300 idle connections");
+      CHECK(http_get(job.port, "/metrics", 2s));
+    }
+    CHECK(crowd.closed_by_server(10s) == 300);
+  }
+  job.stop();
 }
 
 TEST_CASE("a real Prometheus server scrapes the job and has the series", "[prometheus]") {
