@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "ddp/base/agent_channel.h"
 #include "launcher/net.h"
 #include "tests/faults/fault_job.h"
 #include "tests/launcher/process_harness.h"
@@ -185,6 +186,15 @@ class Crowd {
   std::thread dribbler_;
 };
 
+// The heartbeat socket ddp_launch made under its TMPDIR (tmp/ddp_agent_XXXXXX/agent.sock), or "".
+std::string find_agent_socket(const std::string& tmp) {
+  for (const auto& name : list_dir(tmp)) {
+    const std::string path = tmp + "/" + name + "/agent.sock";
+    if (name.rfind("ddp_agent_", 0) == 0 && ::access(path.c_str(), F_OK) == 0) return path;
+  }
+  return "";
+}
+
 std::string find_prometheus() {
   for (const char* candidate : {"/usr/bin/prometheus", "/usr/local/bin/prometheus"}) {
     if (::access(candidate, X_OK) == 0) return candidate;
@@ -217,6 +227,72 @@ TEST_CASE("hang watchdog: a rank that stops heartbeating is named and the job en
   report("rank 1 hangs before step 4, --hang_timeout 2, collective timeout 120 s (2 ranks)",
          "exit " + std::to_string(outcome->exit_code) + ", the watchdog names rank 1 and its step; all ranks gone " +
              fmt_seconds(seconds) + " after the hang began");
+}
+
+TEST_CASE("hang watchdog: keep-alives forged by another process of the user do not hide a hang, and are counted",
+          "[watchdog]") {
+  TempDir dir;
+  TempDir tmp;
+  const int port = ddp::launcher::pick_free_port("127.0.0.1");
+  Child launcher(job({"--nproc_per_node", "2", "--hang_timeout", "2", "--shutdown_grace", "2", "--metrics_port",
+                      std::to_string(port)},
+                     {"--steps", "100000", "--step-ms", "20", "--timeout-ms", "120000", "--pid-dir", dir.path()}),
+                 fault_in("rank=1,step=4,kind=hang", tmp.path()));
+  // This test process is the forger: it knows the socket and each rank's pid, and sends keep-alives
+  // in their names (the pid inside the message is the worker's; the kernel's is ours).
+  std::string socket;
+  std::map<int, int> worker_pid;  // rank -> pid
+  const auto found_by = Clock::now() + 30s;
+  while ((socket.empty() || worker_pid.size() < 2) && Clock::now() < found_by) {
+    socket = find_agent_socket(tmp.path());
+    for (int rank : {0, 1}) {
+      const std::string text = read_text(dir.path() + "/rank" + std::to_string(rank) + ".attempt0.pid");
+      if (!text.empty()) worker_pid[rank] = std::stoi(text);
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  REQUIRE_FALSE(socket.empty());
+  REQUIRE(worker_pid.size() == 2);
+  ddp::AgentChannel forger(socket);
+  const std::string dropped_series = "ddp_launch_agent_messages_dropped_total{node_rank=\"0\",reason=\"sender\"}";
+  int forged = 0;
+  double dropped_seen = 0;
+  std::optional<LaunchOutcome> outcome;
+  const auto give_up = Clock::now() + 60s;
+  while (!outcome && Clock::now() < give_up) {
+    for (const auto& [rank, pid] : worker_pid) {
+      ddp::AgentMessage keep_alive;  // what ProgressReporter::report(0) sends
+      keep_alive.flags = ddp::AgentMessage::kHasSamples;
+      keep_alive.rank = rank;
+      keep_alive.pid = pid;
+      keep_alive.samples = 1 << 20;
+      keep_alive.timestamp_s = ddp::wall_seconds_now();
+      forger.send(keep_alive);
+      ++forged;
+    }
+    if (forged % 10 == 0) {
+      if (const auto body = http_get(port, "/metrics", 2s)) {
+        const auto samples = parse_exposition(*body);
+        if (samples.count(dropped_series)) dropped_seen = std::max(dropped_seen, samples.at(dropped_series));
+      }
+    }
+    outcome = launcher.wait(50ms);
+  }
+  const auto end = Clock::now();
+  REQUIRE(outcome);
+  require_gone(recorded_pids(dir.path()));
+  INFO(outcome->err);
+  CHECK(outcome->exit_code != 0);
+  CHECK_THAT(outcome->err, Contains("rank 1 (pid " + std::to_string(worker_pid[1]) + ", local_rank 1) made no progress for ") &&
+                               Contains("(last heartbeat at step 3; the other ranks are at step 4)"));
+  const double seconds = seconds_since_fault(dir.path(), end);
+  CHECK(seconds < 2 + 2 + 3);  // as without forgeries: hang_timeout + shutdown grace + start-up slack
+  CHECK(dropped_seen >= 10);  // the forgeries were seen, and counted
+  CHECK(dropped_seen <= forged);
+  report("rank 1 hangs, another process of the user sends keep-alives in both ranks' names every 50 ms",
+         "exit " + std::to_string(outcome->exit_code) + ", the watchdog names rank 1 " + fmt_seconds(seconds) +
+             " after the hang began; /metrics counted " + std::to_string(static_cast<long>(dropped_seen)) + " of " +
+             std::to_string(forged) + " forgeries as dropped");
 }
 
 TEST_CASE("/metrics: per-rank progress of a running 2-rank job, steps increase between scrapes", "[metrics]") {
