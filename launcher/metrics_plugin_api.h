@@ -14,8 +14,10 @@ typedef void (*ddp_metrics_write_fn)(void* sink, const char* data, size_t len);
 // Writes the current exposition text; called on the server's threads, once per scrape.
 typedef void (*ddp_metrics_render_fn)(void* context, void* sink, ddp_metrics_write_fn write);
 
-// Binds addr:port and serves GET /metrics on a thread of its own. Returns a handle, or NULL with a
-// one-line reason in error.
+// Binds addr:port and serves GET /metrics on threads of its own (one accepts, one does all the
+// connections' I/O with per-connection deadlines and a cap on open connections: see Note [Metrics
+// endpoint admission] in metrics_plugin.cpp); render is called on the I/O thread. Returns a handle,
+// or NULL with a one-line reason in error.
 typedef void* (*ddp_metrics_start_fn)(const char* addr, int port, ddp_metrics_render_fn render, void* context,
                                       char* error, size_t error_len);
 // Stops serving and joins the server's threads.

@@ -9,7 +9,6 @@
 #include "launcher/net.h"
 #include "launcher/nvml_provider.h"
 #include "launcher/rdzv_client.h"
-#include "ddp/base/error.h"
 
 #ifndef DDP_METRICS_PLUGIN_NAME
 #define DDP_METRICS_PLUGIN_NAME "libddp_launch_metrics.so"

@@ -1,7 +1,8 @@
 #pragma once
 // ddp_launch --metrics_port: serves the ProgressBoard (and NVML's GPU facts, when there is a
 // driver) in Prometheus text format at http://ADDR:PORT/metrics. The HTTP server lives in a
-// plugin loaded only here (see launcher/metrics_plugin_api.h).
+// plugin loaded only here (see launcher/metrics_plugin_api.h); no idle or slow client can keep it
+// from answering a scrape (Note [Metrics endpoint admission] in launcher/metrics_plugin.cpp).
 #include <memory>
 #include <mutex>
 #include <string>
@@ -20,7 +21,7 @@ class MetricsServer {
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
 
-  // The exposition text of this moment (what a scrape gets).
+  // The exposition text of this moment (what a scrape gets); called on the plugin's I/O thread.
   std::string render();
 
  private:
