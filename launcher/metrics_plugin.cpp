@@ -41,9 +41,10 @@ using Clock = std::chrono::steady_clock;
 //   - per-connection timeouts are deadlines, not per-read waits: the whole request header must
 //     arrive within kRequestTimeout of connecting, the whole response must leave within
 //     kWriteTimeout of being ready; a connection that misses its deadline is closed;
-//   - at most kMaxConnections are open at once; one more closes the oldest connection that has not
-//     sent its request yet (an idle or slow one), so a crowd of them cannot lock a scraper out,
-//     and a scraper (which sends its request at once) is answered within milliseconds;
+//   - at most kMaxConnections are open at once; one more closes the oldest connection that is not
+//     being answered (an idle or slow one, or one that was answered and lingers), so a crowd of
+//     them cannot lock a scraper out, and a scraper (which sends its request at once) is answered
+//     within milliseconds;
 //   - a complete request goes through httplib's own parser and router (process_request) into a
 //     buffer, which the poll thread sends without blocking. One request per connection
 //     (Connection: close), as Prometheus' scrapes need nothing more.
@@ -145,11 +146,17 @@ class GuardedServer final : public httplib::Server {
   }
 
  private:
+  enum class Phase {
+    kReading,    // the request header, until kRequestTimeout
+    kWriting,    // the response, until kWriteTimeout
+    kLingering,  // response sent, our side shut: reading to the client's end (see close_gracefully)
+  };
   struct Connection {
     int fd = -1;
+    Phase phase = Phase::kReading;
     Clock::time_point deadline;
     std::string request;
-    std::string response;  // empty while reading the request
+    std::string response;
     size_t sent = 0;
   };
 
@@ -183,9 +190,9 @@ class GuardedServer final : public httplib::Server {
     for (int fd : arrived) {
       ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
       if (connections_.size() >= kMaxConnections) {
-        // The oldest connection still without a request makes room (connections_ is oldest first).
+        // The oldest connection not being answered makes room (connections_ is oldest first).
         auto waiting = std::find_if(connections_.begin(), connections_.end(),
-                                    [](const Connection& c) { return c.response.empty(); });
+                                    [](const Connection& c) { return c.phase != Phase::kWriting; });
         if (waiting == connections_.end()) {
           ::close(fd);
           continue;
@@ -203,6 +210,12 @@ class GuardedServer final : public httplib::Server {
   // Reads what the client sent; answers once the header is complete. False: close it.
   bool on_readable(Connection& c, Clock::time_point now) {
     char buf[4096];
+    if (c.phase == Phase::kLingering) {
+      while (true) {  // discards, until the client's end or nothing more for now
+        const ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
+        if (n <= 0) return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+      }
+    }
     while (c.request.size() < kMaxRequestBytes) {
       const ssize_t n = ::recv(c.fd, buf, std::min(sizeof buf, kMaxRequestBytes - c.request.size()), 0);
       if (n == 0) return false;
@@ -210,13 +223,14 @@ class GuardedServer final : public httplib::Server {
       c.request.append(buf, static_cast<size_t>(n));
       if (c.request.find("\r\n\r\n") != std::string::npos) {
         respond(c, now);
-        return on_writable(c);
+        return on_writable(c, now);
       }
     }
     // A header longer than any scrape's: say so, then close.
     c.response = "HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+    c.phase = Phase::kWriting;
     c.deadline = now + kWriteTimeout;
-    return on_writable(c);
+    return on_writable(c, now);
   }
 
   void respond(Connection& c, Clock::time_point now) {
@@ -224,17 +238,29 @@ class GuardedServer final : public httplib::Server {
     bool closed = false;
     process_request(stream, /*close_connection=*/true, closed, nullptr);
     if (c.response.empty()) c.response = "HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+    c.phase = Phase::kWriting;
     c.deadline = now + kWriteTimeout;
   }
 
-  // Sends what the socket takes now. False: done (or failed), close it.
-  static bool on_writable(Connection& c) {
+  // Sends what the socket takes now. False: failed, close it.
+  static bool on_writable(Connection& c, Clock::time_point now) {
     while (c.sent < c.response.size()) {
       const ssize_t n = ::send(c.fd, c.response.data() + c.sent, c.response.size() - c.sent, MSG_NOSIGNAL);
       if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
       c.sent += static_cast<size_t>(n);
     }
-    return false;
+    close_gracefully(c, now);
+    return true;
+  }
+
+  // Closing a socket with unread input resets the connection, and a reset can discard the response
+  // before the client read it (a request cut at kMaxRequestBytes always leaves input unread). So
+  // our side is shut first and the rest is read and discarded until the client closes, for at most
+  // kWriteTimeout; a lingering connection is the first to make room for a new one.
+  static void close_gracefully(Connection& c, Clock::time_point now) {
+    ::shutdown(c.fd, SHUT_WR);
+    c.phase = Phase::kLingering;
+    c.deadline = now + kWriteTimeout;
   }
 
   void poll_loop() {
@@ -244,7 +270,7 @@ class GuardedServer final : public httplib::Server {
       auto next_deadline = now + std::chrono::seconds(1);
       fds.assign(1, pollfd{wake_fd_, POLLIN, 0});
       for (const auto& c : connections_) {
-        fds.push_back({c.fd, static_cast<short>(c.response.empty() ? POLLIN : POLLOUT), 0});
+        fds.push_back({c.fd, static_cast<short>(c.phase == Phase::kWriting ? POLLOUT : POLLIN), 0});
         next_deadline = std::min(next_deadline, c.deadline);
       }
       const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_deadline - now).count() + 1;
@@ -254,7 +280,7 @@ class GuardedServer final : public httplib::Server {
       for (auto it = connections_.begin(); it != connections_.end(); ++i) {
         Connection& c = *it;
         bool keep = true;
-        if (fds[i].revents != 0) keep = c.response.empty() ? on_readable(c, now) : on_writable(c);
+        if (fds[i].revents != 0) keep = c.phase == Phase::kWriting ? on_writable(c, now) : on_readable(c, now);
         if (keep && now >= c.deadline) keep = false;
         if (keep) {
           ++it;

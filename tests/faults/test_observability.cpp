@@ -371,6 +371,16 @@ TEST_CASE("/metrics: 8 clients sending a byte a second and 200 idle connections 
     // The server hangs up on each of them by itself (its per-connection read timeout).
     CHECK(crowd.closed_by_server(10s) == 208);
   }
+  // A request header longer than 8 KiB is refused with a status, not left waiting.
+  const int big = connect_loopback(job.port);
+  REQUIRE(big >= 0);
+  const std::string oversized = "GET /metrics HTTP/1.1\r\nX-Big: " + std::string(9000, 'a') + "\r\n\r\n";
+  [[maybe_unused]] const ssize_t sent = ::send(big, oversized.data(), oversized.size(), MSG_NOSIGNAL);
+  pollfd answer{big, POLLIN, 0};
+  char status[32] = {0};
+  if (::poll(&answer, 1, 2000) == 1) [[maybe_unused]] const ssize_t got = ::recv(big, status, sizeof status - 1, 0);
+  ::close(big);
+  CHECK_THAT(std::string(status), Contains("HTTP/1.1 431 "));
   job.stop();
   char slowest_ms[32];
   std::snprintf(slowest_ms, sizeof slowest_ms, "%.1f ms", slowest * 1000);
