@@ -43,7 +43,7 @@ constexpr FlagSpec kFlags[] = {
     {"metrics_port", true, "Serve Prometheus metrics at http://ADDR:PORT/metrics (0: off)", "0"},
     {"metrics_addr", true,
      "Address --metrics_port listens on; anything but loopback exposes the metrics on the network", "127.0.0.1"},
-    {"log_dir", true, "Write DIR/<run id>/attempt_<k>/<rank>/{stdout,stderr}.log", nullptr},
+    {"log_dir", true, "Write DIR/<run id>_<random>/attempt_<k>/<rank>/{stdout,stderr}.log (a new folder per run)", nullptr},
     {"redirects", true, "Streams sent only to the log files: 0..3 or local_rank:0..3,...", "0"},
     {"tee", true, "Streams sent to the log files and the console: 0..3 or local_rank:0..3,...", "0"},
     {"local_ranks_filter", true, "Show only these local ranks on the console, e.g. 0,1", nullptr},
@@ -391,6 +391,8 @@ ParseResult parse_launch_args(int argc, const char* const* argv, const LaunchEnv
       throw UsageError(ddp::str("--rdzv_id '", c.rdzv_id, "' must be non-empty without '/' or spaces"));
     }
   }
+  if (rdzv) c.rdzv_token = env.get("DDP_RDZV_TOKEN").value_or("");
+  c.keep_c10_logs = env.get("TORCH_CPP_LOG_LEVEL").has_value();
   c.rdzv_timeout_s = parse_seconds_flag("--rdzv_timeout", text("rdzv_timeout"));
   if (c.rdzv_timeout_s <= 0) throw UsageError("--rdzv_timeout must be > 0");
   if (c.node_rank && *c.node_rank >= c.nnodes) {

@@ -53,6 +53,10 @@ struct LaunchConfig {
   int rdzv_port = 0;
   std::string rdzv_id = "none";
   double rdzv_timeout_s = 600;
+  // The job's rendezvous secret, from DDP_RDZV_TOKEN (never a flag: command lines are visible to
+  // every user). Empty: none. See Note [Rendezvous token] in launcher/rdzv_records.cpp.
+  std::string rdzv_token;
+  bool keep_c10_logs = false;  // TORCH_CPP_LOG_LEVEL is set: the rendezvous leaves c10's logging alone
   // Supervision.
   int max_restarts = 0;
   double monitor_interval_s = 0.1;

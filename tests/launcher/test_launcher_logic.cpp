@@ -417,11 +417,12 @@ TEST_CASE("console lines get one rank prefix; partial lines are flushed", "[laun
 }
 
 TEST_CASE("log path layout", "[launcher][logs]") {
-  const auto f = worker_files("/logs", "run1", 2, 5);
-  CHECK(f.dir == "/logs/run1/attempt_2/5");
-  CHECK(f.stdout_log == "/logs/run1/attempt_2/5/stdout.log");
-  CHECK(f.stderr_log == "/logs/run1/attempt_2/5/stderr.log");
-  CHECK(f.error_file == "/logs/run1/attempt_2/5/error.json");
+  const auto f = worker_files("/logs/run1_Ab3dE9", 2, 5);
+  CHECK(f.dir == "/logs/run1_Ab3dE9/attempt_2/5");
+  CHECK(f.stdout_log == "/logs/run1_Ab3dE9/attempt_2/5/stdout.log");
+  CHECK(f.stderr_log == "/logs/run1_Ab3dE9/attempt_2/5/stderr.log");
+  CHECK(f.error_file == "/logs/run1_Ab3dE9/attempt_2/5/error.json");
+  CHECK(attempt_dir("/logs/run1_Ab3dE9", 2) == "/logs/run1_Ab3dE9/attempt_2");
 }
 
 namespace {
