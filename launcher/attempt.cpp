@@ -13,7 +13,7 @@
 #include "launcher/progress_board.h"
 
 // Note [Supervision]
-// ~~~~~~~~~~~~~~~~~~~
+// ~~~~~~~~~~~~~~~~~~
 // One thread, one poll() loop per attempt: the worker pipes plus a self-pipe that the signal handler
 // writes the signal number to (so SIGCHLD and forwarded signals wake the loop at once; poll's timeout
 // is --monitor_interval, which bounds how late deadlines are noticed).
@@ -92,7 +92,7 @@ class Attempt {
       wait_for_events(next_timeout_ms());
     }
     drain_output();
-    // Grandchildren left in a worker's process group go too (see Note [Supervision]).
+    // Grandchildren left in a worker's process group go too (See Note [Supervision]).
     for (auto& w : workers_) {
       if (w.pid > 0) ::kill(-w.pid, SIGKILL);  // reaped: never the pid itself, it may be reused
     }
@@ -115,7 +115,7 @@ class Attempt {
     }
   }
 
-  // Note [Hang watchdog] (launcher/progress_board.h): a stuck rank fails the attempt like a crash;
+  // See Note [Hang watchdog] in launcher/progress_board.h: a stuck rank fails the attempt like a crash;
   // its failure is recorded now (the root cause) and completed when the worker is reaped.
   void check_hangs() {
     if (options_.hang_timeout_s <= 0 || options_.progress == nullptr || stopping_) return;

@@ -121,10 +121,10 @@ bool is_numeric_address(const std::string& text) {
 
 }  // namespace
 
-int StreamSpec::for_local_rank(int local_rank) const {
+StdStreams StreamSpec::for_local_rank(int local_rank) const {
   if (per_local_rank.empty()) return all;
   auto it = per_local_rank.find(local_rank);
-  return it == per_local_rank.end() ? kStdNone : it->second;
+  return it == per_local_rank.end() ? StdStreams::kNone : it->second;
 }
 
 int parse_int_flag(const std::string& flag, const std::string& text, int min, int max) {
@@ -167,7 +167,7 @@ double parse_seconds_flag(const std::string& flag, const std::string& text) {
 StreamSpec parse_stream_spec(const std::string& flag, const std::string& text) {
   StreamSpec spec;
   if (text.find(':') == std::string::npos) {
-    spec.all = parse_int_flag(flag, text, 0, 3);
+    spec.all = static_cast<StdStreams>(parse_int_flag(flag, text, 0, 3));
     return spec;
   }
   for (const auto& item : split_list(text, ',')) {
@@ -177,7 +177,7 @@ StreamSpec parse_stream_spec(const std::string& flag, const std::string& text) {
                                 "' is not LOCAL_RANK:STREAMS (e.g. 0:1,1:2)"));
     }
     const int rank = parse_int_flag(flag + " local rank", item.substr(0, colon), 0, 1 << 20);
-    const int streams = parse_int_flag(flag + " streams", item.substr(colon + 1), 0, 3);
+    const auto streams = static_cast<StdStreams>(parse_int_flag(flag + " streams", item.substr(colon + 1), 0, 3));
     if (!spec.per_local_rank.emplace(rank, streams).second) {
       throw UsageError(ddp::str(flag, " '", text, "' names local rank ", rank, " twice"));
     }

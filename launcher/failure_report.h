@@ -38,7 +38,7 @@ struct SupervisorResult {
 };
 
 // Which of an attempt's failures is the root cause (an index into failures, which must not be
-// empty): see Note [Root cause] in failure_report.cpp.
+// empty): See Note [Root cause] in failure_report.cpp.
 std::size_t root_cause_index(const std::vector<WorkerExit>& failures);
 
 // torchrun-like failure summary text (several lines).

@@ -67,7 +67,7 @@ void print_dry_run(const LaunchConfig& c, const NodeAssignment& node, const Loca
   }
 }
 
-// The run's folder (Note [Log folders]): below --log_dir, else a temporary one in TMPDIR that is
+// The run's folder (See Note [Log folders]): below --log_dir, else a temporary one in TMPDIR that is
 // removed at the end unless it holds something the user needs (logs, collective diagnostics).
 class RunFolder {
  public:
@@ -114,7 +114,7 @@ int run(const LaunchConfig& c, const LaunchEnvironment& env) {
   const std::unique_ptr<RendezvousHandler> rendezvous = make_rendezvous_handler(c, local.nproc);
   RunContext run;
   run.inherited = env.vars;
-  run.inherited.erase("DDP_RDZV_TOKEN");  // the launchers' secret (Note [Rendezvous token]), not the workers'
+  run.inherited.erase("DDP_RDZV_TOKEN");  // the launchers' secret (See Note [Rendezvous token]), not the workers'
   if (c.dry_run) {
     const bool dynamic = rendezvous->is_dynamic();
     const NodeAssignment node = dynamic ? assignment_from_flags(c, local.nproc) : rendezvous->next_rendezvous();

@@ -24,8 +24,8 @@ bool shown_on_console(const LaunchConfig& c, int local_rank) {
 
 // Which streams of a local rank go to its files: with --log_dir both, else what --redirects and
 // --tee name (their files then go to the temporary run folder).
-int streams_to_file(const LaunchConfig& c, int local_rank) {
-  if (!c.log_dir.empty()) return kStdBoth;
+StdStreams streams_to_file(const LaunchConfig& c, int local_rank) {
+  if (!c.log_dir.empty()) return StdStreams::kBoth;
   return c.redirects.for_local_rank(local_rank) | c.tee.for_local_rank(local_rank);
 }
 
@@ -33,7 +33,7 @@ int streams_to_file(const LaunchConfig& c, int local_rank) {
 
 bool writes_log_files(const LaunchConfig& config, int nproc) {
   for (int lr = 0; lr < nproc; ++lr) {
-    if (streams_to_file(config, lr) != kStdNone) return true;
+    if (streams_to_file(config, lr) != StdStreams::kNone) return true;
   }
   return false;
 }
@@ -62,14 +62,16 @@ std::vector<WorkerLaunch> plan_workers(const LaunchConfig& c, const NodeAssignme
     if (auto omp = omp_threads_default(run.inherited, local.nproc, slot)) w.launcher_set.emplace_back("OMP_NUM_THREADS", *omp);
     w.dir = files.dir;
     w.error_file = files.error_file;
-    const int redirected = c.redirects.for_local_rank(lr);
-    const int teed = c.tee.for_local_rank(lr);
-    const int to_file = streams_to_file(c, lr);
+    const StdStreams redirected = c.redirects.for_local_rank(lr);
+    const StdStreams teed = c.tee.for_local_rank(lr);
+    const StdStreams to_file = streams_to_file(c, lr);
     const bool shown = shown_on_console(c, lr);
-    w.stdout_to_console = shown && (!(redirected & kStdOut) || (teed & kStdOut));
-    w.stderr_to_console = shown && (!(redirected & kStdErr) || (teed & kStdErr));
-    if (to_file & kStdOut) w.stdout_log = files.stdout_log;
-    if (to_file & kStdErr) w.stderr_log = files.stderr_log;
+    constexpr StdStreams kOut = StdStreams::kOut;
+    constexpr StdStreams kErr = StdStreams::kErr;
+    w.stdout_to_console = shown && (!includes(redirected, kOut) || includes(teed, kOut));
+    w.stderr_to_console = shown && (!includes(redirected, kErr) || includes(teed, kErr));
+    if (includes(to_file, kOut)) w.stdout_log = files.stdout_log;
+    if (includes(to_file, kErr)) w.stderr_log = files.stderr_log;
     group.push_back(std::move(w));
   }
   return group;

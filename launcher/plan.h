@@ -26,7 +26,7 @@ struct WorkerLaunch {
   bool stderr_to_console = true;
   std::string stdout_log;         // empty: not written to a file
   std::string stderr_log;
-  std::vector<int> cpus;          // pinned to these CPUs (Note [CPU binding]); empty: inherited
+  std::vector<int> cpus;          // pinned to these CPUs (See Note [CPU binding]); empty: inherited
 };
 
 // This node's workers as resolved against the machine, once, at start-up.
@@ -39,7 +39,7 @@ struct LocalWorkers {
 // Where the run's files are and what the launcher serves its workers.
 struct RunContext {
   std::map<std::string, std::string> inherited;  // the launcher's environment
-  std::string run_folder;                        // Note [Log folders]; a placeholder in a dry run
+  std::string run_folder;                        // see Note [Log folders]; a placeholder in a dry run
   std::optional<std::string> agent_socket;       // DDP_AGENT_SOCKET, when the job is watched
 };
 

@@ -31,7 +31,7 @@ class StoreRendezvous : public RendezvousHandler {
     const auto join = plugin.symbol<ddp_rdzv_join_fn>(DDP_RDZV_JOIN_SYMBOL);
     release_ = plugin.symbol<ddp_rdzv_release_fn>(DDP_RDZV_RELEASE_SYMBOL);
 
-    // Serve the store when the endpoint is ours: bound here to exactly its address (Note [Dynamic
+    // Serve the store when the endpoint is ours: bound here to exactly its address (See Note [Dynamic
     // rendezvous]); the store owns the socket from then on.
     const int listen_fd = listen_on(config_.rdzv_host, config_.rdzv_port);
     const std::string advertise = local_address_towards(config_.rdzv_host, config_.rdzv_port);

@@ -7,7 +7,7 @@
 //   the bind (two launchers on one host) is a client. So the endpoint must be an address of one of
 //   the job's nodes, as with torchrun's c10d backend.
 // - Node ranks: slots claimed with compareSet, each claim proved with the job's token; nothing a
-//   foreign client writes counts as a join (Note [Rendezvous token] in rdzv_records.cpp). A node
+//   foreign client writes counts as a join (See Note [Rendezvous token] in rdzv_records.cpp). A node
 //   that finds every slot held by a launcher of this job is refused.
 // - Master: the node that gets rank 0 publishes "<addr> <port>" (its address towards the endpoint
 //   and a free port on it), proved likewise; every node waits until nnodes have joined, then reads

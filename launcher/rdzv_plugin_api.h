@@ -17,7 +17,7 @@ struct ddp_rdzv_request {
   const char* advertise_addr;  // where the other nodes reach this node's workers, if it gets rank 0
   int advertise_port;          // a free port there, for MASTER_PORT if it gets rank 0
   double timeout_s;
-  const char* token;           // the job's secret (DDP_RDZV_TOKEN), "" when none: Note [Rendezvous token]
+  const char* token;           // the job's secret (DDP_RDZV_TOKEN), "" when none: see Note [Rendezvous token]
   // 1: print only c10's fatal logs (the plugin reports every failure in one line itself); 0: leave
   // c10's logging as the user set it (TORCH_CPP_LOG_LEVEL).
   int quiet_c10_logs;

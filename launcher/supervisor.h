@@ -16,7 +16,7 @@ class AgentSocket;
 class ProgressBoard;
 
 // One attempt's workers, built by the caller for attempt k (restart count k); the caller also makes
-// their folders (see plan_workers and Note [Log folders]).
+// their folders (see plan_workers and see Note [Log folders]).
 using GroupFactory = std::function<std::vector<WorkerLaunch>(int attempt)>;
 
 struct SupervisorOptions {
@@ -27,7 +27,7 @@ struct SupervisorOptions {
   int max_restarts = 0;
   std::string host_name;
   // Heartbeats (docs/observability.md): read from `agent` into `progress`; with hang_timeout_s > 0,
-  // a rank silent for longer is stopped as a failure (Note [Hang watchdog]).
+  // a rank silent for longer is stopped as a failure (See Note [Hang watchdog]).
   AgentSocket* agent = nullptr;
   ProgressBoard* progress = nullptr;
   double hang_timeout_s = 0;

@@ -45,7 +45,7 @@ void write_or_drop(int fd, std::string_view data) {
   }
 }
 
-// A new log file (Note [Log folders]); -1 when the stream goes to no file.
+// A new log file (See Note [Log folders]); -1 when the stream goes to no file.
 int create_log(const std::string& path) {
   if (path.empty()) return -1;
   return ddp::create_new_file(path, 0600, /*append=*/true).release();
@@ -111,7 +111,7 @@ std::optional<cpu_set_t> cpu_mask(const std::vector<int>& cpus) {
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  // Note [CPU binding] (launcher/resources.h): before exec, so every thread the worker starts
+  // See Note [CPU binding] in launcher/resources.h: before exec, so every thread the worker starts
   // inherits the mask.
   if (cpus != nullptr && ::sched_setaffinity(0, sizeof *cpus, cpus) != 0) {
     child_exit_with_errno("ddp_launch: --cpu_bind: sched_setaffinity failed (errno ");

@@ -56,7 +56,7 @@ struct OutputStream {
   void emit(std::string_view line);
 };
 
-// Creates the worker's log files (new files only: Note [Log folders]), then forks and execs
+// Creates the worker's log files (new files only: see Note [Log folders]), then forks and execs
 // `program_path` with `args` and the worker's environment and CPUs. `out` and `err` get the read
 // ends of its pipes. Returns the pid. Throws (leaving no child behind) when a file, pipe or fork
 // fails.

@@ -1,6 +1,6 @@
 // Process tests of what ddp_launch trusts (issue 21): log folders another user prepared, stale error
 // files, the rendezvous store's address, foreign clients of the store, and c10d's error output.
-// See Note [Log folders] (launcher/log_layout.cpp) and Note [Rendezvous token] (launcher/rdzv_records.cpp).
+// See Note [Log folders] (launcher/log_layout.cpp) and see Note [Rendezvous token] (launcher/rdzv_records.cpp).
 #include <sys/stat.h>
 #include <unistd.h>
 

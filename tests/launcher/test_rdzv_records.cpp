@@ -27,7 +27,7 @@ TEST_CASE("rendezvous claims verify only for their job, slot, size and token", "
     INFO(printable_value(junk));
     CHECK_FALSE(is_valid_claim(token, "job", 2, 1, junk));
   }
-  // Without a token the proofs still bind slot and job (a public key: Note [Rendezvous token]).
+  // Without a token the proofs still bind slot and job (a public key: see Note [Rendezvous token]).
   const Token none("");
   CHECK_FALSE(none.is_secret());
   CHECK(is_valid_claim(none, "job", 2, 0, make_claim(none, "job", 2, 0, nonce)));
