@@ -1,10 +1,10 @@
 #include "launcher/nvml_provider.h"
 
-#include "ddp/base/error.h"
-#include "launcher/plugin_loader.h"
-
 #include <optional>
 #include <utility>
+
+#include "ddp/base/error.h"
+#include "launcher/plugin_loader.h"
 
 namespace ddp::launcher {
 namespace {

@@ -1,8 +1,6 @@
 #include "launcher/rdzv_client.h"
 
-#include <unistd.h>
-
-#include <optional>
+#include <spdlog/spdlog.h>
 
 #include "ddp/base/error.h"
 #include "launcher/net.h"
