@@ -1,7 +1,5 @@
 #include "launcher/rdzv_client.h"
 
-#include <spdlog/spdlog.h>
-
 #include "ddp/base/error.h"
 #include "launcher/net.h"
 #include "launcher/plugin_loader.h"

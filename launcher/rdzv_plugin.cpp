@@ -115,7 +115,15 @@ class Join {
  private:
   std::string my_claim(int slot) const { return rdzv::make_claim(token_, id_, req_.nnodes, slot, nonce_); }
   bool is_valid(int slot, const std::string& value) const {
-    return rdzv::is_valid_claim(token_, id_, req_.nnodes, slot, value);
+    const bool valid = rdzv::is_valid_claim(token_, id_, req_.nnodes, slot, value);
+    if (!valid && value.rfind("claim ", 0) == 0) saw_unproved_claim_ = true;
+    return valid;
+  }
+  // What a timeout adds when a claim that looked like a launcher's did not verify.
+  std::string token_hint() const {
+    return saw_unproved_claim_ ? " (a claim in the store did not verify: does every launcher have the same "
+                                 "DDP_RDZV_TOKEN?)"
+                               : "";
   }
   std::string prefix() const { return "rendezvous '" + id_ + "' at " + where_; }
   bool timed_out() const { return Clock::now() >= deadline_; }
@@ -140,7 +148,7 @@ class Join {
       }
       if (timed_out()) {
         set_error(result, prefix() + " timed out after " + std::to_string(static_cast<int>(req_.timeout_s)) +
-                              " s (--rdzv_timeout) before this node could take a node rank");
+                              " s (--rdzv_timeout) before this node could take a node rank" + token_hint());
         return -1;
       }
       pause();
@@ -177,7 +185,7 @@ class Join {
         set_error(result, prefix() + " timed out after " + std::to_string(static_cast<int>(req_.timeout_s)) +
                               " s (--rdzv_timeout): " + std::to_string(joined) + " of " +
                               std::to_string(req_.nnodes) + " nodes joined; waited for the other " +
-                              std::to_string(req_.nnodes - joined));
+                              std::to_string(req_.nnodes - joined) + token_hint());
         // Leave, so a retry with the same id can still complete.
         store_.compareSet(rdzv::slot_key(id_, rank), bytes(my_claim(rank)), bytes("left"));
         return false;
@@ -209,6 +217,7 @@ class Join {
   std::string where_;
   std::string nonce_;
   Clock::time_point deadline_;
+  mutable bool saw_unproved_claim_ = false;
 };
 
 }  // namespace

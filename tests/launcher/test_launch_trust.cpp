@@ -339,3 +339,24 @@ TEST_CASE("a store that goes away mid-rendezvous: one line, no c10d backtrace", 
   CHECK_THAT(outcome->err, Catch::Contains("ddp_launch: error: rendezvous 'gone' at " + endpoint));
   CHECK(list_dir(dir.path()).empty());
 }
+
+TEST_CASE("launchers with different DDP_RDZV_TOKENs never form a job", "[process][rdzv]") {
+  TempDir dir;
+  const std::string endpoint = "127.0.0.1:" + std::to_string(pick_free_port("127.0.0.1"));
+  auto node = [&] {
+    return std::vector<std::string>{launcher_path(), "--nnodes", "2", "--rdzv_endpoint", endpoint, "--rdzv_id", "mixed",
+                                    "--rdzv_timeout", "3", worker_path(), "--out", dir.path()};
+  };
+  Child first(node(), {{"DDP_RDZV_TOKEN", "one"}});
+  Child second(node(), {{"DDP_RDZV_TOKEN", "two"}});
+  std::string errors;
+  for (Child* launcher : {&first, &second}) {
+    const auto outcome = launcher->wait(40s);
+    REQUIRE(outcome);
+    CHECK(outcome->exit_code == 1);
+    errors += outcome->err;
+  }
+  INFO(errors);
+  CHECK_THAT(errors, Catch::Contains("does every launcher have the same DDP_RDZV_TOKEN?"));
+  CHECK(list_dir(dir.path()).empty());  // no worker started
+}
