@@ -1,6 +1,7 @@
 // ddp_launch: starts the workers of one node of a data-parallel job. See docs/launcher.md.
 #include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -82,7 +83,10 @@ class RunFolder {
     }
   }
   ~RunFolder() {
-    if (!temporary_) return;
+    if (!temporary_) {
+      ::rmdir(path_.c_str());  // only when empty: nothing started (a failed rendezvous, say)
+      return;
+    }
     if (keep_ || has_collective_logs(path_)) {
       spdlog::info("worker logs are in {}", path_);
     } else {

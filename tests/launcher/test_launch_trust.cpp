@@ -342,10 +342,11 @@ TEST_CASE("a store that goes away mid-rendezvous: one line, no c10d backtrace", 
 
 TEST_CASE("launchers with different DDP_RDZV_TOKENs never form a job", "[process][rdzv]") {
   TempDir dir;
+  TempDir logs;
   const std::string endpoint = "127.0.0.1:" + std::to_string(pick_free_port("127.0.0.1"));
   auto node = [&] {
     return std::vector<std::string>{launcher_path(), "--nnodes", "2", "--rdzv_endpoint", endpoint, "--rdzv_id", "mixed",
-                                    "--rdzv_timeout", "3", worker_path(), "--out", dir.path()};
+                                    "--rdzv_timeout", "3", "--log_dir", logs.path(), worker_path(), "--out", dir.path()};
   };
   Child first(node(), {{"DDP_RDZV_TOKEN", "one"}});
   Child second(node(), {{"DDP_RDZV_TOKEN", "two"}});
@@ -358,5 +359,6 @@ TEST_CASE("launchers with different DDP_RDZV_TOKENs never form a job", "[process
   }
   INFO(errors);
   CHECK_THAT(errors, Catch::Contains("does every launcher have the same DDP_RDZV_TOKEN?"));
-  CHECK(list_dir(dir.path()).empty());  // no worker started
+  CHECK(list_dir(dir.path()).empty());   // no worker started
+  CHECK(list_dir(logs.path()).empty());  // and no empty run folder is left behind
 }
