@@ -43,7 +43,7 @@ constexpr FlagSpec kFlags[] = {
     {"metrics_port", true, "Serve Prometheus metrics at http://ADDR:PORT/metrics (0: off)", "0"},
     {"metrics_addr", true,
      "Address --metrics_port listens on; anything but loopback exposes the metrics on the network", "127.0.0.1"},
-    {"log_dir", true, "Write DIR/<run id>/attempt_<k>/<rank>/{stdout,stderr}.log", nullptr},
+    {"log_dir", true, "Write DIR/<run id>_<random>/attempt_<k>/<rank>/{stdout,stderr}.log (a new folder per run)", nullptr},
     {"redirects", true, "Streams sent only to the log files: 0..3 or local_rank:0..3,...", "0"},
     {"tee", true, "Streams sent to the log files and the console: 0..3 or local_rank:0..3,...", "0"},
     {"local_ranks_filter", true, "Show only these local ranks on the console, e.g. 0,1", nullptr},
@@ -121,10 +121,10 @@ bool is_numeric_address(const std::string& text) {
 
 }  // namespace
 
-int StreamSpec::for_local_rank(int local_rank) const {
+StdStreams StreamSpec::for_local_rank(int local_rank) const {
   if (per_local_rank.empty()) return all;
   auto it = per_local_rank.find(local_rank);
-  return it == per_local_rank.end() ? kStdNone : it->second;
+  return it == per_local_rank.end() ? StdStreams::kNone : it->second;
 }
 
 int parse_int_flag(const std::string& flag, const std::string& text, int min, int max) {
@@ -167,7 +167,7 @@ double parse_seconds_flag(const std::string& flag, const std::string& text) {
 StreamSpec parse_stream_spec(const std::string& flag, const std::string& text) {
   StreamSpec spec;
   if (text.find(':') == std::string::npos) {
-    spec.all = parse_int_flag(flag, text, 0, 3);
+    spec.all = static_cast<StdStreams>(parse_int_flag(flag, text, 0, 3));
     return spec;
   }
   for (const auto& item : split_list(text, ',')) {
@@ -177,7 +177,7 @@ StreamSpec parse_stream_spec(const std::string& flag, const std::string& text) {
                                 "' is not LOCAL_RANK:STREAMS (e.g. 0:1,1:2)"));
     }
     const int rank = parse_int_flag(flag + " local rank", item.substr(0, colon), 0, 1 << 20);
-    const int streams = parse_int_flag(flag + " streams", item.substr(colon + 1), 0, 3);
+    const auto streams = static_cast<StdStreams>(parse_int_flag(flag + " streams", item.substr(colon + 1), 0, 3));
     if (!spec.per_local_rank.emplace(rank, streams).second) {
       throw UsageError(ddp::str(flag, " '", text, "' names local rank ", rank, " twice"));
     }
@@ -391,6 +391,8 @@ ParseResult parse_launch_args(int argc, const char* const* argv, const LaunchEnv
       throw UsageError(ddp::str("--rdzv_id '", c.rdzv_id, "' must be non-empty without '/' or spaces"));
     }
   }
+  if (rdzv) c.rdzv_token = env.get("DDP_RDZV_TOKEN").value_or("");
+  c.keep_c10_logs = env.get("TORCH_CPP_LOG_LEVEL").has_value();
   c.rdzv_timeout_s = parse_seconds_flag("--rdzv_timeout", text("rdzv_timeout"));
   if (c.rdzv_timeout_s <= 0) throw UsageError("--rdzv_timeout must be > 0");
   if (c.node_rank && *c.node_rank >= c.nnodes) {

@@ -11,14 +11,21 @@
 namespace ddp::launcher {
 
 // Which standard streams of a worker go somewhere (torchrun's Std: 0 none, 1 out, 2 err, 3 both).
-enum StdStreams : int { kStdNone = 0, kStdOut = 1, kStdErr = 2, kStdBoth = 3 };
+enum class StdStreams { kNone = 0, kOut = 1, kErr = 2, kBoth = 3 };
+constexpr StdStreams operator|(StdStreams a, StdStreams b) {
+  return static_cast<StdStreams>(static_cast<int>(a) | static_cast<int>(b));
+}
+// Whether `streams` includes `stream` (kOut or kErr).
+constexpr bool includes(StdStreams streams, StdStreams stream) {
+  return (static_cast<int>(streams) & static_cast<int>(stream)) != 0;
+}
 
 // torchrun's --redirects / --tee value: one StdStreams for every local rank ("3"), or a map
-// "0:1,1:2" from local rank to StdStreams (ranks not named get kStdNone).
+// "0:1,1:2" from local rank to StdStreams (ranks not named get kNone).
 struct StreamSpec {
-  int all = kStdNone;
-  std::map<int, int> per_local_rank;
-  int for_local_rank(int local_rank) const;
+  StdStreams all = StdStreams::kNone;
+  std::map<int, StdStreams> per_local_rank;
+  StdStreams for_local_rank(int local_rank) const;
 };
 StreamSpec parse_stream_spec(const std::string& flag, const std::string& text);
 
@@ -53,6 +60,10 @@ struct LaunchConfig {
   int rdzv_port = 0;
   std::string rdzv_id = "none";
   double rdzv_timeout_s = 600;
+  // The job's rendezvous secret, from DDP_RDZV_TOKEN (never a flag: command lines are visible to
+  // every user). Empty: none. See Note [Rendezvous token] in launcher/rdzv_records.cpp.
+  std::string rdzv_token;
+  bool keep_c10_logs = false;  // TORCH_CPP_LOG_LEVEL is set: the rendezvous leaves c10's logging alone
   // Supervision.
   int max_restarts = 0;
   double monitor_interval_s = 0.1;
@@ -69,7 +80,7 @@ struct LaunchConfig {
   // GPUs.
   GpuRequest gpus;
   bool allow_busy_gpus = false;
-  // CPUs (Note [CPU binding] in launcher/resources.h).
+  // CPUs (See Note [CPU binding] in launcher/resources.h).
   CpuBind cpu_bind = CpuBind::kNone;
   // Misc.
   bool dry_run = false;

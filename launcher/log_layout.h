@@ -1,5 +1,6 @@
 #pragma once
-// Where a run's files go: DIR/<run id>/attempt_<k>/<rank>/{stdout.log, stderr.log, error.json}.
+// Where a run's files go: every run gets a folder of its own, <log dir>/<run id>_<random> (0700),
+// holding attempt_<k>/<rank>/{stdout.log, stderr.log, error.json}. See Note [Log folders].
 #include <string>
 
 namespace ddp::launcher {
@@ -11,12 +12,18 @@ struct WorkerFiles {
   std::string error_file;
 };
 
-// base is --log_dir (or the per-run temporary folder).
-std::string run_dir(const std::string& base, const std::string& run_id);
-std::string attempt_dir(const std::string& base, const std::string& run_id, int attempt);
-WorkerFiles worker_files(const std::string& base, const std::string& run_id, int attempt, int rank);
+// Paths below a run folder (pure: nothing is created).
+std::string attempt_dir(const std::string& run_folder, int attempt);
+WorkerFiles worker_files(const std::string& run_folder, int attempt, int rank);
 
-// mkdir -p; throws ddp::IoError naming the folder on failure.
-void make_dirs(const std::string& path);
+// Makes this run's own new folder <parent>/<prefix><random> (mkdtemp, 0700) and returns its absolute
+// path. `parent` (made with its missing ancestors when absent) must be a folder that no other user
+// can rename entries of: owned by this user or root, and sticky when others may write it. Throws
+// UsageError naming `flag` and the folder when it cannot. See Note [Log folders].
+std::string create_run_folder(const std::string& parent, const std::string& prefix, const std::string& flag);
+
+// Makes a new folder (0700) that must not exist yet: a name already taken (a symlink included) is an
+// error, never followed. Throws IoError naming it.
+void make_new_dir(const std::string& path);
 
 }  // namespace ddp::launcher

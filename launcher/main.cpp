@@ -1,6 +1,7 @@
 // ddp_launch: starts the workers of one node of a data-parallel job. See docs/launcher.md.
 #include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -15,10 +16,10 @@
 #include "launcher/metrics_server.h"
 #include "launcher/net.h"
 #include "launcher/progress_board.h"
-#include "launcher/rdzv_client.h"
+#include "launcher/plan.h"
+#include "launcher/rendezvous.h"
 #include "launcher/resources.h"
 #include "launcher/supervisor.h"
-#include "launcher/worker_env.h"
 
 #ifndef DDP_LAUNCH_VERSION
 #define DDP_LAUNCH_VERSION "unknown"
@@ -37,12 +38,6 @@ std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
-bool shown_on_console(const LaunchConfig& c, int local_rank) {
-  if (!c.local_ranks_filter) return true;
-  const auto& f = *c.local_ranks_filter;
-  return std::find(f.begin(), f.end(), local_rank) != f.end();
-}
-
 // Whether a worker wrote its last collectives (ddp library, collectives-rank<R>.json) below dir:
 // without --log_dir they go next to the error file, in the temporary folder, which is then kept.
 bool has_collective_logs(const std::string& dir) {
@@ -53,156 +48,140 @@ bool has_collective_logs(const std::string& dir) {
   return false;
 }
 
+// --dry_run: the plan of attempt 0, printed; nothing is started or created.
+void print_dry_run(const LaunchConfig& c, const NodeAssignment& node, const LocalWorkers& local, const RunContext& run,
+                   bool dynamic) {
+  std::printf("ddp_launch dry run: %d workers on node %s of %d, world size %d, master %s:%s, run id %s; "
+              "nothing is started\n",
+              local.nproc, dynamic ? "<assigned at rendezvous>" : std::to_string(node.node_rank).c_str(), c.nnodes,
+              c.nnodes * local.nproc, dynamic ? "<rank 0 node>" : node.master_addr.c_str(),
+              dynamic ? "<free port>" : std::to_string(node.master_port).c_str(), c.run_id.c_str());
+  std::string cmd;
+  for (const auto& a : c.program_args) cmd += (cmd.empty() ? "" : " ") + shell_quote(a);
+  for (const WorkerLaunch& w : plan_workers(c, node, local, run, 0)) {
+    const std::string prefix = rank_prefix(w.rank);
+    std::printf("%scommand: %s (executable: %s)\n", prefix.c_str(), cmd.c_str(), c.program_path.c_str());
+    std::string vars;
+    for (const auto& [k, v] : w.launcher_set) vars += " " + k + "=" + shell_quote(v);
+    std::printf("%senv:%s (plus the launcher's environment)\n", prefix.c_str(), vars.c_str());
+    if (!w.cpus.empty()) std::printf("%scpus: %s\n", prefix.c_str(), format_cpu_list(w.cpus).c_str());
+  }
+}
+
+// The run's folder (See Note [Log folders]): below --log_dir, else a temporary one in TMPDIR that is
+// removed at the end unless it holds something the user needs (logs, collective diagnostics).
+class RunFolder {
+ public:
+  RunFolder(const LaunchConfig& c, const LaunchEnvironment& env) : temporary_(c.log_dir.empty()) {
+    if (temporary_) {
+      std::string tmp = env.get("TMPDIR").value_or("");
+      if (tmp.empty()) tmp = "/tmp";
+      path_ = create_run_folder(tmp, "ddp_launch_" + c.run_id + "_", "the temporary folder (TMPDIR)");
+    } else {
+      path_ = create_run_folder(c.log_dir, c.run_id + "_", "--log_dir");
+      spdlog::info("logs of this run: {}", path_);
+    }
+  }
+  ~RunFolder() {
+    if (!temporary_) {
+      ::rmdir(path_.c_str());  // only when empty: nothing started (a failed rendezvous, say)
+      return;
+    }
+    if (keep_ || has_collective_logs(path_)) {
+      spdlog::info("worker logs are in {}", path_);
+    } else {
+      std::error_code ignored;
+      std::filesystem::remove_all(path_, ignored);
+    }
+  }
+  RunFolder(const RunFolder&) = delete;
+  RunFolder& operator=(const RunFolder&) = delete;
+  const std::string& path() const { return path_; }
+  // The temporary folder holds log files the user asked for (--redirects/--tee): keep it.
+  void keep() { keep_ = true; }
+
+ private:
+  bool temporary_;
+  bool keep_ = false;
+  std::string path_;
+};
+
 int run(const LaunchConfig& c, const LaunchEnvironment& env) {
   MachineResources machine = MachineResources::of_this_machine();
-  const int nproc = resolve_nproc(c, env, machine);
-  const std::vector<std::string> gpus = resolve_visible_gpus(c, nproc, machine);
-  const std::vector<std::vector<int>> cpu_slices = resolve_cpu_binding(c, nproc, machine);
-  if (c.gpus.mode == GpuRequest::Mode::kAuto) spdlog::info("--gpus auto picked GPUs {}", ddp::join(gpus, ","));
+  LocalWorkers local;
+  local.nproc = resolve_nproc(c, env, machine);
+  local.gpus = resolve_visible_gpus(c, local.nproc, machine);
+  local.cpu_slices = resolve_cpu_binding(c, local.nproc, machine);
+  if (c.gpus.mode == GpuRequest::Mode::kAuto) spdlog::info("--gpus auto picked GPUs {}", ddp::join(local.gpus, ","));
   for (const auto& note : c.notes) spdlog::info("{}", note);
 
-  NodeAssignment node;
-  node.nnodes = c.nnodes;
-  node.nproc_per_node = nproc;
-  node.run_id = c.run_id;
-  node.max_restarts = c.max_restarts;
-  node.master_addr = c.master_addr;
-  node.master_port = c.master_port;
-  node.node_rank = c.node_rank.value_or(0);
-  std::unique_ptr<Rendezvous> rendezvous;
-  const bool dynamic = !c.rdzv_host.empty();
-  if (!dynamic) {
-    if (c.master_port == 0) {
-      node.master_port = pick_free_port(c.master_addr);
-    } else if (node.node_rank == 0 && probe_bind(c.master_addr, c.master_port) == BindProbe::kInUse) {
-      throw UsageError(ddp::str("port ", c.master_port, " on ", c.master_addr,
-                                " is already in use: pick another --master_port, or 0 for a free one"));
-    }
-  }
-
+  const std::unique_ptr<RendezvousHandler> rendezvous = make_rendezvous_handler(c, local.nproc);
+  RunContext run;
+  run.inherited = env.vars;
+  run.inherited.erase("DDP_RDZV_TOKEN");  // the launchers' secret (See Note [Rendezvous token]), not the workers'
   if (c.dry_run) {
-    std::printf("ddp_launch dry run: %d workers on node %s of %d, world size %d, master %s:%s, run id %s; "
-                "nothing is started\n",
-                nproc, dynamic ? "<assigned at rendezvous>" : std::to_string(node.node_rank).c_str(), c.nnodes,
-                c.nnodes * nproc, dynamic ? "<rank 0 node>" : node.master_addr.c_str(),
-                dynamic ? "<free port>" : std::to_string(node.master_port).c_str(), c.run_id.c_str());
-    for (int lr = 0; lr < nproc; ++lr) {
-      WorkerSlot slot;
-      slot.local_rank = lr;
-      slot.error_file = "<per-run folder>/attempt_0/" + std::to_string(global_rank(node, lr)) + "/error.json";
-      if (!gpus.empty()) slot.visible_gpu = gpus[lr];
-      if (!cpu_slices.empty()) slot.cpus = cpu_slices[lr];
-      std::string cmd;
-      for (const auto& a : c.program_args) cmd += (cmd.empty() ? "" : " ") + shell_quote(a);
-      const std::string prefix = rank_prefix(global_rank(node, lr));
-      std::printf("%scommand: %s (executable: %s)\n", prefix.c_str(), cmd.c_str(), c.program_path.c_str());
-      std::string vars;
-      for (const auto& [k, v] : launcher_variables(node, slot)) vars += " " + k + "=" + shell_quote(v);
-      if (auto omp = omp_threads_default(env.vars, nproc, slot)) vars += " OMP_NUM_THREADS=" + *omp;
-      std::printf("%senv:%s (plus the launcher's environment)\n", prefix.c_str(), vars.c_str());
-      if (!slot.cpus.empty()) std::printf("%scpus: %s\n", prefix.c_str(), format_cpu_list(slot.cpus).c_str());
-    }
+    const bool dynamic = rendezvous->is_dynamic();
+    const NodeAssignment node = dynamic ? assignment_from_flags(c, local.nproc) : rendezvous->next_rendezvous();
+    run.run_folder = "<per-run folder>";
+    print_dry_run(c, node, local, run, dynamic);
     return 0;
   }
+
+  // Made before the rendezvous: a --log_dir that cannot hold the run fails before other nodes wait.
+  RunFolder folder(c, env);
+  run.run_folder = folder.path();
+  if (rendezvous->is_dynamic()) {
+    spdlog::info("rendezvous '{}' at {}:{}: waiting for {} nodes (timeout {} s)", c.rdzv_id, c.rdzv_host, c.rdzv_port,
+                 c.nnodes, c.rdzv_timeout_s);
+  }
+  const NodeAssignment node = rendezvous->next_rendezvous();
 
   // Heartbeats and metrics (docs/observability.md): only when asked for, so that by default no
   // socket is opened and workers send nothing.
   std::unique_ptr<AgentSocket> agent;
-  ProgressBoard board(node.node_rank, node.nnodes * nproc);  // node rank: see below, after rendezvous
+  ProgressBoard board(node.node_rank, node.nnodes * local.nproc);
   std::unique_ptr<MetricsServer> metrics;
   if (c.hang_timeout_s > 0 || c.metrics_port > 0) agent = AgentSocket::open(env.get("TMPDIR").value_or("/tmp"));
   if (c.metrics_port > 0) metrics = std::make_unique<MetricsServer>(c.metrics_addr, c.metrics_port, board);
-  if (dynamic) {
-    RendezvousRequest req{c.rdzv_host, c.rdzv_port, c.rdzv_id, c.nnodes, c.rdzv_timeout_s};
-    spdlog::info("rendezvous '{}' at {}:{}: waiting for {} nodes (timeout {} s)", c.rdzv_id, c.rdzv_host, c.rdzv_port,
-                 c.nnodes, c.rdzv_timeout_s);
-    rendezvous = join_rendezvous(req);
-    node.node_rank = rendezvous->outcome().node_rank;
-    node.master_addr = rendezvous->outcome().master_addr;
-    node.master_port = rendezvous->outcome().master_port;
-    board.set_node_rank(node.node_rank);
-  }
+  if (agent) run.agent_socket = agent->path();
 
-  // Per-run folder: --log_dir, or a temporary one for the error files (and redirected output).
-  // Absolute, so that TORCHELASTIC_ERROR_FILE still works for a worker that changes directory.
-  std::string base = c.log_dir.empty() ? std::string() : std::filesystem::absolute(c.log_dir).lexically_normal().string();
-  while (base.size() > 1 && base.back() == '/') base.pop_back();
-  bool temporary = false;
-  if (base.empty()) {
-    std::string tmpl = env.get("TMPDIR").value_or("/tmp") + "/ddp_launch_XXXXXX";
-    if (::mkdtemp(tmpl.data()) == nullptr) throw ddp::IoError("cannot create a temporary folder for error files");
-    base = tmpl;
-    temporary = true;
-  }
-  bool logs_in_temporary = false;
-  if (!cpu_slices.empty()) {
+  if (!local.cpu_slices.empty()) {
     std::string bound;
-    for (int lr = 0; lr < nproc; ++lr) bound += ddp::str(lr == 0 ? "" : ", ", "local rank ", lr, ": ", format_cpu_list(cpu_slices[lr]));
+    for (int lr = 0; lr < local.nproc; ++lr) {
+      bound += ddp::str(lr == 0 ? "" : ", ", "local rank ", lr, ": ", format_cpu_list(local.cpu_slices[lr]));
+    }
     spdlog::info("--cpu_bind exclusive: {}{}", bound,
                  env.get("OMP_NUM_THREADS") ? "" : " (OMP_NUM_THREADS = each worker's CPU count)");
-  } else if (needs_omp_default(env.vars, nproc)) {
+  } else if (needs_omp_default(env.vars, local.nproc)) {
     spdlog::warn("setting OMP_NUM_THREADS=1 for each of the {} workers to avoid overloading the machine; "
                  "set OMP_NUM_THREADS to tune it",
-                 nproc);
+                 local.nproc);
   }
-  spdlog::info("starting {} workers (ranks {}..{} of {}) on node {} of {}, master {}:{}, run id {}", nproc,
-               global_rank(node, 0), global_rank(node, nproc - 1), node.nnodes * nproc, node.node_rank, node.nnodes,
-               node.master_addr, node.master_port, node.run_id);
+  spdlog::info("starting {} workers (ranks {}..{} of {}) on node {} of {}, master {}:{}, run id {}", local.nproc,
+               global_rank(node, 0), global_rank(node, local.nproc - 1), node.nnodes * local.nproc, node.node_rank,
+               node.nnodes, node.master_addr, node.master_port, node.run_id);
+  if (writes_log_files(c, local.nproc)) folder.keep();
 
   const GroupFactory make_group = [&](int attempt) {
-    std::vector<WorkerLaunch> group;
-    for (int lr = 0; lr < nproc; ++lr) {
-      const int rank = global_rank(node, lr);
-      const WorkerFiles files = worker_files(base, c.run_id, attempt, rank);
-      make_dirs(files.dir);
-      WorkerSlot slot;
-      slot.local_rank = lr;
-      slot.restart_count = attempt;
-      slot.error_file = files.error_file;
-      // Diagnostics of the ddp library (collectives-rank<R>.json), side by side for every rank.
-      if (!c.log_dir.empty()) slot.log_dir = attempt_dir(base, c.run_id, attempt);
-      if (!gpus.empty()) slot.visible_gpu = gpus[lr];
-      if (agent) slot.agent_socket = agent->path();
-      if (!cpu_slices.empty()) slot.cpus = cpu_slices[lr];
-      WorkerLaunch w;
-      w.local_rank = lr;
-      w.cpus = slot.cpus;
-      w.rank = rank;
-      w.env = worker_environment(env.vars, node, slot);
-      w.error_file = files.error_file;
-      const int redirected = c.redirects.for_local_rank(lr);
-      const int teed = c.tee.for_local_rank(lr);
-      const int to_file = !c.log_dir.empty() ? kStdBoth : (redirected | teed);
-      const bool shown = shown_on_console(c, lr);
-      w.stdout_to_console = shown && (!(redirected & kStdOut) || (teed & kStdOut));
-      w.stderr_to_console = shown && (!(redirected & kStdErr) || (teed & kStdErr));
-      if (to_file & kStdOut) w.stdout_log = files.stdout_log;
-      if (to_file & kStdErr) w.stderr_log = files.stderr_log;
-      logs_in_temporary = logs_in_temporary || (temporary && to_file != kStdNone);
-      group.push_back(std::move(w));
-    }
+    std::vector<WorkerLaunch> group = plan_workers(c, node, local, run, attempt);
+    make_new_dir(attempt_dir(run.run_folder, attempt));  // Note [Log folders]
+    for (const WorkerLaunch& w : group) make_new_dir(w.dir);
     return group;
   };
-
-  const SupervisorOptions options = SupervisorOptions()
-                                        .set_program(c.program_path, c.program_args)
-                                        .set_monitor_interval(c.monitor_interval_s)
-                                        .set_shutdown_grace(c.shutdown_grace_s)
-                                        .set_max_restarts(c.max_restarts)
-                                        .set_host_name(this_host_name())
-                                        .set_progress(agent.get(), agent ? &board : nullptr)
-                                        .set_hang_timeout(c.hang_timeout_s);
+  SupervisorOptions options;
+  options.program_path = c.program_path;
+  options.program_args = c.program_args;
+  options.monitor_interval_s = c.monitor_interval_s;
+  options.shutdown_grace_s = c.shutdown_grace_s;
+  options.max_restarts = c.max_restarts;
+  options.host_name = this_host_name();
+  options.agent = agent.get();
+  options.progress = agent ? &board : nullptr;
+  options.hang_timeout_s = c.hang_timeout_s;
   const SupervisorResult result = supervise(options, make_group);
   if (result.exit_code != 0) {
     std::fputs(format_failure_summary(result, options.host_name).c_str(), stderr);
   }
-  if (logs_in_temporary || (temporary && has_collective_logs(base))) {
-    spdlog::info("worker logs are in {}", run_dir(base, c.run_id));
-  } else if (temporary) {
-    std::error_code ignored;
-    std::filesystem::remove_all(base, ignored);
-  }
-  rendezvous.reset();
   return result.exit_code;
 }
 

@@ -1,14 +1,13 @@
 #include "launcher/metrics_server.h"
 
-#include <dlfcn.h>
-
 #include <spdlog/spdlog.h>
 
 #include "ddp/base/error.h"
 #include "launcher/metrics_plugin_api.h"
 #include "launcher/net.h"
 #include "launcher/nvml_provider.h"
-#include "launcher/rdzv_client.h"
+#include "launcher/plugin_loader.h"
+#include "ddp/base/error.h"
 
 #ifndef DDP_METRICS_PLUGIN_NAME
 #define DDP_METRICS_PLUGIN_NAME "libddp_launch_metrics.so"
@@ -34,12 +33,10 @@ MetricsServer::MetricsServer(const std::string& addr, int port, const ProgressBo
     case BindProbe::kFree:
       break;
   }
-  const std::string path = find_plugin(DDP_METRICS_PLUGIN_NAME, "--metrics_port");
-  void* lib = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) throw ddp::Error(ddp::str("cannot load ", path, ": ", ::dlerror()));
-  auto start = reinterpret_cast<ddp_metrics_start_fn>(::dlsym(lib, DDP_METRICS_START_SYMBOL));
-  stop_ = reinterpret_cast<ddp_metrics_stop_fn>(::dlsym(lib, DDP_METRICS_STOP_SYMBOL));
-  if (start == nullptr || stop_ == nullptr) throw ddp::Error(ddp::str(path, " is not a ddp_launch metrics plugin"));
+  SharedLibrary lib = SharedLibrary::load_plugin(DDP_METRICS_PLUGIN_NAME, "--metrics_port");
+  lib.keep_loaded();  // its threads are joined in stop, but unloading buys nothing
+  auto start = lib.symbol<ddp_metrics_start_fn>(DDP_METRICS_START_SYMBOL);
+  stop_ = lib.symbol<ddp_metrics_stop_fn>(DDP_METRICS_STOP_SYMBOL);
   try {
     gpus_ = load_nvml_provider();
   } catch (const std::exception& e) {
@@ -48,7 +45,6 @@ MetricsServer::MetricsServer(const std::string& addr, int port, const ProgressBo
   char error[512] = {0};
   handle_ = start(addr.c_str(), port, render_into, this, error, sizeof error);
   if (handle_ == nullptr) throw UsageError(error);
-  // The plugin stays loaded (its threads are joined in stop, but unloading buys nothing).
   const bool v6 = addr.find(':') != std::string::npos;
   spdlog::info("serving Prometheus metrics at http://{}{}{}:{}/metrics", v6 ? "[" : "", addr, v6 ? "]" : "", port);
 }

@@ -67,6 +67,20 @@ BindProbe probe_bind(const std::string& host, int port) {
   return result;
 }
 
+int listen_on(const std::string& host, int port) {
+  AddrList addrs;
+  if (!resolve(host, port, SOCK_STREAM, addrs)) return -1;
+  for (addrinfo* a = addrs.head; a != nullptr; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0) return fd;
+    ::close(fd);
+  }
+  return -1;
+}
+
 int pick_free_port(const std::string& host) {
   AddrList addrs;
   if (!resolve(host, 0, SOCK_STREAM, addrs)) {

@@ -9,6 +9,11 @@ enum class BindProbe { kFree, kInUse, kNotLocal, kUnresolvable };
 // Tries to bind host:port (with SO_REUSEADDR, as c10d's store does) and closes the socket again.
 BindProbe probe_bind(const std::string& host, int port);
 
+// A socket listening on exactly host:port (SO_REUSEADDR, as c10d's store does), for a server that
+// must serve only the address it was given (See Note [Loopback store] in ddp/process_group.cpp). -1 when
+// host:port cannot be bound here (in use, or not an address of this machine).
+int listen_on(const std::string& host, int port);
+
 // A port that was free on host a moment ago (bind to port 0). Throws UsageError when host has
 // no local address to bind.
 int pick_free_port(const std::string& host);

@@ -1,8 +1,10 @@
 #include "launcher/nvml_provider.h"
 
-#include <dlfcn.h>
+#include <optional>
+#include <utility>
 
 #include "ddp/base/error.h"
+#include "launcher/plugin_loader.h"
 
 namespace ddp::launcher {
 namespace {
@@ -31,31 +33,26 @@ constexpr nvmlReturn kNvmlInsufficientSize = 7;
 
 class NvmlProvider : public GpuProvider {
  public:
-  explicit NvmlProvider(void* lib) : lib_(lib) {
+  explicit NvmlProvider(SharedLibrary lib) : lib_(std::move(lib)) {
     init_ = sym<nvmlReturn (*)()>("nvmlInit_v2");
     shutdown_ = sym<nvmlReturn (*)()>("nvmlShutdown");
     count_ = sym<nvmlReturn (*)(unsigned*)>("nvmlDeviceGetCount_v2");
     handle_ = sym<nvmlReturn (*)(unsigned, nvmlDevice*)>("nvmlDeviceGetHandleByIndex_v2");
     memory_ = sym<nvmlReturn (*)(nvmlDevice, NvmlMemory*)>("nvmlDeviceGetMemoryInfo");
     name_ = sym<nvmlReturn (*)(nvmlDevice, char*, unsigned)>("nvmlDeviceGetName");
-    procs_ = reinterpret_cast<nvmlReturn (*)(nvmlDevice, unsigned*, NvmlProcessInfo*)>(
-        ::dlsym(lib_, "nvmlDeviceGetComputeRunningProcesses_v3"));
+    procs_ = lib_.optional_symbol<nvmlReturn (*)(nvmlDevice, unsigned*, NvmlProcessInfo*)>(
+        "nvmlDeviceGetComputeRunningProcesses_v3");
     if (procs_ == nullptr) procs_ = sym<nvmlReturn (*)(nvmlDevice, unsigned*, NvmlProcessInfo*)>(
         "nvmlDeviceGetComputeRunningProcesses_v2");
-    proc_name_ = reinterpret_cast<nvmlReturn (*)(unsigned, char*, unsigned)>(
-        ::dlsym(lib_, "nvmlSystemGetProcessName"));
+    proc_name_ = lib_.optional_symbol<nvmlReturn (*)(unsigned, char*, unsigned)>("nvmlSystemGetProcessName");
     // Optional: only the metrics use them.
-    uuid_ = reinterpret_cast<nvmlReturn (*)(nvmlDevice, char*, unsigned)>(::dlsym(lib_, "nvmlDeviceGetUUID"));
-    utilization_ = reinterpret_cast<nvmlReturn (*)(nvmlDevice, NvmlUtilization*)>(
-        ::dlsym(lib_, "nvmlDeviceGetUtilizationRates"));
+    uuid_ = lib_.optional_symbol<nvmlReturn (*)(nvmlDevice, char*, unsigned)>("nvmlDeviceGetUUID");
+    utilization_ = lib_.optional_symbol<nvmlReturn (*)(nvmlDevice, NvmlUtilization*)>("nvmlDeviceGetUtilizationRates");
     if (init_() != kNvmlSuccess) {
       throw UsageError("NVML loaded but nvmlInit failed: is the GPU driver running (nvidia-smi)?");
     }
   }
-  ~NvmlProvider() override {
-    shutdown_();
-    ::dlclose(lib_);
-  }
+  ~NvmlProvider() override { shutdown_(); }
 
   std::vector<GpuInfo> gpus() override {
     unsigned count = 0;
@@ -99,17 +96,20 @@ class NvmlProvider : public GpuProvider {
   }
 
  private:
+  // A missing symbol is an input error (the driver is too old), not the launcher's failure.
   template <class F>
   F sym(const char* name) {
-    void* p = ::dlsym(lib_, name);
-    if (p == nullptr) throw UsageError(ddp::str("libnvidia-ml.so.1 lacks ", name, ": driver too old?"));
-    return reinterpret_cast<F>(p);
+    try {
+      return lib_.symbol<F>(name);
+    } catch (const ddp::Error& e) {
+      throw UsageError(e.what());
+    }
   }
   static void check(nvmlReturn rc, const char* what) {
     if (rc != kNvmlSuccess) throw UsageError(ddp::str(what, " failed with NVML error ", rc));
   }
 
-  void* lib_;
+  SharedLibrary lib_;
   nvmlReturn (*init_)() = nullptr;
   nvmlReturn (*shutdown_)() = nullptr;
   nvmlReturn (*count_)(unsigned*) = nullptr;
@@ -125,17 +125,14 @@ class NvmlProvider : public GpuProvider {
 }  // namespace
 
 std::unique_ptr<GpuProvider> load_nvml_provider() {
-  void* lib = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) {
+  std::optional<SharedLibrary> lib;
+  try {
+    lib.emplace(SharedLibrary::load("libnvidia-ml.so.1", "driver too old?"));
+  } catch (const ddp::Error&) {
     throw UsageError("cannot load libnvidia-ml.so.1 (no NVIDIA driver on this machine?): "
                      "use --gpus 0,1,... or run without --gpus auto / --nproc_per_node gpu");
   }
-  try {
-    return std::make_unique<NvmlProvider>(lib);
-  } catch (...) {
-    ::dlclose(lib);
-    throw;
-  }
+  return std::make_unique<NvmlProvider>(std::move(*lib));
 }
 
 }  // namespace ddp::launcher

@@ -16,11 +16,6 @@ ProgressBoard::ProgressBoard(int node_rank, int world_size) : worker_uid_(::gete
   job_.world_size = world_size;
 }
 
-void ProgressBoard::set_node_rank(int node_rank) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  job_.node_rank = node_rank;
-}
-
 void ProgressBoard::begin_attempt(int attempt, const std::vector<WorkerIdentity>& workers) {
   std::lock_guard<std::mutex> lock(mutex_);
   job_.restarts = attempt;

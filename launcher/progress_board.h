@@ -79,7 +79,6 @@ class ProgressBoard {
  public:
   ProgressBoard(int node_rank, int world_size);
 
-  void set_node_rank(int node_rank);  // known after a dynamic rendezvous
   // A new attempt's workers (restart count `attempt`): forgets the previous attempt's progress.
   void begin_attempt(int attempt, const std::vector<WorkerIdentity>& workers);
   // Takes a datagram received at `now`. Only a message whose sender credentials name the worker of

@@ -1,31 +1,49 @@
 // The rendezvous plugin: node ranks from c10d's TCPStore. Built as libddp_launch_rdzv.so.
 // Note [Dynamic rendezvous]
-// - Serving: the node that can bind the endpoint's address and port serves the store (ddp_launch
-//   probes that before calling us); if two nodes of one host race for it, the loser becomes a client.
-//   So the endpoint must be an address of one of the job's nodes, as with torchrun's c10d backend.
-// - Node ranks: each node does add("ddp_rdzv/<id>/joined", 1); the value it gets back, minus one, is
-//   its node rank (arrival order). A node that arrives after nnodes have joined is refused.
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// - Serving: the node that can bind the endpoint's address and port serves the store; ddp_launch
+//   binds that socket itself, to exactly the endpoint's address (a loopback endpoint listens on
+//   loopback only), and the store takes it over (TCPStoreOptions::masterListenFd). Whoever loses
+//   the bind (two launchers on one host) is a client. So the endpoint must be an address of one of
+//   the job's nodes, as with torchrun's c10d backend.
+// - Node ranks: slots claimed with compareSet, each claim proved with the job's token; nothing a
+//   foreign client writes counts as a join (See Note [Rendezvous token] in rdzv_records.cpp). A node
+//   that finds every slot held by a launcher of this job is refused.
 // - Master: the node that gets rank 0 publishes "<addr> <port>" (its address towards the endpoint
-//   and a free port on it) under ".../master"; every node waits until nnodes have joined, then reads
+//   and a free port on it), proved likewise; every node waits until nnodes have joined, then reads
 //   it. Everything is bounded by --rdzv_timeout, and a timeout says how many nodes had joined.
-// - Lifetime: the serving node keeps the store until every node has counted itself in ".../done"
-//   (bounded), so nobody reads from a store that is gone.
+// - Lifetime: the serving node keeps the store until every node has marked itself done (each mark
+//   proved, bounded by the timeout), so nobody reads from a store that is gone.
+// - Errors: one line each. c10d's exceptions carry a backtrace in what(); only the first line of
+//   what_without_backtrace() is reported. c10d also logs a failed store operation as a warning with
+//   a 17-line backtrace before it throws; unless the user asked for c10's logs (TORCH_CPP_LOG_LEVEL),
+//   the launcher's process keeps only c10's fatal ones (FLAGS_caffe2_log_level, c10/util/Logging.h;
+//   the workers are other processes and keep theirs).
+#include <c10/util/Exception.h>
+#include <c10/util/Logging.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "launcher/rdzv_plugin_api.h"
+#include "launcher/rdzv_records.h"
 
 namespace {
 
+namespace rdzv = ddp::launcher::rdzv;
+using Clock = std::chrono::steady_clock;
+
 struct Handle {
   c10::intrusive_ptr<c10d::TCPStore> store;
-  std::string prefix;
+  std::string run_id;
+  std::string token;
   int nnodes = 0;
   bool is_server = false;
   double timeout_s = 0;
@@ -35,87 +53,201 @@ void set_error(ddp_rdzv_result* r, const std::string& text) {
   std::snprintf(r->error, sizeof r->error, "%s", text.c_str());
 }
 
-std::string to_string(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
+std::string one_line(const std::exception& e) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  std::string what = c10_error != nullptr ? c10_error->what_without_backtrace() : e.what();
+  return what.substr(0, what.find('\n'));
+}
 
-c10::intrusive_ptr<c10d::TCPStore> open_store(const ddp_rdzv_request& req, bool server) {
+std::vector<uint8_t> bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
+std::string text(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
+
+std::optional<std::string> try_get(c10d::TCPStore& store, const std::string& key) {
+  if (!store.check({key})) return std::nullopt;
+  return text(store.get(key));
+}
+
+// Writes `mine` to `key` unless it holds a valid claim of another launcher; returns what the key
+// holds afterwards.
+std::string claim(c10d::TCPStore& store, const std::string& key, const std::string& mine,
+                  const std::function<bool(const std::string&)>& is_launchers) {
+  std::string current = text(store.compareSet(key, {}, bytes(mine)));
+  if (current == mine || is_launchers(current)) return current;
+  // Foreign bytes or a launcher that left: take the slot over, unless someone else does first.
+  return text(store.compareSet(key, bytes(current), bytes(mine)));
+}
+
+c10::intrusive_ptr<c10d::TCPStore> open_store(const ddp_rdzv_request& req) {
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<std::uint16_t>(req.endpoint_port);
-  opts.isServer = server;
+  opts.isServer = req.listen_fd >= 0;
+  if (opts.isServer) opts.masterListenFd = req.listen_fd;
   opts.waitWorkers = false;
   opts.timeout = std::chrono::milliseconds(static_cast<long long>(req.timeout_s * 1000));
   return c10::make_intrusive<c10d::TCPStore>(req.endpoint_host, opts);
 }
+
+class Join {
+ public:
+  Join(const ddp_rdzv_request& req, Handle& handle)
+      : req_(req),
+        store_(*handle.store),
+        token_(req.token),
+        id_(req.run_id),
+        where_(std::string(req.endpoint_host) + ":" + std::to_string(req.endpoint_port)),
+        nonce_(rdzv::random_nonce()),
+        deadline_(Clock::now() + std::chrono::milliseconds(static_cast<long long>(req.timeout_s * 1000))) {}
+
+  // Fills result; returns false with result->error set.
+  bool run(ddp_rdzv_result* result) {
+    const int rank = take_slot(result);
+    if (rank < 0) return false;
+    result->node_rank = rank;
+    if (!wait_for_all(rank, result)) return false;
+    const std::optional<rdzv::MasterRecord> master = read_master(result);
+    if (!master) return false;
+    std::snprintf(result->master_addr, sizeof result->master_addr, "%s", master->addr.c_str());
+    result->master_port = master->port;
+    store_.set(rdzv::done_key(id_) + "/" + std::to_string(rank), bytes(my_claim(rank)));
+    return true;
+  }
+
+ private:
+  std::string my_claim(int slot) const { return rdzv::make_claim(token_, id_, req_.nnodes, slot, nonce_); }
+  bool is_valid(int slot, const std::string& value) const {
+    const bool valid = rdzv::is_valid_claim(token_, id_, req_.nnodes, slot, value);
+    if (!valid && value.rfind("claim ", 0) == 0) saw_unproved_claim_ = true;
+    return valid;
+  }
+  // What a timeout adds when a claim that looked like a launcher's did not verify.
+  std::string token_hint() const {
+    return saw_unproved_claim_ ? " (a claim in the store did not verify: does every launcher have the same "
+                                 "DDP_RDZV_TOKEN?)"
+                               : "";
+  }
+  std::string prefix() const { return "rendezvous '" + id_ + "' at " + where_; }
+  bool timed_out() const { return Clock::now() >= deadline_; }
+  static void pause() { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }
+
+  // The first slot this node can claim; -1 (error set) when every slot is a launcher's, or on timeout.
+  int take_slot(ddp_rdzv_result* result) {
+    while (true) {
+      bool all_taken = true;
+      for (int slot = 0; slot < req_.nnodes; ++slot) {
+        const std::string mine = my_claim(slot);
+        const std::string now = claim(store_, rdzv::slot_key(id_, slot), mine,
+                                      [&](const std::string& v) { return is_valid(slot, v); });
+        if (now == mine) return slot;
+        all_taken = all_taken && is_valid(slot, now);
+      }
+      if (all_taken) {
+        set_error(result, prefix() + " already has all " + std::to_string(req_.nnodes) +
+                              " nodes: this node is one too many (same --rdzv_id reused, or --nnodes differs "
+                              "between nodes?)");
+        return -1;
+      }
+      if (timed_out()) {
+        set_error(result, prefix() + " timed out after " + std::to_string(static_cast<int>(req_.timeout_s)) +
+                              " s (--rdzv_timeout) before this node could take a node rank" + token_hint());
+        return -1;
+      }
+      pause();
+    }
+  }
+
+  // Waits until every slot holds a launcher's claim. Meanwhile this node puts back its own claim
+  // (and rank 0 the master record) when a foreign write replaced them.
+  bool wait_for_all(int rank, ddp_rdzv_result* result) {
+    const std::string master_record =
+        rdzv::make_master_record(token_, id_, {req_.advertise_addr, req_.advertise_port});
+    while (true) {
+      if (rank == 0) {
+        const std::optional<std::string> current = try_get(store_, rdzv::master_key(id_));
+        if (current != master_record) store_.set(rdzv::master_key(id_), bytes(master_record));
+      }
+      int joined = 0;
+      for (int slot = 0; slot < req_.nnodes; ++slot) {
+        std::optional<std::string> value = try_get(store_, rdzv::slot_key(id_, slot));
+        if (slot == rank && value != my_claim(slot)) {
+          if (value && is_valid(slot, *value)) {
+            set_error(result, prefix() + ": another launcher took this node's rank " + std::to_string(rank) +
+                                  " after a foreign client overwrote it; start the job again");
+            return false;
+          }
+          value = claim(store_, rdzv::slot_key(id_, slot), my_claim(slot),
+                        [&](const std::string& v) { return is_valid(slot, v); });
+        }
+        if (value && is_valid(slot, *value)) ++joined;
+      }
+      result->nodes_joined = joined;
+      if (joined >= req_.nnodes) return true;
+      if (timed_out()) {
+        set_error(result, prefix() + " timed out after " + std::to_string(static_cast<int>(req_.timeout_s)) +
+                              " s (--rdzv_timeout): " + std::to_string(joined) + " of " +
+                              std::to_string(req_.nnodes) + " nodes joined; waited for the other " +
+                              std::to_string(req_.nnodes - joined) + token_hint());
+        // Leave, so a retry with the same id can still complete.
+        store_.compareSet(rdzv::slot_key(id_, rank), bytes(my_claim(rank)), bytes("left"));
+        return false;
+      }
+      pause();
+    }
+  }
+
+  std::optional<rdzv::MasterRecord> read_master(ddp_rdzv_result* result) {
+    std::string problem;
+    while (true) {
+      if (const auto value = try_get(store_, rdzv::master_key(id_))) {
+        if (auto master = rdzv::parse_master_record(token_, id_, *value, problem)) return master;
+      } else {
+        problem = "key '" + rdzv::master_key(id_) + "' is missing";
+      }
+      if (timed_out()) {
+        set_error(result, prefix() + ": " + problem);
+        return std::nullopt;
+      }
+      pause();
+    }
+  }
+
+  const ddp_rdzv_request& req_;
+  c10d::TCPStore& store_;
+  rdzv::Token token_;
+  std::string id_;
+  std::string where_;
+  std::string nonce_;
+  Clock::time_point deadline_;
+  mutable bool saw_unproved_claim_ = false;
+};
 
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) void* ddp_rdzv_join(const ddp_rdzv_request* req,
                                                                       ddp_rdzv_result* result) {
   std::memset(result, 0, sizeof *result);
+  if (req->quiet_c10_logs != 0) FLAGS_caffe2_log_level = 3;  // FATAL only: see Note [Dynamic rendezvous]
   const std::string where = std::string(req->endpoint_host) + ":" + std::to_string(req->endpoint_port);
   const std::string id = req->run_id;
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(static_cast<long long>(req->timeout_s * 1000));
   auto handle = std::make_unique<Handle>();
-  handle->prefix = "ddp_rdzv/" + id + "/";
+  handle->run_id = id;
+  handle->token = req->token;
   handle->nnodes = req->nnodes;
   handle->timeout_s = req->timeout_s;
+  handle->is_server = req->listen_fd >= 0;
   try {
-    bool server = req->is_server != 0;
-    try {
-      handle->store = open_store(*req, server);
-    } catch (const std::exception&) {
-      if (!server) throw;
-      server = false;  // another launcher on this host bound the port first
-      handle->store = open_store(*req, false);
-    }
-    handle->is_server = server;
-  } catch (const std::exception&) {
+    handle->store = open_store(*req);
+  } catch (const std::exception& e) {
     set_error(result, "rendezvous '" + id + "': could not reach the store at " + where + " within " +
                           std::to_string(static_cast<int>(req->timeout_s)) +
                           " s (--rdzv_timeout); waited for the node that serves it (the one whose address is "
-                          "the endpoint) to come up");
+                          "the endpoint) to come up: " + one_line(e));
     return nullptr;
   }
-  auto& store = *handle->store;
-  const std::string& p = handle->prefix;
   try {
-    const int64_t arrival = store.add(p + "joined", 1);
-    if (arrival > req->nnodes) {
-      store.add(p + "joined", -1);
-      set_error(result, "rendezvous '" + id + "' at " + where + " already has all " +
-                            std::to_string(req->nnodes) + " nodes: this node is one too many (same --rdzv_id reused, "
-                            "or --nnodes differs between nodes?)");
-      return nullptr;
-    }
-    result->node_rank = static_cast<int>(arrival - 1);
-    if (result->node_rank == 0) {
-      const std::string master = std::string(req->advertise_addr) + " " + std::to_string(req->advertise_port);
-      store.set(p + "master", std::vector<uint8_t>(master.begin(), master.end()));
-    }
-    int64_t joined = arrival;
-    while (joined < req->nnodes) {
-      if (std::chrono::steady_clock::now() >= deadline) {
-        result->nodes_joined = static_cast<int>(joined);
-        set_error(result, "rendezvous '" + id + "' at " + where + " timed out after " +
-                              std::to_string(static_cast<int>(req->timeout_s)) + " s (--rdzv_timeout): " +
-                              std::to_string(joined) + " of " + std::to_string(req->nnodes) +
-                              " nodes joined; waited for the other " + std::to_string(req->nnodes - joined));
-        store.add(p + "joined", -1);  // leave, so a retry with the same id can still complete
-        return nullptr;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      joined = store.add(p + "joined", 0);
-    }
-    result->nodes_joined = static_cast<int>(joined);
-    const std::string master = to_string(store.get(p + "master"));
-    const auto space = master.rfind(' ');
-    std::snprintf(result->master_addr, sizeof result->master_addr, "%s", master.substr(0, space).c_str());
-    result->master_port = std::stoi(master.substr(space + 1));
-    store.add(p + "done", 1);
+    Join join(*req, *handle);
+    if (!join.run(result)) return nullptr;
   } catch (const std::exception& e) {
-    std::string what = e.what();
-    what = what.substr(0, what.find('\n'));
-    set_error(result, "rendezvous '" + id + "' at " + where + " failed: " + what);
+    set_error(result, "rendezvous '" + id + "' at " + where + " failed: " + one_line(e));
     return nullptr;
   }
   return handle.release();
@@ -124,12 +256,16 @@ extern "C" __attribute__((visibility("default"))) void* ddp_rdzv_join(const ddp_
 extern "C" __attribute__((visibility("default"))) void ddp_rdzv_release(void* opaque) {
   std::unique_ptr<Handle> handle(static_cast<Handle*>(opaque));
   if (!handle || !handle->is_server) return;
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(static_cast<long long>(handle->timeout_s * 1000));
+  const rdzv::Token token(handle->token);
+  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<long long>(handle->timeout_s * 1000));
   try {
-    while (handle->store->add(handle->prefix + "done", 0) < handle->nnodes &&
-           std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    for (int slot = 0; slot < handle->nnodes && Clock::now() < deadline; ++slot) {
+      const std::string key = rdzv::done_key(handle->run_id) + "/" + std::to_string(slot);
+      while (Clock::now() < deadline) {
+        const auto value = try_get(*handle->store, key);
+        if (value && rdzv::is_valid_claim(token, handle->run_id, handle->nnodes, slot, *value)) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
     }
   } catch (const std::exception&) {
     // The store is going away either way.

@@ -11,10 +11,16 @@ struct ddp_rdzv_request {
   int endpoint_port;
   const char* run_id;          // keys live under "ddp_rdzv/<run_id>/"
   int nnodes;
-  int is_server;               // this node serves the store (it could bind the endpoint)
+  // >= 0: this node serves the store on this socket, bound to exactly the endpoint and listening
+  // (the store takes it over); -1: this node is a client.
+  int listen_fd;
   const char* advertise_addr;  // where the other nodes reach this node's workers, if it gets rank 0
   int advertise_port;          // a free port there, for MASTER_PORT if it gets rank 0
   double timeout_s;
+  const char* token;           // the job's secret (DDP_RDZV_TOKEN), "" when none: see Note [Rendezvous token]
+  // 1: print only c10's fatal logs (the plugin reports every failure in one line itself); 0: leave
+  // c10's logging as the user set it (TORCH_CPP_LOG_LEVEL).
+  int quiet_c10_logs;
 };
 
 struct ddp_rdzv_result {

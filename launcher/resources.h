@@ -46,6 +46,7 @@ int resolve_nproc(const LaunchConfig& config, const LaunchEnvironment& env, Mach
 std::vector<std::string> resolve_visible_gpus(const LaunchConfig& config, int nproc, MachineResources& machine);
 
 // Note [CPU binding]
+// ~~~~~~~~~~~~~~~~~~
 // --cpu_bind exclusive gives local rank i the i-th of nproc contiguous slices of the launcher's own
 // CPUs (its affinity, so a Slurm or cgroup cpuset is respected), sizes differing by at most one,
 // larger slices first. Why: unpinned, the workers' intra-op pools and communication threads all

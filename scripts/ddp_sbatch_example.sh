@@ -19,7 +19,7 @@ launcher="$root/build/bin/ddp_launch"
 [[ $# -ge 1 ]] || { echo "usage: sbatch $0 TRAINING_BINARY [its arguments...]" >&2; exit 2; }
 
 # --gpus auto: on each node, pick the GPUs with the most free memory and no other process.
-# --log_dir: one folder per job, attempt and rank (DIR/<run id>/attempt_<k>/<rank>/{stdout,stderr}.log).
+# --log_dir: one folder per job, attempt and rank (DIR/<run id>_<random>/attempt_<k>/<rank>/{stdout,stderr}.log).
 srun --kill-on-bad-exit=1 "$launcher" \
   --nproc_per_node 4 \
   --gpus auto \

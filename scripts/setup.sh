@@ -12,6 +12,7 @@ debian_packages=(g++ cmake ninja-build pkg-config libcxxopts-dev libspdlog-dev c
                  libxxhash-dev xxhash          # the checkpoint MANIFEST checksum (XXH3-64) and xxhsum
                  dataset-fashion-mnist
                  libcpp-httplib-dev prometheus  # ddp_launch --metrics_port and its test (docs/observability.md)
+                 libssl-dev                    # the rendezvous plugin's HMAC proofs (docs/launcher.md)
                  gnuplot-nox)                   # scripts/plot_bench.sh and its test
 # --fuzz (scripts/fuzz.sh): clang and its runtimes (libFuzzer, ASan, UBSan) as well.
 [[ ${1:-} == --fuzz ]] && debian_packages+=(clang-14 libclang-rt-14-dev)

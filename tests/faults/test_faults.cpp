@@ -418,7 +418,7 @@ TEST_CASE("a hung rank is named by the ranks that timed out, which write their l
   CHECK_THAT(message, Contains("rank(s) 1 did not arrive (rank 1 sent no report within 2 s"));
 
   // Ranks 0 and 2 timed out in the same collective: both wrote their ring buffer, the hung rank none.
-  const std::string attempt = logs + "/diag/attempt_0/";
+  const std::string attempt = run_folder(logs, "diag") + "/attempt_0/";
   CHECK_FALSE(fs::exists(attempt + "collectives-rank1.json"));
   std::vector<std::int64_t> last;
   for (const int rank : {0, 2}) {
@@ -460,7 +460,7 @@ TEST_CASE("a desync (one rank issues an extra collective) is named, and the ring
   const std::string message = summary_message(outcome->err);
   CHECK_THAT(message, Contains("under the same number") && Contains("a desync"));
   // The same last sequence number on both ranks, but not the same collective.
-  const std::string attempt = logs + "/desync/attempt_0/";
+  const std::string attempt = run_folder(logs, "desync") + "/attempt_0/";
   const RingFile rank0 = read_ring_file(attempt + "collectives-rank0.json");
   const RingFile rank1 = read_ring_file(attempt + "collectives-rank1.json");
   CHECK(rank0.last_seq == rank1.last_seq);

@@ -144,6 +144,22 @@ bool wait_for_files(const std::string& dir, const std::string& prefix, size_t co
   }
 }
 
+std::vector<std::string> run_folders(const std::string& log_dir, const std::string& run_id) {
+  std::vector<std::string> found;
+  for (const auto& name : list_dir(log_dir)) {
+    // <run_id>_ and mkdtemp's six characters
+    if (name.size() == run_id.size() + 7 && name.rfind(run_id + "_", 0) == 0) found.push_back(log_dir + "/" + name);
+  }
+  return found;
+}
+
+std::string run_folder(const std::string& log_dir, const std::string& run_id) {
+  const std::vector<std::string> found = run_folders(log_dir, run_id);
+  INFO("run folders of '" << run_id << "' in " << log_dir);
+  REQUIRE(found.size() == 1);
+  return found.front();
+}
+
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
   std::ostringstream s;

@@ -317,10 +317,11 @@ TEST_CASE("console lines carry the rank prefix; --log_dir layout; --redirects an
       {}, 30s);
   INFO(outcome.out << outcome.err);
   CHECK(outcome.exit_code == 0);
-  CHECK(list_dir(logs) == std::vector<std::string>{"myrun"});
-  CHECK(list_dir(logs + "/myrun") == std::vector<std::string>{"attempt_0", "attempt_1"});
+  CHECK(list_dir(logs).size() == 1);
+  const std::string run = run_folder(logs, "myrun");
+  CHECK(list_dir(run) == std::vector<std::string>{"attempt_0", "attempt_1"});
   for (int attempt : {0, 1}) {
-    const std::string a = logs + "/myrun/attempt_" + std::to_string(attempt);
+    const std::string a = run + "/attempt_" + std::to_string(attempt);
     CHECK(list_dir(a) == std::vector<std::string>{"0", "1"});
     for (int rank : {0, 1}) {
       const std::string d = a + "/" + std::to_string(rank);
@@ -328,8 +329,8 @@ TEST_CASE("console lines carry the rank prefix; --log_dir layout; --redirects an
       CHECK(read_text(d + "/stderr.log") == "err line\n");
     }
   }
-  CHECK(list_dir(logs + "/myrun/attempt_0/1") == std::vector<std::string>{"error.json", "stderr.log", "stdout.log"});
-  CHECK_THAT(read_text(logs + "/myrun/attempt_0/1/error.json"), Catch::Contains("first attempt fails"));
+  CHECK(list_dir(run + "/attempt_0/1") == std::vector<std::string>{"error.json", "stderr.log", "stdout.log"});
+  CHECK_THAT(read_text(run + "/attempt_0/1/error.json"), Catch::Contains("first attempt fails"));
   // Without redirects the console shows every line once per attempt, prefixed, partial lines flushed.
   CHECK(count_of(outcome.out, "[rank 0]: out line\n") == 2);
   CHECK(count_of(outcome.out, "[rank 1]: tail\n") == 2);
@@ -342,7 +343,7 @@ TEST_CASE("console lines carry the rank prefix; --log_dir layout; --redirects an
     CHECK(quiet.exit_code == 0);
     CHECK(quiet.out.find("[rank") == std::string::npos);
     CHECK(quiet.err.find("[rank") == std::string::npos);
-    CHECK(read_text(logs + "/quiet/attempt_0/1/stdout.log") == "out line\n");
+    CHECK(read_text(run_folder(logs, "quiet") + "/attempt_0/1/stdout.log") == "out line\n");
     const auto teed = run_launcher(with_worker({"--nproc_per_node", "2", "--master_port", "0", "--log_dir", logs,
                                                 "--run_id", "teed", "--redirects", "3", "--tee", "1"},
                                                {"--print", "out line", "--eprint", "err line"}));
@@ -471,7 +472,7 @@ TEST_CASE("a relative --log_dir gives workers absolute error-file paths", "[proc
                                                 {"--out", dir.path()}));
   CHECK(outcome.exit_code == 0);
   CHECK(read_record(record_path(dir, 0)).env.at("TORCHELASTIC_ERROR_FILE") ==
-        dir.path() + "/logs/rel/attempt_0/0/error.json");
+        run_folder(dir.path() + "/logs", "rel") + "/attempt_0/0/error.json");
 }
 
 TEST_CASE("a binary the kernel cannot execute: exit 127 with the errno", "[process][failure]") {

@@ -351,12 +351,12 @@ TEST_CASE("gpus and stream specs parse", "[launcher][config]") {
   CHECK(parse_gpu_request("auto").mode == GpuRequest::Mode::kAuto);
   CHECK(parse_gpu_request("auto:3").auto_count == 3);
   const auto all = parse_stream_spec("--redirects", "3");
-  CHECK(all.for_local_rank(0) == kStdBoth);
-  CHECK(all.for_local_rank(7) == kStdBoth);
+  CHECK(all.for_local_rank(0) == StdStreams::kBoth);
+  CHECK(all.for_local_rank(7) == StdStreams::kBoth);
   const auto map = parse_stream_spec("--tee", "0:1,1:2");
-  CHECK(map.for_local_rank(0) == kStdOut);
-  CHECK(map.for_local_rank(1) == kStdErr);
-  CHECK(map.for_local_rank(2) == kStdNone);
+  CHECK(map.for_local_rank(0) == StdStreams::kOut);
+  CHECK(map.for_local_rank(1) == StdStreams::kErr);
+  CHECK(map.for_local_rank(2) == StdStreams::kNone);
   CHECK_THROWS_AS(parse_stream_spec("--tee", "0:1,0:2"), UsageError);
 }
 
@@ -417,11 +417,12 @@ TEST_CASE("console lines get one rank prefix; partial lines are flushed", "[laun
 }
 
 TEST_CASE("log path layout", "[launcher][logs]") {
-  const auto f = worker_files("/logs", "run1", 2, 5);
-  CHECK(f.dir == "/logs/run1/attempt_2/5");
-  CHECK(f.stdout_log == "/logs/run1/attempt_2/5/stdout.log");
-  CHECK(f.stderr_log == "/logs/run1/attempt_2/5/stderr.log");
-  CHECK(f.error_file == "/logs/run1/attempt_2/5/error.json");
+  const auto f = worker_files("/logs/run1_Ab3dE9", 2, 5);
+  CHECK(f.dir == "/logs/run1_Ab3dE9/attempt_2/5");
+  CHECK(f.stdout_log == "/logs/run1_Ab3dE9/attempt_2/5/stdout.log");
+  CHECK(f.stderr_log == "/logs/run1_Ab3dE9/attempt_2/5/stderr.log");
+  CHECK(f.error_file == "/logs/run1_Ab3dE9/attempt_2/5/error.json");
+  CHECK(attempt_dir("/logs/run1_Ab3dE9", 2) == "/logs/run1_Ab3dE9/attempt_2");
 }
 
 namespace {

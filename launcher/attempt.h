@@ -1,0 +1,24 @@
+#pragma once
+// One attempt of the local worker group, start to end: a state machine (running, stopping, killed)
+// driven by one poll() loop. See Note [Supervision] in attempt.cpp.
+#include <optional>
+#include <vector>
+
+#include "launcher/failure_report.h"
+#include "launcher/plan.h"
+#include "launcher/supervisor.h"
+#include "launcher/worker_process.h"
+
+namespace ddp::launcher {
+
+struct AttemptOutcome {
+  std::vector<WorkerExit> failures;    // empty: every worker exited 0
+  std::optional<int> launcher_signal;  // a signal the launcher received and forwarded
+};
+
+// Starts `launches`, supervises them until every one has ended (and every process group is gone),
+// and says what failed.
+AttemptOutcome run_attempt(const SupervisorOptions& options, SignalPipe& signals, int attempt,
+                           std::vector<WorkerLaunch> launches);
+
+}  // namespace ddp::launcher

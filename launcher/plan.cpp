@@ -1,0 +1,80 @@
+#include "launcher/plan.h"
+
+#include <algorithm>
+
+#include "launcher/log_layout.h"
+
+namespace ddp::launcher {
+
+// Note [One plan]
+// ~~~~~~~~~~~~~~~
+// The dry run and the supervisor must agree on every worker's rank, environment and files, so both
+// take them from plan_workers(), a pure function of what was settled before: the configuration
+// (flags), the node's assignment (from the rendezvous: node rank, master, world), the local
+// resources (GPUs, CPU slices) and the run's folder. Nothing here touches the machine: the
+// supervisor makes the folders (log_layout.h) right before it starts the attempt.
+
+namespace {
+
+bool shown_on_console(const LaunchConfig& c, int local_rank) {
+  if (!c.local_ranks_filter) return true;
+  const auto& f = *c.local_ranks_filter;
+  return std::find(f.begin(), f.end(), local_rank) != f.end();
+}
+
+// Which streams of a local rank go to its files: with --log_dir both, else what --redirects and
+// --tee name (their files then go to the temporary run folder).
+StdStreams streams_to_file(const LaunchConfig& c, int local_rank) {
+  if (!c.log_dir.empty()) return StdStreams::kBoth;
+  return c.redirects.for_local_rank(local_rank) | c.tee.for_local_rank(local_rank);
+}
+
+}  // namespace
+
+bool writes_log_files(const LaunchConfig& config, int nproc) {
+  for (int lr = 0; lr < nproc; ++lr) {
+    if (streams_to_file(config, lr) != StdStreams::kNone) return true;
+  }
+  return false;
+}
+
+std::vector<WorkerLaunch> plan_workers(const LaunchConfig& c, const NodeAssignment& node, const LocalWorkers& local,
+                                       const RunContext& run, int attempt) {
+  std::vector<WorkerLaunch> group;
+  for (int lr = 0; lr < local.nproc; ++lr) {
+    const int rank = global_rank(node, lr);
+    const WorkerFiles files = worker_files(run.run_folder, attempt, rank);
+    WorkerSlot slot;
+    slot.local_rank = lr;
+    slot.restart_count = attempt;
+    slot.error_file = files.error_file;
+    // Diagnostics of the ddp library (collectives-rank<R>.json), side by side for every rank.
+    if (!c.log_dir.empty()) slot.log_dir = attempt_dir(run.run_folder, attempt);
+    if (!local.gpus.empty()) slot.visible_gpu = local.gpus[lr];
+    slot.agent_socket = run.agent_socket;
+    if (!local.cpu_slices.empty()) slot.cpus = local.cpu_slices[lr];
+    WorkerLaunch w;
+    w.local_rank = lr;
+    w.rank = rank;
+    w.cpus = slot.cpus;
+    w.env = worker_environment(run.inherited, node, slot);
+    w.launcher_set = launcher_variables(node, slot);
+    if (auto omp = omp_threads_default(run.inherited, local.nproc, slot)) w.launcher_set.emplace_back("OMP_NUM_THREADS", *omp);
+    w.dir = files.dir;
+    w.error_file = files.error_file;
+    const StdStreams redirected = c.redirects.for_local_rank(lr);
+    const StdStreams teed = c.tee.for_local_rank(lr);
+    const StdStreams to_file = streams_to_file(c, lr);
+    const bool shown = shown_on_console(c, lr);
+    constexpr StdStreams kOut = StdStreams::kOut;
+    constexpr StdStreams kErr = StdStreams::kErr;
+    w.stdout_to_console = shown && (!includes(redirected, kOut) || includes(teed, kOut));
+    w.stderr_to_console = shown && (!includes(redirected, kErr) || includes(teed, kErr));
+    if (includes(to_file, kOut)) w.stdout_log = files.stdout_log;
+    if (includes(to_file, kErr)) w.stderr_log = files.stderr_log;
+    group.push_back(std::move(w));
+  }
+  return group;
+}
+
+}  // namespace ddp::launcher

@@ -1,0 +1,66 @@
+#pragma once
+// Process spawning and output I/O of the supervisor: fork/exec of one worker in its own session,
+// the pipes of its stdout and stderr (prefixed lines to the console, bytes to its log files), and
+// the self-pipe that turns signals into poll() events. See Note [Supervision] in attempt.cpp.
+#include <signal.h>
+#include <sys/types.h>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "launcher/line_splitter.h"
+#include "launcher/plan.h"
+
+namespace ddp::launcher {
+
+// Signals the launcher forwards to its workers.
+inline constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+
+// Signals a worker's process group; before the child's setsid() has run, the group does not exist
+// yet and the signal goes to the worker itself (it is blocked there until after setsid, so it waits).
+void signal_group(pid_t pid, int sig);
+
+// Installs handlers for the forwarded signals and SIGCHLD for its lifetime (restoring the old ones
+// afterwards); each signal becomes a byte on a pipe that poll() watches.
+class SignalPipe {
+ public:
+  SignalPipe();
+  ~SignalPipe();
+  SignalPipe(const SignalPipe&) = delete;
+  SignalPipe& operator=(const SignalPipe&) = delete;
+  int read_fd() const { return fds_[0]; }
+  // Signals received since the last call (SIGCHLD included).
+  std::vector<int> drain();
+
+ private:
+  int fds_[2] = {-1, -1};
+  struct sigaction old_[NSIG] {};
+};
+
+// One output stream of one worker: the read end of its pipe and where its bytes go.
+struct OutputStream {
+  int fd = -1;
+  int console_fd = -1;  // 1 or 2, or -1 when this stream is not shown
+  int file_fd = -1;
+  LineSplitter splitter;
+  std::string prefix;
+
+  void close_all();
+  // Reads what is there; returns false at EOF (or error).
+  bool pump();
+  // Flushes a last partial line to the console and closes everything.
+  void finish();
+
+ private:
+  void emit(std::string_view line);
+};
+
+// Creates the worker's log files (new files only: see Note [Log folders]), then forks and execs
+// `program_path` with `args` and the worker's environment and CPUs. `out` and `err` get the read
+// ends of its pipes. Returns the pid. Throws (leaving no child behind) when a file, pipe or fork
+// fails.
+pid_t start_worker(const std::string& program_path, const std::vector<std::string>& args, const WorkerLaunch& launch,
+                   OutputStream& out, OutputStream& err);
+
+}  // namespace ddp::launcher

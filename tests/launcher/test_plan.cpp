@@ -1,0 +1,144 @@
+// Unit tests of the launcher's plan (launcher/plan.h): the one source of every worker's rank,
+// environment, files, console routing and CPUs, for --dry_run and the supervisor alike.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <set>
+
+#include "launcher/config.h"
+#include "launcher/plan.h"
+#include "launcher/rendezvous.h"
+
+using namespace ddp::launcher;
+
+namespace {
+
+LaunchConfig parse(std::vector<std::string> args) {
+  std::vector<const char*> argv{"ddp_launch"};
+  for (const auto& a : args) argv.push_back(a.c_str());
+  argv.push_back("/bin/true");
+  return parse_launch_args(static_cast<int>(argv.size()), argv.data(),
+                           LaunchEnvironment::from_map({{"PATH", "/usr/bin:/bin"}}))
+      .config;
+}
+
+std::map<std::string, std::string> env_of(const WorkerLaunch& w) {
+  std::map<std::string, std::string> env;
+  for (const auto& kv : w.env) env[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
+  return env;
+}
+
+RunContext run_in(const std::string& folder) {
+  RunContext run;
+  run.inherited = {{"PATH", "/usr/bin"}, {"KEEP", "me"}};
+  run.run_folder = folder;
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("plan: ranks, world and files of every worker of node 1 of 2, attempt 1", "[launcher][plan]") {
+  const LaunchConfig c = parse({"--nnodes", "2", "--node_rank", "1", "--nproc_per_node", "3", "--master_addr",
+                                "10.0.0.1", "--max_restarts", "2", "--log_dir", "/logs", "--run_id", "r"});
+  const NodeAssignment node = assignment_from_flags(c, 3);
+  LocalWorkers local;
+  local.nproc = 3;
+  const auto plan = plan_workers(c, node, local, run_in("/logs/r_abcdef"), 1);
+  REQUIRE(plan.size() == 3);
+  std::set<std::string> dirs;
+  for (int lr = 0; lr < 3; ++lr) {
+    const WorkerLaunch& w = plan[lr];
+    INFO("local rank " << lr);
+    CHECK(w.local_rank == lr);
+    CHECK(w.rank == 3 + lr);
+    const auto env = env_of(w);
+    CHECK(env.at("RANK") == std::to_string(3 + lr));
+    CHECK(env.at("WORLD_SIZE") == "6");
+    CHECK(env.at("GROUP_RANK") == "1");
+    CHECK(env.at("MASTER_ADDR") == "10.0.0.1");
+    CHECK(env.at("TORCHELASTIC_RESTART_COUNT") == "1");
+    CHECK(env.at("TORCHELASTIC_MAX_RESTARTS") == "2");
+    CHECK(env.at("KEEP") == "me");  // inherited
+    CHECK(env.at("OMP_NUM_THREADS") == "1");
+    CHECK(w.dir == "/logs/r_abcdef/attempt_1/" + std::to_string(3 + lr));
+    CHECK(w.error_file == w.dir + "/error.json");
+    CHECK(env.at("TORCHELASTIC_ERROR_FILE") == w.error_file);
+    CHECK(env.at("DDP_LOG_DIR") == "/logs/r_abcdef/attempt_1");
+    // --log_dir: both streams to files and the console.
+    CHECK(w.stdout_log == w.dir + "/stdout.log");
+    CHECK(w.stderr_log == w.dir + "/stderr.log");
+    CHECK(w.stdout_to_console);
+    CHECK(w.stderr_to_console);
+    CHECK(w.cpus.empty());
+    // What a dry run prints is what the worker gets.
+    for (const auto& [key, value] : w.launcher_set) CHECK(env.at(key) == value);
+    dirs.insert(w.dir);
+  }
+  CHECK(dirs.size() == 3);
+}
+
+TEST_CASE("plan: console and file routing follow --redirects, --tee and --local_ranks_filter", "[launcher][plan]") {
+  LocalWorkers local;
+  local.nproc = 3;
+  const LaunchConfig c = parse({"--nproc_per_node", "3", "--redirects", "0:3,1:1", "--tee", "1:1",
+                                "--local_ranks_filter", "0,1"});
+  const auto plan = plan_workers(c, assignment_from_flags(c, 3), local, run_in("/tmp/x"), 0);
+  REQUIRE(plan.size() == 3);
+  // Rank 0: both streams only to files.
+  CHECK_FALSE(plan[0].stdout_to_console);
+  CHECK_FALSE(plan[0].stderr_to_console);
+  CHECK(plan[0].stdout_log == "/tmp/x/attempt_0/0/stdout.log");
+  CHECK(plan[0].stderr_log == "/tmp/x/attempt_0/0/stderr.log");
+  // Rank 1: stdout redirected and teed back, stderr untouched and not written.
+  CHECK(plan[1].stdout_to_console);
+  CHECK(plan[1].stderr_to_console);
+  CHECK(plan[1].stdout_log == "/tmp/x/attempt_0/1/stdout.log");
+  CHECK(plan[1].stderr_log.empty());
+  // Rank 2: filtered off the console, no files.
+  CHECK_FALSE(plan[2].stdout_to_console);
+  CHECK_FALSE(plan[2].stderr_to_console);
+  CHECK(plan[2].stdout_log.empty());
+  CHECK(env_of(plan[2]).count("DDP_LOG_DIR") == 0);  // no --log_dir
+  CHECK(writes_log_files(c, 3));
+  CHECK_FALSE(writes_log_files(parse({"--nproc_per_node", "2"}), 2));
+}
+
+TEST_CASE("plan: GPUs, CPUs and the agent socket reach each worker", "[launcher][plan]") {
+  const LaunchConfig c = parse({"--nproc_per_node", "2"});
+  LocalWorkers local;
+  local.nproc = 2;
+  local.gpus = {"3", "5"};
+  local.cpu_slices = {{0, 1}, {2, 3, 4}};
+  RunContext run = run_in("/r");
+  run.agent_socket = "/tmp/agent.sock";
+  const auto plan = plan_workers(c, assignment_from_flags(c, 2), local, run, 0);
+  REQUIRE(plan.size() == 2);
+  for (int lr = 0; lr < 2; ++lr) {
+    const auto env = env_of(plan[lr]);
+    CHECK(env.at("CUDA_VISIBLE_DEVICES") == local.gpus[lr]);
+    CHECK(plan[lr].cpus == local.cpu_slices[lr]);
+    CHECK(env.at("OMP_NUM_THREADS") == std::to_string(local.cpu_slices[lr].size()));
+    CHECK(env.at("DDP_AGENT_SOCKET") == "/tmp/agent.sock");
+  }
+}
+
+TEST_CASE("plan: a restart changes only the attempt's restart count and folders", "[launcher][plan]") {
+  const LaunchConfig c = parse({"--nproc_per_node", "2", "--max_restarts", "1"});
+  LocalWorkers local;
+  local.nproc = 2;
+  const auto first = plan_workers(c, assignment_from_flags(c, 2), local, run_in("/r"), 0);
+  const auto second = plan_workers(c, assignment_from_flags(c, 2), local, run_in("/r"), 1);
+  for (int lr = 0; lr < 2; ++lr) {
+    auto a = env_of(first[lr]);
+    auto b = env_of(second[lr]);
+    CHECK(a.at("TORCHELASTIC_RESTART_COUNT") == "0");
+    CHECK(b.at("TORCHELASTIC_RESTART_COUNT") == "1");
+    CHECK(first[lr].error_file == "/r/attempt_0/" + std::to_string(lr) + "/error.json");
+    CHECK(second[lr].error_file == "/r/attempt_1/" + std::to_string(lr) + "/error.json");
+    for (const char* differs : {"TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_ERROR_FILE"}) {
+      a.erase(differs);
+      b.erase(differs);
+    }
+    CHECK(a == b);
+  }
+}
