@@ -217,6 +217,24 @@ double learning_rate(const TrainOptions& options, int64_t step, int64_t total) {
   return options.lr * 0.5 * (1.0 + std::cos(kPi * static_cast<double>(step) / static_cast<double>(total)));
 }
 
+// --resume: the newest valid checkpoint under --checkpoint-dir. Every step folder skipped on the way
+// (corrupt, cut, another user's, or without MANIFEST) is named in a warning with the reason. When
+// checkpoints exist but none is valid the run stops with an error, since starting from scratch would
+// silently throw the training away, unless --allow-fresh-start. nullopt: start from scratch.
+std::optional<CheckpointInfo> checkpoint_to_resume(const TrainOptions& options, bool main) {
+  const std::vector<CheckpointCandidate> candidates = inspect_checkpoints(options.checkpoint_dir);
+  for (const auto& candidate : candidates) {
+    if (candidate.valid) return candidate.info;
+    if (main) std::cerr << "warning: skipping " << candidate.problem << std::endl;
+  }
+  if (!candidates.empty() && !options.allow_fresh_start) {
+    throw IoError(str("--resume: none of the ", candidates.size(), " checkpoint folders in ", options.checkpoint_dir,
+                      " is valid (each is named above with the reason); pass --allow-fresh-start to train from "
+                      "scratch anyway"));
+  }
+  return std::nullopt;
+}
+
 // Writes a checkpoint through the library: rank 0 writes, every rank waits for it.
 void save(const TrainOptions& options, const Runtime& rt, Trainee& trainee, torch::optim::Optimizer& optimizer,
           int64_t step, const samplers::SamplerState& sampler_state) {
@@ -266,7 +284,7 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
   int64_t start_epoch = 0, global_step = 0;
   std::optional<samplers::SamplerState> resumed;
   if (options.resume) {
-    if (const auto latest = find_latest_valid_checkpoint(options.checkpoint_dir)) {
+    if (const auto latest = checkpoint_to_resume(options, rt.main())) {
       const TrainingProgress progress = load_checkpoint(latest->path, *trainee.module, &optimizer);
       global_step = progress.step;
       start_epoch = progress.sampler.epoch;
@@ -274,7 +292,7 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
       if (rt.main()) std::cout << "resuming from " << latest->path.string() << " (epoch " << start_epoch + 1
                                << ", step " << global_step << ")" << std::endl;
     } else if (rt.main()) {
-      std::cout << "no checkpoint in " << options.checkpoint_dir << ": starting from scratch" << std::endl;
+      std::cout << "no valid checkpoint in " << options.checkpoint_dir << ": starting from scratch" << std::endl;
     }
   }
 
