@@ -74,14 +74,11 @@ class LegacyChecksum {
   size_t pending_size_ = 0;
 };
 
-// XXH3-64's canonical form, as xxhsum and Python's hexdigest() print it: 16 hex digits.
-std::string hex(uint64_t value) {
-  std::ostringstream out;
-  out << std::hex;
-  out.width(16);
-  out.fill('0');
-  out << value;
-  return out.str();
+// Digits only: istream's >> into an unsigned type takes "-1" and wraps it around.
+bool parse_size(const std::string& text, uint64_t& value) {
+  if (text.empty() || text.size() > 19 || text.find_first_not_of("0123456789") != std::string::npos) return false;
+  value = std::stoull(text);
+  return true;
 }
 
 bool parse_hex(const std::string& text, uint64_t& value) {
@@ -91,6 +88,15 @@ bool parse_hex(const std::string& text, uint64_t& value) {
 }
 
 }  // namespace
+
+std::string hex_digest(uint64_t checksum) {
+  std::ostringstream out;
+  out << std::hex;
+  out.width(16);
+  out.fill('0');
+  out << checksum;
+  return out.str();
+}
 
 struct Checksum::State {
   ChecksumKind kind;
@@ -152,12 +158,12 @@ std::string format_manifest(const CheckpointInfo& info, const std::vector<Manife
   out << (version == 1 ? kHeaderV1 : kHeaderV2) << "\nepoch " << info.epoch << "\nstep " << info.step
       << "\nworld_size " << info.world_size << "\n";
   for (const auto& file : files) {
-    out << "file " << file.name << " " << file.digest.size << " " << hex(file.digest.checksum) << "\n";
+    out << "file " << file.name << " " << file.digest.size << " " << hex_digest(file.digest.checksum) << "\n";
   }
   std::string text = out.str();
   if (version == 2) {
     const size_t lines = 4 + files.size();
-    text += str("end ", lines, " ", hex(checksum_of(text)), "\n");
+    text += str("end ", lines, " ", hex_digest(checksum_of(text)), "\n");
   }
   return text;
 }
@@ -173,10 +179,11 @@ std::string check_end_line(const std::string& text, const fs::path& path) {
   const auto start = text.rfind('\n', text.size() - 2);
   const std::string body = text.substr(0, start + 1);
   std::istringstream fields(text.substr(start + 1));
-  std::string key, digest, extra;
-  size_t lines = 0;
+  std::string key, count, digest, extra;
+  uint64_t lines = 0;
   uint64_t checksum = 0;
-  if (!(fields >> key >> lines >> digest) || key != "end" || (fields >> extra) || !parse_hex(digest, checksum)) {
+  if (!(fields >> key >> count >> digest) || key != "end" || (fields >> extra) || !parse_size(count, lines) ||
+      !parse_hex(digest, checksum)) {
     throw invalid("its last line is not 'end <lines> <xxh3>'");
   }
   const auto counted = static_cast<size_t>(std::count(body.begin(), body.end(), '\n'));
@@ -213,8 +220,8 @@ Manifest parse_manifest(const std::string& text, const fs::path& path) {
       ok = static_cast<bool>(fields >> manifest.info.world_size);
     } else if (key == "file") {
       ManifestFile file;
-      std::string checksum;
-      ok = static_cast<bool>(fields >> file.name >> file.digest.size >> checksum) &&
+      std::string size, checksum;
+      ok = static_cast<bool>(fields >> file.name >> size >> checksum) && parse_size(size, file.digest.size) &&
            parse_hex(checksum, file.digest.checksum);
       // Names are files in the checkpoint folder: "../x" or "/x" would read files elsewhere.
       if (ok && (file.name.find('/') != std::string::npos || file.name == "." || file.name == "..")) {

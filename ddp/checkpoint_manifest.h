@@ -50,6 +50,9 @@ class Checksum {
   std::unique_ptr<State> state_;
 };
 
+// A checksum as the MANIFEST, xxhsum and Python's hexdigest() write it: 16 lower-case hex digits.
+std::string hex_digest(uint64_t checksum);
+
 // The checksum of a whole byte string.
 uint64_t checksum_of(const std::string& bytes, ChecksumKind kind = ChecksumKind::kXxh3);
 
