@@ -79,7 +79,14 @@ TEST_CASE("Python reads the whole checkpoint with weights_only=True, optimizer s
       "    for k in sorted(s):\n"
       "        v = s[k]\n"
       "        print(k, repr(v.double().sum().item()) if torch.is_tensor(v) else v)\n"
-      "    print('rng', t['rng']['cpu'].dtype, len(t['rng']['cuda']))\n",
+      "    print('rng', t['rng']['cpu'].dtype, len(t['rng']['cuda']))\n"
+      // Python's optimizer of the same type takes the state, and steps with it.
+      "    net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 2))\n"
+      "    opt = (torch.optim.SGD if 'momentum' in g else torch.optim.Adam)(net.parameters(), lr=1.0)\n"
+      "    opt.load_state_dict(o)\n"
+      "    net(torch.randn(6, 4)).pow(2).mean().backward()\n"
+      "    opt.step()\n"
+      "    print('python-loads', type(opt).__name__, opt.param_groups[0]['lr'])\n",
       dir.path);
   REQUIRE(output.has_value());
   const auto first = [](torch::optim::Optimizer& optimizer, const std::string& name) {
@@ -98,7 +105,7 @@ TEST_CASE("Python reads the whole checkpoint with weights_only=True, optimizer s
     for (std::string line; std::getline(in, line);) result.push_back(line);
     return result;
   }();
-  REQUIRE(lines.size() == 18);
+  REQUIRE(lines.size() == 20);
   CHECK(lines[0] == "9 1 4 17 6 5");
   CHECK(lines[1] == "dampening 0.0");
   CHECK(lines[2] == "lr 0.1");
@@ -109,18 +116,20 @@ TEST_CASE("Python reads the whole checkpoint with weights_only=True, optimizer s
   CHECK(lines[6].rfind("momentum_buffer ", 0) == 0);
   CHECK(number_after(lines[6]) == Approx(first(sgd, "momentum_buffer")).epsilon(1e-12));
   CHECK(lines[7].rfind("rng torch.uint8 ", 0) == 0);
-  CHECK(lines[8] == "9 1 6 17 6 5");
-  CHECK(lines[9] == "amsgrad False");
-  CHECK(lines[10] == "betas (0.8, 0.95)");
-  CHECK(lines[11] == "eps 1e-08");
-  CHECK(lines[12] == "lr 0.01");
-  CHECK(lines[13] == "weight_decay 0.0");
-  CHECK(lines[14].rfind("exp_avg ", 0) == 0);
-  CHECK(number_after(lines[14]) == Approx(first(adam, "exp_avg")).epsilon(1e-12));
-  CHECK(lines[15].rfind("exp_avg_sq ", 0) == 0);
-  CHECK(number_after(lines[15]) == Approx(first(adam, "exp_avg_sq")).epsilon(1e-12));
-  CHECK(lines[16] == "step 2");
-  CHECK(lines[17].rfind("rng torch.uint8 ", 0) == 0);
+  CHECK(lines[8] == "python-loads SGD 0.1");
+  CHECK(lines[9] == "9 1 6 17 6 5");
+  CHECK(lines[10] == "amsgrad False");
+  CHECK(lines[11] == "betas (0.8, 0.95)");
+  CHECK(lines[12] == "eps 1e-08");
+  CHECK(lines[13] == "lr 0.01");
+  CHECK(lines[14] == "weight_decay 0.0");
+  CHECK(lines[15].rfind("exp_avg ", 0) == 0);
+  CHECK(number_after(lines[15]) == Approx(first(adam, "exp_avg")).epsilon(1e-12));
+  CHECK(lines[16].rfind("exp_avg_sq ", 0) == 0);
+  CHECK(number_after(lines[16]) == Approx(first(adam, "exp_avg_sq")).epsilon(1e-12));
+  CHECK(lines[17] == "step 2");
+  CHECK(lines[18].rfind("rng torch.uint8 ", 0) == 0);
+  CHECK(lines[19] == "python-loads Adam 0.01");
 }
 
 // Writes three files that run code when loaded the unsafe way, each proven live by Python (which
