@@ -222,51 +222,66 @@ TrainingProgress load_checkpoint(const fs::path& checkpoint, torch::nn::Module& 
   return read_trainer_state(checkpoint / kTrainerFile, optimizer, device, options.rng_state);
 }
 
-std::vector<CheckpointInfo> list_checkpoints(const fs::path& root) {
-  std::vector<CheckpointInfo> result;
-  std::error_code error;
-  if (!fs::is_directory(root, error)) return result;
-  for (const auto& entry : fs::directory_iterator(root, error)) {
-    const std::string name = entry.path().filename().string();
-    if (!is_checkpoint_name(name) || !fs::exists(fs::symlink_status(entry.path() / kManifestName, error))) continue;
-    CheckpointInfo info;
-    try {
-      info = read_manifest(entry.path()).info;
-    } catch (const IoError&) {
-      // Listed anyway (the name says which step); verify_checkpoint() reports what is wrong.
-      info.path = entry.path();
-      try {
-        info.step = std::stoll(name.substr(5));
-      } catch (const std::out_of_range&) {
-        continue;  // more digits than any step: not ours
-      }
-    }
-    result.push_back(info);
-  }
-  std::sort(result.begin(), result.end(),
-            [](const CheckpointInfo& a, const CheckpointInfo& b) { return a.step > b.step; });
-  return result;
-}
+namespace {
 
-std::vector<CheckpointCandidate> inspect_checkpoints(const fs::path& root) {
-  std::vector<CheckpointCandidate> result;
+struct StepFolder {
+  fs::path path;
+  int64_t step = 0;  // from the name
+  bool has_manifest = false;
+};
+
+// The step-* folders under root, newest step first; none when root is not a folder.
+std::vector<StepFolder> step_folders(const fs::path& root) {
+  std::vector<StepFolder> result;
   std::error_code error;
   if (!fs::is_directory(root, error)) return result;
   for (const auto& entry : fs::directory_iterator(root, error)) {
     const std::string name = entry.path().filename().string();
     if (!is_checkpoint_name(name)) continue;
-    CheckpointCandidate candidate;
-    candidate.path = entry.path();
+    StepFolder folder{entry.path(), 0, fs::exists(fs::symlink_status(entry.path() / kManifestName, error))};
     try {
-      candidate.step = std::stoll(name.substr(5));
+      folder.step = std::stoll(name.substr(5));
     } catch (const std::out_of_range&) {
       continue;  // more digits than any step: not ours
     }
-    if (!fs::exists(fs::symlink_status(entry.path() / kManifestName, error))) {
-      candidate.problem = str(entry.path().string(), ": has no MANIFEST: an incomplete or foreign folder");
+    result.push_back(std::move(folder));
+  }
+  std::sort(result.begin(), result.end(), [](const StepFolder& a, const StepFolder& b) { return a.step > b.step; });
+  return result;
+}
+
+}  // namespace
+
+std::vector<CheckpointInfo> list_checkpoints(const fs::path& root) {
+  std::vector<CheckpointInfo> result;
+  for (const StepFolder& folder : step_folders(root)) {
+    if (!folder.has_manifest) continue;
+    CheckpointInfo info;
+    try {
+      info = read_manifest(folder.path).info;
+    } catch (const IoError&) {
+      // Listed anyway (the name says which step); verify_checkpoint() reports what is wrong.
+      info.path = folder.path;
+      info.step = folder.step;
+    }
+    result.push_back(info);
+  }
+  std::stable_sort(result.begin(), result.end(),
+                   [](const CheckpointInfo& a, const CheckpointInfo& b) { return a.step > b.step; });
+  return result;
+}
+
+std::vector<CheckpointCandidate> inspect_checkpoints(const fs::path& root) {
+  std::vector<CheckpointCandidate> result;
+  for (const StepFolder& folder : step_folders(root)) {
+    CheckpointCandidate candidate;
+    candidate.path = folder.path;
+    candidate.step = folder.step;
+    if (!folder.has_manifest) {
+      candidate.problem = str(folder.path.string(), ": has no MANIFEST: an incomplete or foreign folder");
     } else {
       try {
-        candidate.info = verify_checkpoint(entry.path());
+        candidate.info = verify_checkpoint(folder.path);
         candidate.valid = true;
       } catch (const IoError& e) {
         candidate.problem = e.what();
@@ -274,8 +289,6 @@ std::vector<CheckpointCandidate> inspect_checkpoints(const fs::path& root) {
     }
     result.push_back(std::move(candidate));
   }
-  std::sort(result.begin(), result.end(),
-            [](const CheckpointCandidate& a, const CheckpointCandidate& b) { return a.step > b.step; });
   return result;
 }
 

@@ -27,6 +27,24 @@ using Kind = PickleValue::Kind;
 using Betas = std::tuple<double, double>;
 constexpr int64_t kTrainerVersion = 2;
 
+// Adam and AdamW have the same options and state under the same names.
+template <typename AdamLikeOptions, typename Visitor>
+void visit_adam_options(AdamLikeOptions& o, Visitor& visit) {
+  visit("lr", o.lr());
+  visit("betas", o.betas());
+  visit("eps", o.eps());
+  visit("weight_decay", o.weight_decay());
+  visit("amsgrad", o.amsgrad());
+}
+
+template <typename AdamLikeState, typename Visitor>
+void visit_adam_state(AdamLikeState& s, Visitor& visit) {
+  visit("step", s.step());
+  visit("exp_avg", s.exp_avg());
+  visit("exp_avg_sq", s.exp_avg_sq());
+  visit("max_exp_avg_sq", s.max_exp_avg_sq());
+}
+
 // Calls visit(name, field) for each option of the optimizer's param group, with PyTorch's names.
 // False for an optimizer type this file does not know.
 template <typename Visitor>
@@ -38,17 +56,9 @@ bool visit_options(optim::OptimizerOptions& options, Visitor& visit) {
     visit("weight_decay", o->weight_decay());
     visit("nesterov", o->nesterov());
   } else if (auto* o = dynamic_cast<optim::AdamOptions*>(&options)) {
-    visit("lr", o->lr());
-    visit("betas", o->betas());
-    visit("eps", o->eps());
-    visit("weight_decay", o->weight_decay());
-    visit("amsgrad", o->amsgrad());
+    visit_adam_options(*o, visit);
   } else if (auto* o = dynamic_cast<optim::AdamWOptions*>(&options)) {
-    visit("lr", o->lr());
-    visit("betas", o->betas());
-    visit("eps", o->eps());
-    visit("weight_decay", o->weight_decay());
-    visit("amsgrad", o->amsgrad());
+    visit_adam_options(*o, visit);
   } else if (auto* o = dynamic_cast<optim::AdagradOptions*>(&options)) {
     visit("lr", o->lr());
     visit("lr_decay", o->lr_decay());
@@ -74,15 +84,9 @@ void visit_param_state(optim::OptimizerParamState& state, Visitor& visit) {
   if (auto* s = dynamic_cast<optim::SGDParamState*>(&state)) {
     visit("momentum_buffer", s->momentum_buffer());
   } else if (auto* s = dynamic_cast<optim::AdamParamState*>(&state)) {
-    visit("step", s->step());
-    visit("exp_avg", s->exp_avg());
-    visit("exp_avg_sq", s->exp_avg_sq());
-    visit("max_exp_avg_sq", s->max_exp_avg_sq());
+    visit_adam_state(*s, visit);
   } else if (auto* s = dynamic_cast<optim::AdamWParamState*>(&state)) {
-    visit("step", s->step());
-    visit("exp_avg", s->exp_avg());
-    visit("exp_avg_sq", s->exp_avg_sq());
-    visit("max_exp_avg_sq", s->max_exp_avg_sq());
+    visit_adam_state(*s, visit);
   } else if (auto* s = dynamic_cast<optim::AdagradParamState*>(&state)) {
     visit("sum", s->sum());
     visit("step", s->step());

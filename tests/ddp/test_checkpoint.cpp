@@ -357,7 +357,8 @@ TEST_CASE("writes are atomic: leftovers never count, an interrupted write keeps 
   CHECK(ddp::find_latest_valid_checkpoint(dir.path)->step == 1);
 
   // Saving the same step again replaces it.
-  ddp::write_checkpoint_directory(dir.path, ddp::checkpoint_name(1), {file("model.pt", "again"), trainer}, {{}, 0, 1, 1});
+  ddp::write_checkpoint_directory(dir.path, ddp::checkpoint_name(1), {file("model.pt", "again"), trainer},
+                                  {{}, 0, 1, 1});
   CHECK(read_bytes(dir.path / ddp::checkpoint_name(1) / "model.pt").size() == 5);
   CHECK_NOTHROW(ddp::verify_checkpoint(dir.path / ddp::checkpoint_name(1)));
 }

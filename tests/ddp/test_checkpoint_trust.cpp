@@ -5,6 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <functional>
+#include <memory>
+
 #include "tests/ddp/test_checkpoint_support.h"
 
 #include "ddp/checkpoint_manifest.h"
@@ -335,7 +338,8 @@ TEST_CASE("the MANIFEST's checksums are XXH3-64 as xxhsum -H3 prints them", "[ch
   // xxhsum 0.8 prints "XXH3 (<file>) = <hex>" with -H3 (BSD style) or "<hex>  <file>": take the hex.
   const auto xxhsum = [](const std::string& command) {
     const std::string output = run_command(command);
-    const auto digest = output.find_first_of("0123456789abcdef", output.find('=') == std::string::npos ? 0 : output.find('='));
+    const auto equals = output.find('=');
+    const auto digest = output.find_first_of("0123456789abcdef", equals == std::string::npos ? 0 : equals);
     return output.substr(digest, 16);
   };
   for (const std::string name : {"model.pt", "trainer.pt"}) {
@@ -347,4 +351,73 @@ TEST_CASE("the MANIFEST's checksums are XXH3-64 as xxhsum -H3 prints them", "[ch
   const auto end = manifest.rfind("end ");
   CHECK(manifest.substr(manifest.size() - 17, 16) ==
         xxhsum("head -c " + std::to_string(end) + " " + (folder / "MANIFEST").string() + " | xxhsum -H3"));
+}
+
+TEST_CASE("every optimizer type checkpoints can store resumes exactly; others are refused", "[checkpoint]") {
+  namespace optim = torch::optim;
+  using Factory = std::function<std::unique_ptr<optim::Optimizer>(Mlp&)>;
+  const std::vector<std::pair<std::string, Factory>> optimizers = {
+      {"SGD",
+       [](Mlp& m) {
+         return std::make_unique<optim::SGD>(m.parameters(),
+                                             optim::SGDOptions(0.1).momentum(0.8).dampening(0.1).weight_decay(0.01));
+       }},
+      {"Adam",
+       [](Mlp& m) {
+         return std::make_unique<optim::Adam>(m.parameters(),
+                                              optim::AdamOptions(0.01).amsgrad(true).weight_decay(0.01));
+       }},
+      {"AdamW",
+       [](Mlp& m) {
+         return std::make_unique<optim::AdamW>(m.parameters(), optim::AdamWOptions(0.01).betas({0.7, 0.9}));
+       }},
+      {"Adagrad",
+       [](Mlp& m) {
+         return std::make_unique<optim::Adagrad>(m.parameters(), optim::AdagradOptions(0.05).lr_decay(0.01));
+       }},
+      {"RMSprop",
+       [](Mlp& m) {
+         return std::make_unique<optim::RMSprop>(m.parameters(),
+                                                 optim::RMSpropOptions(0.01).momentum(0.5).centered(true));
+       }},
+  };
+  for (const auto& [name, make] : optimizers) {
+    INFO(name);
+    TempDir dir;
+    torch::manual_seed(8);
+    Mlp model;
+    auto optimizer = make(model);
+    const fs::path folder = save_trained(dir.path, model, *optimizer, 3);
+    torch::manual_seed(9);
+    Mlp restored;
+    Mlp fresh_model;
+    auto restored_optimizer = make(restored);
+    // Options changed after construction come back too.
+    restored_optimizer->param_groups()[0].options().set_lr(123.0);
+    ddp::load_checkpoint(folder, restored, restored_optimizer.get());
+    CHECK(restored_optimizer->param_groups()[0].options().get_lr() ==
+          optimizer->param_groups()[0].options().get_lr());
+    train_steps(model, *optimizer, 2, 40);
+    train_steps(restored, *restored_optimizer, 2, 40);
+    require_same_state(ddp::state_dict(model), ddp::state_dict(restored));
+    // The optimizer state mattered: a fresh optimizer on the loaded model ends elsewhere.
+    ddp::load_checkpoint(folder, fresh_model, nullptr);
+    auto fresh_optimizer = make(fresh_model);
+    train_steps(fresh_model, *fresh_optimizer, 2, 40);
+    CHECK_FALSE(torch::equal(ddp::state_dict(fresh_model)["fc1.weight"], ddp::state_dict(model)["fc1.weight"]));
+  }
+  // A checkpoint of SGD does not fit Adam: refused, and Adam keeps its own state.
+  TempDir dir;
+  Mlp model;
+  optim::SGD sgd(model.parameters(), optim::SGDOptions(0.1).momentum(0.9));
+  const fs::path folder = save_trained(dir.path, model, sgd, 1);
+  optim::Adam adam(model.parameters(), optim::AdamOptions(0.01));
+  train_steps(model, adam, 1, 50);
+  const size_t states = adam.state().size();
+  CHECK_THAT(io_error_of([&] { ddp::load_checkpoint(folder, model, &adam); }),
+             Catch::Contains("trainer.pt") && Catch::Contains("param group 0"));
+  CHECK(adam.state().size() == states);
+  CHECK(adam.param_groups()[0].options().get_lr() == 0.01);
+  optim::LBFGS lbfgs(model.parameters(), optim::LBFGSOptions(1));
+  CHECK_THROWS_AS(ddp::save_checkpoint(dir.path, model, &lbfgs, {0, 9, {}}, 0, nullptr), ddp::InvalidArgument);
 }
