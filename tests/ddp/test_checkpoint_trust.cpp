@@ -421,3 +421,26 @@ TEST_CASE("every optimizer type checkpoints can store resumes exactly; others ar
   optim::LBFGS lbfgs(model.parameters(), optim::LBFGSOptions(1));
   CHECK_THROWS_AS(ddp::save_checkpoint(dir.path, model, &lbfgs, {0, 9, {}}, 0, nullptr), ddp::InvalidArgument);
 }
+
+TEST_CASE("a trainer.pt of the earlier format (a TorchScript archive) is refused, never loaded", "[checkpoint]") {
+  TempDir dir;
+  Mlp model;
+  torch::optim::SGD optimizer(model.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  const fs::path folder = save_trained(dir.path, model, optimizer, 5);
+  // What the earlier code wrote into trainer.pt (writing one runs nothing; loading one could).
+  torch::serialize::OutputArchive archive;
+  archive.write("epoch", torch::tensor(int64_t{1}), /*is_buffer=*/true);
+  torch::serialize::OutputArchive optimizer_archive;
+  optimizer.save(optimizer_archive);
+  archive.write("optimizer", optimizer_archive);
+  const fs::path old_trainer = dir.path / "old-trainer.pt";
+  archive.save_to(old_trainer.string());
+  plant(dir.path, 5, "trainer.pt", read_bytes(old_trainer));
+  Mlp restored;
+  const std::string error = io_error_of([&] { ddp::load_checkpoint(folder, restored, nullptr); });
+  CHECK_THAT(error, Catch::Contains((folder / "trainer.pt").string()) &&
+                        Catch::Contains("a TorchScript archive, which is never loaded"));
+  // Its model.pt is a plain state dict and still loads.
+  ddp::load_state_dict(restored, ddp::load_state_dict_file(folder / "model.pt"));
+  require_same_state(ddp::state_dict(model), ddp::state_dict(restored));
+}
