@@ -107,6 +107,7 @@ DataSets load_data(const ProgramSpec& spec, const TrainOptions& options) {
 }
 
 // Note [Data order]
+// ~~~~~~~~~~~~~~~~~
 // Every mode draws its order from a DistributedSampler: one seeded permutation per epoch, rank r of R
 // taking positions r, r + R, r + 2R, ... single and dp use it with one replica. So the DDP step s on
 // R ranks with batch B covers exactly the samples of step s of a single run with batch R*B, and both
@@ -197,6 +198,7 @@ void save_parameters(const torch::nn::Module& module, const std::string& path) {
 std::string percent(double fraction) { return str(static_cast<double>(static_cast<int64_t>(fraction * 10000 + 0.5)) / 100, "%"); }
 
 // Note [Intra-op threads]
+// ~~~~~~~~~~~~~~~~~~~~~~~
 // LibTorch starts one intra-op thread per core in every process. With several processes per node,
 // or other work on the machine, the threads of small models oversubscribe the cores and a step gets
 // many times slower. Unless told otherwise (--threads, OMP_NUM_THREADS) each process takes its share.
