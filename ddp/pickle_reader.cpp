@@ -34,14 +34,6 @@ const PickleValue* PickleValue::find(const std::string& key) const {
   return nullptr;
 }
 
-const PickleValue* PickleValue::find(int64_t key) const {
-  if (kind != Kind::kDict) return nullptr;
-  for (const auto& [name, value] : *entries) {
-    if (name.kind == Kind::kInteger && name.integer == key) return &value;
-  }
-  return nullptr;
-}
-
 // Note [Deep pickles]
 // ~~~~~~~~~~~~~~~~~~~
 // A pickle of n bytes can nest lists n/2 deep; the implicit destructor would recurse once per

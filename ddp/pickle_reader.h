@@ -52,8 +52,6 @@ struct PickleValue {
   // The value of a dict's entry whose key is the string `key`; nullptr when this is no dict or has no
   // such entry.
   const PickleValue* find(const std::string& key) const;
-  // The same for an integer key (an optimizer state dict's parameter indices).
-  const PickleValue* find(int64_t key) const;
 
  private:
   void release_children();  // See Note [Deep pickles] in pickle_reader.cpp.

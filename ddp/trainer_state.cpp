@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "ddp/base/error.h"
@@ -131,7 +132,7 @@ struct DictReader {
     throw IoError(str(where, ": '", name, "' is ", what));
   }
   const PickleValue& need(const char* name) const {
-    const PickleValue* value = dict.find(std::string(name));
+    const PickleValue* value = dict.find(name);
     if (value == nullptr) fail(name, "missing");
     return *value;
   }
@@ -167,7 +168,7 @@ struct DictReader {
     field = {first, second};
   }
   void operator()(const char* name, torch::Tensor& field) const {
-    const PickleValue* value = dict.find(std::string(name));
+    const PickleValue* value = dict.find(name);
     if (value == nullptr || value->kind == Kind::kNone) return;
     if (value->kind != Kind::kTensor) fail(name, "not a tensor");
     field = value->tensor.to(device);
@@ -175,7 +176,7 @@ struct DictReader {
 };
 
 int64_t integer_entry(const PickleValue& dict, const char* key, const std::string& file) {
-  const PickleValue* value = dict.find(std::string(key));
+  const PickleValue* value = dict.find(key);
   if (value == nullptr || value->kind != Kind::kInteger) {
     throw IoError(str(file, ": entry '", key, "' is missing"));
   }
@@ -217,8 +218,8 @@ c10::IValue optimizer_state_dict(const optim::Optimizer& optimizer) {
 
 void load_optimizer_state_dict(optim::Optimizer& optimizer, const PickleValue& state_dict,
                                const torch::Device& device, const std::string& file) {
-  const PickleValue* state = state_dict.find(std::string("state"));
-  const PickleValue* groups = state_dict.find(std::string("param_groups"));
+  const PickleValue* state = state_dict.find("state");
+  const PickleValue* groups = state_dict.find("param_groups");
   if (state == nullptr || state->kind != Kind::kDict || groups == nullptr || groups->kind != Kind::kList) {
     throw IoError(str(file, ": the optimizer state has no 'state' dict and 'param_groups' list"));
   }
@@ -228,6 +229,11 @@ void load_optimizer_state_dict(optim::Optimizer& optimizer, const PickleValue& s
                       target_groups.size()));
   }
   // Everything is read into new objects first: a bad file leaves the optimizer as it was.
+  std::unordered_map<int64_t, const PickleValue*> saved_states;  // by parameter index
+  for (const auto& [key, value] : *state->entries) {
+    if (key.kind != Kind::kInteger) throw IoError(str(file, ": the optimizer state has a key that is no integer"));
+    saved_states[key.integer] = &value;
+  }
   std::vector<std::unique_ptr<optim::OptimizerOptions>> new_options;
   ska::flat_hash_map<void*, std::unique_ptr<optim::OptimizerParamState>> new_state;
   int64_t index = 0;
@@ -239,7 +245,7 @@ void load_optimizer_state_dict(optim::Optimizer& optimizer, const PickleValue& s
     if (group.kind != Kind::kDict || !visit_options(*options, reader)) {
       throw IoError(str(where, " is not a dict of options this optimizer has"));
     }
-    const PickleValue* params = group.find(std::string("params"));
+    const PickleValue* params = group.find("params");
     const auto& target_params = target_groups[g].params();
     if (params == nullptr || !params->items || params->items->size() != target_params.size()) {
       throw IoError(str(where, " does not list the optimizer's ", target_params.size(), " parameters"));
@@ -247,8 +253,9 @@ void load_optimizer_state_dict(optim::Optimizer& optimizer, const PickleValue& s
     for (size_t p = 0; p < target_params.size(); ++p, ++index) {
       const PickleValue& id = (*params->items)[p];
       if (id.kind != Kind::kInteger) throw IoError(str(where, ": a parameter index is not an integer"));
-      const PickleValue* saved = state->find(id.integer);
-      if (saved == nullptr) continue;  // no state yet (e.g. SGD without momentum)
+      const auto found = saved_states.find(id.integer);
+      if (found == saved_states.end()) continue;  // no state yet (e.g. SGD without momentum)
+      const PickleValue* saved = found->second;
       if (saved->kind != Kind::kDict) throw IoError(str(where, ": the state of parameter ", id.integer, " is no dict"));
       auto param_state = new_param_state(*options);
       const std::string param_where = str(file, ": state of parameter ", id.integer);
@@ -335,23 +342,23 @@ TrainingProgress read_trainer_state(const fs::path& file, optim::Optimizer* opti
     TrainingProgress progress;
     progress.epoch = integer_entry(root, "epoch", name);
     progress.step = integer_entry(root, "step", name);
-    const PickleValue* sampler = root.find(std::string("sampler"));
+    const PickleValue* sampler = root.find("sampler");
     if (sampler == nullptr) throw IoError(str(name, ": entry 'sampler' is missing"));
     progress.sampler.epoch = integer_entry(*sampler, "epoch", name);
     progress.sampler.position = integer_entry(*sampler, "position", name);
     progress.sampler.num_replicas = integer_entry(*sampler, "num_replicas", name);
     if (optimizer != nullptr) {
-      const PickleValue* state = root.find(std::string("optimizer"));
+      const PickleValue* state = root.find("optimizer");
       if (state == nullptr || state->kind == Kind::kNone) {
         throw IoError(str(name, ": holds no optimizer state (it was saved without an optimizer)"));
       }
       load_optimizer_state_dict(*optimizer, *state, device, name);
     }
-    const PickleValue* rng = root.find(std::string("rng"));
+    const PickleValue* rng = root.find("rng");
     if (restore_rng && rng != nullptr && rng->kind == Kind::kDict) {
       RngState states;
-      const PickleValue* cpu = rng->find(std::string("cpu"));
-      const PickleValue* cuda = rng->find(std::string("cuda"));
+      const PickleValue* cpu = rng->find("cpu");
+      const PickleValue* cuda = rng->find("cuda");
       if (cpu == nullptr || cpu->kind != Kind::kTensor || cuda == nullptr || cuda->kind != Kind::kList) {
         throw IoError(str(name, ": entry 'rng' is not {'cpu': tensor, 'cuda': [tensors]}"));
       }
@@ -369,7 +376,9 @@ TrainingProgress read_trainer_state(const fs::path& file, optim::Optimizer* opti
     if (reason.rfind(name + ": ", 0) == 0) reason.erase(0, name.size() + 2);
     throw IoError(str(name, ": cannot load the training state: ", reason));
   } catch (const c10::Error& e) {  // e.g. set_state() of an RNG state of the wrong size
-    throw IoError(str(name, ": cannot load the training state: ", e.what_without_backtrace()));
+    std::string reason = e.what_without_backtrace();
+    reason = reason.substr(0, reason.find('\n'));
+    throw IoError(str(name, ": cannot load the training state: ", reason));
   }
 }
 
