@@ -238,9 +238,10 @@ Manifest parse_manifest(const std::string& text, const fs::path& path) {
 Manifest read_manifest(const fs::path& checkpoint) {
   const fs::path path = checkpoint / kManifestName;
   std::error_code error;
-  if (!fs::exists(fs::symlink_status(path, error))) {
-    throw IoError(str(path.string(), ": missing: the checkpoint is incomplete"));
-  }
+  const auto status = fs::symlink_status(path, error);
+  if (!fs::exists(status)) throw IoError(str(path.string(), ": missing: the checkpoint is incomplete"));
+  // Opening a FIFO would block, a symlink could point anywhere (a planted folder holds either).
+  if (!fs::is_regular_file(status)) throw IoError(str(path.string(), ": not a regular file: refused"));
   Manifest manifest = parse_manifest(read_file(path.string(), kMaxManifestBytes), path);
   manifest.info.path = checkpoint;
   return manifest;

@@ -444,3 +444,24 @@ TEST_CASE("a trainer.pt of the earlier format (a TorchScript archive) is refused
   ddp::load_state_dict(restored, ddp::load_state_dict_file(folder / "model.pt"));
   require_same_state(ddp::state_dict(model), ddp::state_dict(restored));
 }
+
+TEST_CASE("a MANIFEST that is a FIFO or a symlink is refused without blocking", "[checkpoint]") {
+  TempDir dir;
+  Mlp model;
+  torch::optim::SGD optimizer(model.parameters(), torch::optim::SGDOptions(0.1));
+  const fs::path older = save_trained(dir.path, model, optimizer, 1);
+  const fs::path fifo_folder = dir.path / ddp::checkpoint_name(2);
+  const fs::path link_folder = dir.path / ddp::checkpoint_name(3);
+  fs::create_directories(fifo_folder);
+  fs::create_directories(link_folder);
+  REQUIRE(::mkfifo((fifo_folder / "MANIFEST").c_str(), 0600) == 0);
+  fs::create_symlink(older / "MANIFEST", link_folder / "MANIFEST");
+  CHECK(ddp::list_checkpoints(dir.path).size() == 3);  // listed by name; opening the FIFO would block
+  const auto candidates = ddp::inspect_checkpoints(dir.path);
+  REQUIRE(candidates.size() == 3);
+  CHECK_THAT(candidates[0].problem, Catch::Contains((link_folder / "MANIFEST").string()) &&
+                                        Catch::Contains("not a regular file"));
+  CHECK_THAT(candidates[1].problem, Catch::Contains((fifo_folder / "MANIFEST").string()) &&
+                                        Catch::Contains("not a regular file"));
+  CHECK(ddp::find_latest_valid_checkpoint(dir.path)->path == older);
+}
