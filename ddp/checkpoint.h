@@ -3,7 +3,7 @@
 // optimizer state, epoch, step, sampler position and RNG state.
 //
 // Note [Checkpoint layout]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// ~~~~~~~~~~~~~~~~~~~~~~~~
 // A checkpoint is a folder <root>/step-<step, 12 digits>/ holding
 //   model.pt    the model's state dict: a plain dict name -> CPU tensor in PyTorch's zip format,
 //               keys without the DDP "module." prefix (state_dict.cpp, torch_zip.cpp).
