@@ -271,7 +271,7 @@ std::vector<CheckpointInfo> list_checkpoints(const fs::path& root) {
   return result;
 }
 
-std::vector<CheckpointCandidate> inspect_checkpoints(const fs::path& root) {
+std::vector<CheckpointCandidate> inspect_checkpoints(const fs::path& root, bool stop_at_first_valid) {
   std::vector<CheckpointCandidate> result;
   for (const StepFolder& folder : step_folders(root)) {
     CheckpointCandidate candidate;
@@ -288,12 +288,13 @@ std::vector<CheckpointCandidate> inspect_checkpoints(const fs::path& root) {
       }
     }
     result.push_back(std::move(candidate));
+    if (stop_at_first_valid && result.back().valid) break;
   }
   return result;
 }
 
 std::optional<CheckpointInfo> find_latest_valid_checkpoint(const fs::path& root) {
-  for (const auto& candidate : inspect_checkpoints(root)) {
+  for (const auto& candidate : inspect_checkpoints(root, /*stop_at_first_valid=*/true)) {
     if (candidate.valid) return candidate.info;
     Logger("checkpoint").warn(str("skipping checkpoint ", candidate.path.string(), ": ", candidate.problem));
   }

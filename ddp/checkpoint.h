@@ -186,8 +186,10 @@ struct CheckpointCandidate {
   std::string problem;        // when not: one line naming the file and why (also "has no MANIFEST")
 };
 
-// Every step-* folder under root (with or without a MANIFEST), newest step first, each verified.
-std::vector<CheckpointCandidate> inspect_checkpoints(const std::filesystem::path& root);
+// Every step-* folder under root (with or without a MANIFEST), newest step first, each verified;
+// with stop_at_first_valid, the list ends with the newest valid one (older ones are not read).
+std::vector<CheckpointCandidate> inspect_checkpoints(const std::filesystem::path& root,
+                                                     bool stop_at_first_valid = false);
 
 // The newest checkpoint that verifies; the others (also folders without MANIFEST) are skipped with a
 // warning naming them. nullopt if none.

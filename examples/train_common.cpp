@@ -224,7 +224,8 @@ double learning_rate(const TrainOptions& options, int64_t step, int64_t total) {
 // checkpoints exist but none is valid the run stops with an error, since starting from scratch would
 // silently throw the training away, unless --allow-fresh-start. nullopt: start from scratch.
 std::optional<CheckpointInfo> checkpoint_to_resume(const TrainOptions& options, bool main) {
-  const std::vector<CheckpointCandidate> candidates = inspect_checkpoints(options.checkpoint_dir);
+  const std::vector<CheckpointCandidate> candidates =
+      inspect_checkpoints(options.checkpoint_dir, /*stop_at_first_valid=*/true);
   for (const auto& candidate : candidates) {
     if (candidate.valid) return candidate.info;
     if (main) std::cerr << "warning: skipping " << candidate.problem << std::endl;

@@ -464,4 +464,10 @@ TEST_CASE("a MANIFEST that is a FIFO or a symlink is refused without blocking", 
   CHECK_THAT(candidates[1].problem, Catch::Contains((fifo_folder / "MANIFEST").string()) &&
                                         Catch::Contains("not a regular file"));
   CHECK(ddp::find_latest_valid_checkpoint(dir.path)->path == older);
+  // Stopping at the newest valid one leaves older folders unread.
+  save_trained(dir.path, model, optimizer, 4);
+  const auto until_valid = ddp::inspect_checkpoints(dir.path, /*stop_at_first_valid=*/true);
+  REQUIRE(until_valid.size() == 1);
+  CHECK(until_valid[0].valid);
+  CHECK(until_valid[0].step == 4);
 }
