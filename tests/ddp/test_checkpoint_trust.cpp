@@ -471,3 +471,82 @@ TEST_CASE("a MANIFEST that is a FIFO or a symlink is refused without blocking", 
   CHECK(until_valid[0].valid);
   CHECK(until_valid[0].step == 4);
 }
+
+// Python trains the same model with SGD (momentum) and with Adam, saves model.pt and a trainer.pt
+// whose "optimizer" is optimizer.state_dict() as Python makes it, the input of one more step, and
+// the parameters after that step.
+const char* const kPythonOptimizerScript = R"py(
+import sys, torch
+folder = sys.argv[1]
+class Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(4, 8)
+        self.bn = torch.nn.BatchNorm1d(8)
+        self.fc2 = torch.nn.Linear(8, 2)
+    def forward(self, x):
+        return self.fc2(torch.relu(self.bn(self.fc1(x))))
+makers = {'sgd': lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True),
+          'adam': lambda p: torch.optim.Adam(p, lr=0.01, betas=(0.8, 0.95), amsgrad=True)}
+for name, make in makers.items():
+    torch.manual_seed(0)
+    model = Mlp()
+    optimizer = make(model.parameters())
+    for _ in range(3):
+        optimizer.zero_grad()
+        model(torch.randn(6, 4)).pow(2).mean().backward()
+        optimizer.step()
+    torch.save(model.state_dict(), f'{folder}/{name}-model.pt')
+    torch.save({'epoch': 1, 'step': 3, 'sampler': {'epoch': 1, 'position': 0, 'num_replicas': 1},
+                'optimizer': optimizer.state_dict(), 'rng': None}, f'{folder}/{name}-trainer.pt')
+    x = torch.randn(6, 4)
+    torch.save({'x': x}, f'{folder}/{name}-input.pt')
+    optimizer.zero_grad()
+    model(x).pow(2).mean().backward()
+    optimizer.step()
+    torch.save(model.state_dict(), f'{folder}/{name}-after.pt')
+print('saved')
+)py";
+
+TEST_CASE("C++ continues from Python's optimizer.state_dict() (SGD and Adam) where Python does",
+          "[checkpoint][python]") {
+  if (!have_python()) {
+    WARN("skipped: no Python with torch (configure with -DDDP_PYTHON=/path/to/python)");
+    return;
+  }
+  TempDir dir;
+  std::ofstream(dir.path / "optimizers.py") << kPythonOptimizerScript;
+  const std::string output =
+      run_command(ddp::str(DDP_PYTHON, " ", (dir.path / "optimizers.py").string(), " ", dir.path.string(), " 2>&1"));
+  INFO(output);
+  REQUIRE(output.find("saved") != std::string::npos);
+  namespace optim = torch::optim;
+  for (const std::string name : {"sgd", "adam"}) {
+    INFO(name);
+    const fs::path root = dir.path / name;
+    std::vector<ddp::CheckpointFile> files;
+    for (const std::string file : {"model.pt", "trainer.pt"}) {
+      const auto bytes = read_bytes(dir.path / (name + "-" + file));
+      files.push_back({file, [bytes](const ddp::ByteSink& sink) { sink(bytes.data(), bytes.size()); }});
+    }
+    const fs::path folder = ddp::write_checkpoint_directory(root, ddp::checkpoint_name(3), files, {{}, 1, 3, 1});
+    Mlp model;
+    std::unique_ptr<optim::Optimizer> optimizer;
+    if (name == "sgd") {
+      optimizer = std::make_unique<optim::SGD>(model.parameters(), optim::SGDOptions(1.0));
+    } else {
+      optimizer = std::make_unique<optim::Adam>(model.parameters(), optim::AdamOptions(1.0));
+    }
+    CHECK(ddp::load_checkpoint(folder, model, optimizer.get()).step == 3);
+    CHECK(optimizer->param_groups()[0].options().get_lr() == (name == "sgd" ? 0.1 : 0.01));
+    const torch::Tensor x = ddp::load_state_dict_file(dir.path / (name + "-input.pt"))["x"];
+    optimizer->zero_grad();
+    model.forward(x).pow(2).mean().backward();
+    optimizer->step();
+    const auto expected = ddp::load_state_dict_file(dir.path / (name + "-after.pt"));
+    for (const auto& item : ddp::state_dict(model)) {
+      INFO(item.key());
+      CHECK(torch::allclose(item.value(), expected[item.key()], /*rtol=*/1e-5, /*atol=*/1e-7));
+    }
+  }
+}
