@@ -36,13 +36,6 @@ bool is_checkpoint_name(const std::string& name) {
   return name.find_first_not_of("0123456789", prefix.size()) == std::string::npos;
 }
 
-// A private folder (0700); false when it exists already.
-bool make_folder(const fs::path& path) {
-  if (::mkdir(path.c_str(), 0700) == 0) return true;
-  if (errno == EEXIST) return false;
-  throw IoError(str("cannot create the checkpoint folder ", path.string(), ": ", std::strerror(errno)));
-}
-
 // Note [Checkpoint folder ownership]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A checkpoint root is often shared (a team's scratch folder). The MANIFEST's checksums only catch
@@ -124,14 +117,11 @@ fs::path write_checkpoint_directory(const fs::path& root, const std::string& nam
                                     const std::vector<CheckpointFile>& files,
                                     const CheckpointInfo& info) {
   std::error_code error;
-  if (!fs::is_directory(root, error)) {
-    if (root.has_parent_path()) fs::create_directories(root.parent_path(), error);
-    make_folder(root);
-  }
-  const fs::path temporary = root / temporary_name("tmp", name);
+  if (!fs::is_directory(root, error) && root.has_parent_path()) fs::create_directories(root.parent_path(), error);
+  // make_private_dir creates root (0700) when missing, and a 0700 folder with a random suffix.
+  const fs::path temporary = make_private_dir(root.string(), str(".tmp-", name, "-"));
   const fs::path final_path = root / name;
   try {
-    if (!make_folder(temporary)) throw IoError(str("cannot create ", temporary.string(), ": it exists"));
     std::vector<ManifestFile> written;
     for (const auto& file : files) {
       OutputFile out(temporary / file.name);
@@ -145,8 +135,9 @@ fs::path write_checkpoint_directory(const fs::path& root, const std::string& nam
     out.commit();
     fsync_path(temporary.string());
     if (fs::exists(fs::symlink_status(final_path, error))) {
-      // Same step saved again: move the old one aside first (rename cannot replace a folder).
-      const fs::path old = root / temporary_name("old", name);
+      // Same step saved again: move the old one aside first (rename cannot replace a folder that is
+      // not empty); rename(2) replaces the new empty folder `old`.
+      const fs::path old = make_private_dir(root.string(), str(".old-", name, "-"));
       rename_or_throw(final_path, old);
       rename_or_throw(temporary, final_path);
       fs::remove_all(old, error);

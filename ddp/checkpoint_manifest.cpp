@@ -5,7 +5,6 @@
 #include <xxhash.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <cerrno>
 #include <cstring>
@@ -247,11 +246,6 @@ Manifest read_manifest(const fs::path& checkpoint) {
   return manifest;
 }
 
-std::string temporary_name(const std::string& kind, const std::string& name) {
-  static std::atomic<uint64_t> counter{0};
-  return str(".", kind, "-", name, "-", ::getpid(), "-", counter++);
-}
-
 void rename_or_throw(const fs::path& from, const fs::path& to) {
   if (::rename(from.c_str(), to.c_str()) != 0) {
     throw IoError(str("cannot rename ", from.string(), " to ", to.string(), ": ", std::strerror(errno)));
@@ -260,6 +254,8 @@ void rename_or_throw(const fs::path& from, const fs::path& to) {
 
 OutputFile::OutputFile(fs::path path, mode_t mode)
     : path_(std::move(path)), fd_(create_new_file(path_.string(), mode)) {}
+
+OutputFile::OutputFile(fs::path path, FileDescriptor fd) : path_(std::move(path)), fd_(std::move(fd)) {}
 
 void OutputFile::write(const void* data, size_t size) {
   checksum_.update(data, size);

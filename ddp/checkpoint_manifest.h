@@ -91,6 +91,8 @@ Manifest read_manifest(const std::filesystem::path& checkpoint);
 class OutputFile {
  public:
   explicit OutputFile(std::filesystem::path path, mode_t mode = 0600);
+  // A file created already (e.g. by create_temporary_sibling()); `path` names it in errors.
+  OutputFile(std::filesystem::path path, FileDescriptor fd);
   void write(const void* data, size_t size);
   // fsync and close: after this the bytes are on disk.
   void commit();
@@ -102,10 +104,6 @@ class OutputFile {
   uint64_t size_ = 0;
   Checksum checksum_;
 };
-
-// A unique name for a temporary sibling of `name` in the same folder (rename stays atomic):
-// ".<kind>-<name>-<pid>-<counter>".
-std::string temporary_name(const std::string& kind, const std::string& name);
 
 // rename(2); throws IoError naming both paths.
 void rename_or_throw(const std::filesystem::path& from, const std::filesystem::path& to);

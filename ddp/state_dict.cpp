@@ -82,9 +82,10 @@ void load_state_dict(torch::nn::Module& module, const StateDict& state, bool str
 
 void save_state_dict(const StateDict& state, const fs::path& file) {
   const fs::path directory = file.has_parent_path() ? file.parent_path() : fs::path(".");
-  const fs::path temporary = directory / temporary_name("tmp", file.filename().string());
+  TemporaryFile created = create_temporary_sibling(file.string(), 0644);  // as readable as before
+  const fs::path temporary = created.path;
   try {
-    OutputFile out(temporary, 0644);  // a file the user named: as readable as before
+    OutputFile out(temporary, std::move(created.fd));
     write_state_dict(state, [&out](const void* data, size_t size) { out.write(data, size); });
     out.commit();
     rename_or_throw(temporary, file);
