@@ -3,19 +3,26 @@
 // optimizer state, epoch, step, sampler position and RNG state.
 //
 // Note [Checkpoint layout]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
 // A checkpoint is a folder <root>/step-<step, 12 digits>/ holding
 //   model.pt    the model's state dict: a plain dict name -> CPU tensor in PyTorch's zip format,
-//               keys without the DDP "module." prefix; Python reads it with torch.load(path).
-//   trainer.pt  a LibTorch archive (torch::serialize) with the optimizer state, epoch, step,
-//               sampler state and RNG states; C++ only.
-//   MANIFEST    text: format version, epoch, step, world size, and the size and checksum of each
-//               file above. It is written last.
-// Rank 0 writes everything into <root>/.tmp-step-.../, fsyncs the files and the folder, then renames
-// the folder into place and fsyncs <root>: a folder named step-* with a MANIFEST is complete, and a
+//               keys without the DDP "module." prefix (state_dict.cpp, torch_zip.cpp).
+//   trainer.pt  the epoch, step, sampler state, the optimizer state in Python's
+//               optimizer.state_dict() layout and the RNG states, in the same format
+//               (see Note [Trainer state] in trainer_state.h).
+//   MANIFEST    text: format version, epoch, step, world size, the size and XXH3-64 checksum of each
+//               file above, and an end line that covers the MANIFEST itself
+//               (see Note [MANIFEST format] in checkpoint_manifest.h). It is written last.
+// Python reads both files with torch.load(path, weights_only=True); C++ reads them only through the
+// project's safe pickle reader (see Note [Reading PyTorch pickles] in pickle_reader.h): nothing read
+// from a checkpoint can run code. Rank 0 writes everything into <root>/.tmp-step-.../ (made 0700,
+// files 0600; a root it creates is 0700 too), fsyncs the files and the folder, then renames the
+// folder into place and fsyncs <root>: a folder named step-* with a MANIFEST is complete, and a
 // crash at any point leaves the previous checkpoints untouched (leftover .tmp-* folders never count).
 // The checksums turn a truncated or corrupted file into a clear ddp::IoError, which lets
-// find_latest_valid_checkpoint() fall back to the previous checkpoint. One job writes into a root:
-// pruning removes other writers' temporary folders.
+// find_latest_valid_checkpoint() fall back to the previous checkpoint; a folder of another user is
+// refused (see Note [Checkpoint folder ownership] in checkpoint.cpp). One job writes into a root:
+// pruning removes its own temporary folders left by writers that died.
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 #include <torch/ordered_dict.h>
@@ -84,46 +91,17 @@ struct TrainingProgress {
   samplers::SamplerState sampler;
 };
 
-class CheckpointOptions {
- public:
+struct CheckpointOptions {
   // How many complete checkpoints to keep under the root, newest by step (default 3; 0 keeps all).
-  CheckpointOptions& keep_last(int value) {
-    keep_last_ = value;
-    return *this;
-  }
+  int keep_last = 3;
   // Save the RNG states with the checkpoint and restore them when loading (default true).
-  CheckpointOptions& rng_state(bool value) {
-    rng_state_ = value;
-    return *this;
-  }
+  bool rng_state = true;
   // Loading: every key of the model must be in the checkpoint and nothing else (default true).
-  CheckpointOptions& strict(bool value) {
-    strict_ = value;
-    return *this;
-  }
+  bool strict = true;
   // Loading: the device of the optimizer state (default: the device of the model's first parameter).
-  CheckpointOptions& map_location(torch::Device value) {
-    map_location_ = value;
-    return *this;
-  }
+  std::optional<torch::Device> map_location;
   // Saving: the world size written into the MANIFEST for information (default 1).
-  CheckpointOptions& world_size(int value) {
-    world_size_ = value;
-    return *this;
-  }
-
-  int keep_last() const { return keep_last_; }
-  bool rng_state() const { return rng_state_; }
-  bool strict() const { return strict_; }
-  const std::optional<torch::Device>& map_location() const { return map_location_; }
-  int world_size() const { return world_size_; }
-
- private:
-  int keep_last_ = 3;
-  bool rng_state_ = true;
-  bool strict_ = true;
-  std::optional<torch::Device> map_location_;
-  int world_size_ = 1;
+  int world_size = 1;
 };
 
 // A complete checkpoint folder, as its MANIFEST describes it (see Note [Checkpoint layout]).
@@ -164,7 +142,7 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& root,
                                       const torch::optim::Optimizer* optimizer,
                                       const TrainingProgress& progress, Group& group,
                                       CheckpointOptions options = {}) {
-  options.world_size(static_cast<int>(group.size()));
+  options.world_size = static_cast<int>(group.size());
   return save_checkpoint(root, model, optimizer, progress, static_cast<int>(group.rank()),
                          [&group] { group.barrier(); }, options);
 }
@@ -181,10 +159,11 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& root,
 }
 
 // Loads a checkpoint folder into model (and optimizer, which may be null) on any rank and with any
-// world size: parameters keep their devices, the optimizer state goes to options.map_location() or
-// the model's device; restores the RNG states if saved and options.rng_state(). Verifies sizes and
-// checksums first. Throws ddp::IoError (missing, truncated or corrupt files) or
-// ddp::InvalidArgument (the model does not fit the state dict).
+// world size: parameters keep their devices, the optimizer state goes to options.map_location or
+// the model's device; restores the RNG states if saved and options.rng_state. Verifies the folder
+// (verify_checkpoint) first. Throws ddp::IoError (missing, truncated, corrupt or foreign files, or
+// files that hold anything but data: nothing in them is ever run) or ddp::InvalidArgument (the model
+// does not fit the state dict).
 TrainingProgress load_checkpoint(const std::filesystem::path& checkpoint, torch::nn::Module& model,
                                  torch::optim::Optimizer* optimizer,
                                  const CheckpointOptions& options = {});
@@ -193,13 +172,31 @@ TrainingProgress load_checkpoint(const std::filesystem::path& checkpoint, torch:
 // verify the files; an empty list when root does not exist.
 std::vector<CheckpointInfo> list_checkpoints(const std::filesystem::path& root);
 
-// Checks the MANIFEST and every file's size and checksum; throws ddp::IoError naming the file.
+// Checks that the folder is this user's (see Note [Checkpoint folder ownership] in checkpoint.cpp),
+// that the MANIFEST is whole and lists model.pt and trainer.pt, and every listed file's size and
+// checksum; throws ddp::IoError naming the file and what is wrong.
 CheckpointInfo verify_checkpoint(const std::filesystem::path& checkpoint);
 
-// The newest checkpoint that verifies; corrupt ones are skipped with a warning. nullopt if none.
+// One step-* folder under a root and whether it verifies.
+struct CheckpointCandidate {
+  std::filesystem::path path;
+  int64_t step = 0;           // from the folder's name
+  bool valid = false;
+  CheckpointInfo info;        // when valid
+  std::string problem;        // when not: one line naming the file and why (also "has no MANIFEST")
+};
+
+// Every step-* folder under root (with or without a MANIFEST), newest step first, each verified;
+// with stop_at_first_valid, the list ends with the newest valid one (older ones are not read).
+std::vector<CheckpointCandidate> inspect_checkpoints(const std::filesystem::path& root,
+                                                     bool stop_at_first_valid = false);
+
+// The newest checkpoint that verifies; the others (also folders without MANIFEST) are skipped with a
+// warning naming them. nullopt if none.
 std::optional<CheckpointInfo> find_latest_valid_checkpoint(const std::filesystem::path& root);
 
-// Removes all but the newest `keep_last` complete checkpoints, and leftover temporary folders.
+// Removes all but the newest `keep_last` complete checkpoints, and leftover temporary folders;
+// folders of other users are neither counted nor removed.
 void prune_checkpoints(const std::filesystem::path& root, int keep_last);
 
 // ---- Building blocks (public for tests and custom checkpoint contents) -----------------------------

@@ -107,6 +107,7 @@ DataSets load_data(const ProgramSpec& spec, const TrainOptions& options) {
 }
 
 // Note [Data order]
+// ~~~~~~~~~~~~~~~~~
 // Every mode draws its order from a DistributedSampler: one seeded permutation per epoch, rank r of R
 // taking positions r, r + R, r + 2R, ... single and dp use it with one replica. So the DDP step s on
 // R ranks with batch B covers exactly the samples of step s of a single run with batch R*B, and both
@@ -197,6 +198,7 @@ void save_parameters(const torch::nn::Module& module, const std::string& path) {
 std::string percent(double fraction) { return str(static_cast<double>(static_cast<int64_t>(fraction * 10000 + 0.5)) / 100, "%"); }
 
 // Note [Intra-op threads]
+// ~~~~~~~~~~~~~~~~~~~~~~~
 // LibTorch starts one intra-op thread per core in every process. With several processes per node,
 // or other work on the machine, the threads of small models oversubscribe the cores and a step gets
 // many times slower. Unless told otherwise (--threads, OMP_NUM_THREADS) each process takes its share.
@@ -215,6 +217,25 @@ double learning_rate(const TrainOptions& options, int64_t step, int64_t total) {
   if (!options.cosine_lr || total <= 0) return options.lr;
   constexpr double kPi = 3.14159265358979323846;
   return options.lr * 0.5 * (1.0 + std::cos(kPi * static_cast<double>(step) / static_cast<double>(total)));
+}
+
+// --resume: the newest valid checkpoint under --checkpoint-dir. Every step folder skipped on the way
+// (corrupt, cut, another user's, or without MANIFEST) is named in a warning with the reason. When
+// checkpoints exist but none is valid the run stops with an error, since starting from scratch would
+// silently throw the training away, unless --allow-fresh-start. nullopt: start from scratch.
+std::optional<CheckpointInfo> checkpoint_to_resume(const TrainOptions& options, bool main) {
+  const std::vector<CheckpointCandidate> candidates =
+      inspect_checkpoints(options.checkpoint_dir, /*stop_at_first_valid=*/true);
+  for (const auto& candidate : candidates) {
+    if (candidate.valid) return candidate.info;
+    if (main) std::cerr << "warning: skipping " << candidate.problem << std::endl;
+  }
+  if (!candidates.empty() && !options.allow_fresh_start) {
+    throw IoError(str("--resume: none of the ", candidates.size(), " checkpoint folders in ", options.checkpoint_dir,
+                      " is valid (each is named above with the reason); pass --allow-fresh-start to train from "
+                      "scratch anyway"));
+  }
+  return std::nullopt;
 }
 
 // Writes a checkpoint through the library: rank 0 writes, every rank waits for it.
@@ -266,7 +287,7 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
   int64_t start_epoch = 0, global_step = 0;
   std::optional<samplers::SamplerState> resumed;
   if (options.resume) {
-    if (const auto latest = find_latest_valid_checkpoint(options.checkpoint_dir)) {
+    if (const auto latest = checkpoint_to_resume(options, rt.main())) {
       const TrainingProgress progress = load_checkpoint(latest->path, *trainee.module, &optimizer);
       global_step = progress.step;
       start_epoch = progress.sampler.epoch;
@@ -274,7 +295,7 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
       if (rt.main()) std::cout << "resuming from " << latest->path.string() << " (epoch " << start_epoch + 1
                                << ", step " << global_step << ")" << std::endl;
     } else if (rt.main()) {
-      std::cout << "no checkpoint in " << options.checkpoint_dir << ": starting from scratch" << std::endl;
+      std::cout << "no valid checkpoint in " << options.checkpoint_dir << ": starting from scratch" << std::endl;
     }
   }
 

@@ -48,7 +48,8 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, const Pro
       ("data-dir", "folder of the data set", cxxopts::value<std::string>()->default_value(spec.default_data_dir))
       ("checkpoint-dir", "write a checkpoint there after every epoch", cxxopts::value<std::string>()->default_value(""))
       ("checkpoint-every", "also checkpoint every N optimizer steps within an epoch (0: at epoch ends only)", cxxopts::value<int64_t>()->default_value("0"))
-      ("resume", "continue from the checkpoint in --checkpoint-dir")
+      ("resume", "continue from the newest valid checkpoint in --checkpoint-dir (an error when there are checkpoints but none is valid)")
+      ("allow-fresh-start", "with --resume: start from scratch when no checkpoint is valid")
       ("grad-accum", "micro-batches per optimizer step (DDP syncs only the last: no_sync)", cxxopts::value<int64_t>()->default_value("1"))
       ("workers", "data loader threads (0: load in the training thread)", cxxopts::value<int64_t>()->default_value("0"))
       ("threads", "intra-op threads per process (0: $OMP_NUM_THREADS, else cores / processes on the node)", cxxopts::value<int64_t>()->default_value("0"))
@@ -107,6 +108,8 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, const Pro
     o.checkpoint_every = positive<int64_t>(result, "checkpoint-every", 0);
     o.resume = result.count("resume") > 0;
     if (o.resume && o.checkpoint_dir.empty()) throw InvalidArgument("--resume needs --checkpoint-dir");
+    o.allow_fresh_start = result.count("allow-fresh-start") > 0;
+    if (o.allow_fresh_start && !o.resume) throw InvalidArgument("--allow-fresh-start needs --resume");
     o.grad_accum = positive<int64_t>(result, "grad-accum", 1);
     o.workers = positive<int64_t>(result, "workers", 0);
     o.threads = positive<int64_t>(result, "threads", 0);

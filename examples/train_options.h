@@ -35,6 +35,7 @@ struct TrainOptions {
   std::string checkpoint_dir;  // empty: no checkpoints
   int64_t checkpoint_every = 0;  // also every N optimizer steps within an epoch (0: at epoch ends only)
   bool resume = false;
+  bool allow_fresh_start = false;  // --resume with checkpoints but none valid: start from scratch, not fail
   int64_t grad_accum = 1;
   int64_t workers = 0;
   int64_t threads = 0;  // intra-op threads per process; 0: OMP_NUM_THREADS, else cores / local processes

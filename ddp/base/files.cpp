@@ -86,6 +86,13 @@ void fsync_path(const std::string& path) {
   if (result != 0) throw_errno("cannot fsync", path);
 }
 
+TemporaryFile create_temporary_sibling(const std::string& path, mode_t mode) {
+  TemporaryFile file;
+  file.path = temporary_sibling(path);
+  file.fd = create_new_file(file.path, mode);
+  return file;
+}
+
 void write_file_atomically(const std::string& path, std::string_view contents, mode_t mode, bool durable) {
   const std::string temporary = temporary_sibling(path);
   try {

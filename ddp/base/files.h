@@ -47,6 +47,14 @@ class FileDescriptor {
 // `append` adds O_APPEND. Throws IoError naming the path (and saying so when the name was taken).
 FileDescriptor create_new_file(const std::string& path, mode_t mode = 0600, bool append = false);
 
+// A new file beside `path` with a name no other writer picks (the kind write_file_atomically()
+// uses), for writers that stream into it and then rename it over `path` themselves.
+struct TemporaryFile {
+  std::string path;
+  FileDescriptor fd;
+};
+TemporaryFile create_temporary_sibling(const std::string& path, mode_t mode = 0600);
+
 // Writes all of `data` (retrying short writes and EINTR); throws IoError naming `path_for_errors`.
 void write_all(int fd, const void* data, std::size_t size, const std::string& path_for_errors);
 

@@ -14,86 +14,17 @@
 #include <string>
 #include <vector>
 
-#include "ddp/checkpoint.h"
-#include "tests/support/temp_dir.h"
 #include "ddp/base/error.h"
+#include "ddp/checkpoint.h"
 #include "samplers/distributed_sampler.h"
+#include "tests/ddp/test_checkpoint_support.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh, empty folder under the system's temporary folder, removed at the end of the test.
+using namespace ddp::testing::checkpoint;
 using ddp::testing::TempDir;
-
-struct Mlp : torch::nn::Module {
-  Mlp() {
-    fc1 = register_module("fc1", torch::nn::Linear(4, 8));
-    bn = register_module("bn", torch::nn::BatchNorm1d(8));
-    fc2 = register_module("fc2", torch::nn::Linear(8, 2));
-  }
-  torch::Tensor forward(const torch::Tensor& x) { return fc2(torch::relu(bn(fc1(x)))); }
-  torch::nn::Linear fc1{nullptr};
-  torch::nn::BatchNorm1d bn{nullptr};
-  torch::nn::Linear fc2{nullptr};
-};
-
-void train_steps(Mlp& model, torch::optim::Optimizer& optimizer, int steps, int seed) {
-  torch::manual_seed(seed);
-  for (int i = 0; i < steps; ++i) {
-    optimizer.zero_grad();
-    const auto x = torch::randn({6, 4});
-    model.forward(x).pow(2).mean().backward();
-    optimizer.step();
-  }
-}
-
-void require_same_state(const ddp::StateDict& a, const ddp::StateDict& b) {
-  REQUIRE(a.keys() == b.keys());
-  for (const auto& item : a) {
-    INFO(item.key());
-    const torch::Tensor& other = b[item.key()];
-    CHECK(item.value().dtype() == other.dtype());
-    CHECK(item.value().sizes() == other.sizes());
-    CHECK(torch::equal(item.value().cpu(), other.cpu()));
-  }
-}
-
-std::vector<char> read_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<char>((std::istreambuf_iterator<char>(in)), {});
-}
-
-void write_bytes(const fs::path& path, const std::vector<char>& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<long>(bytes.size()));
-}
-
-// Runs `script` with DDP_PYTHON; its stdout goes into the returned string. nullopt: no Python.
-std::optional<std::string> run_python(const std::string& script, const fs::path& folder) {
-  const std::string python = DDP_PYTHON;
-  if (python.empty()) return std::nullopt;
-  const fs::path script_file = folder / "script.py";
-  const fs::path output_file = folder / "python_output.txt";
-  std::ofstream(script_file) << script;
-  const std::string command =
-      python + " " + script_file.string() + " > " + output_file.string() + " 2>/dev/null";
-  if (std::system(command.c_str()) != 0) return std::nullopt;
-  std::ifstream in(output_file);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// The message of the ddp::IoError that f throws (other exceptions propagate and fail the test).
-template <typename F>
-std::string io_error_of(F&& f) {
-  try {
-    f();
-  } catch (const ddp::IoError& e) {
-    return e.what();
-  }
-  return "(no ddp::IoError was thrown)";
-}
 
 const fs::path kPythonFixture = fs::path(DDP_TEST_DATA_DIR) / "python_ddp_state_dict.pt";
 
@@ -303,8 +234,9 @@ TEST_CASE("checkpoint round trip: model, optimizer momentum, progress, RNG", "[c
     CHECK(shared_group->count == 1);
     CHECK(ddp::list_checkpoints(dir.path / "pg").at(0).world_size == 3);
     Mlp other;
-    CHECK_NOTHROW(ddp::load_checkpoint(again, other, nullptr,
-                                       ddp::CheckpointOptions().map_location(torch::kCPU)));
+    ddp::CheckpointOptions on_cpu;
+    on_cpu.map_location = torch::kCPU;
+    CHECK_NOTHROW(ddp::load_checkpoint(again, other, nullptr, on_cpu));
   }
 }
 
@@ -395,22 +327,24 @@ TEST_CASE("writes are atomic: leftovers never count, an interrupted write keeps 
   const auto file = [](const std::string& name, const std::string& text) {
     return ddp::CheckpointFile{name, [text](const ddp::ByteSink& sink) { sink(text.data(), text.size()); }};
   };
-  ddp::write_checkpoint_directory(dir.path, ddp::checkpoint_name(1), {file("a.bin", "first")},
+  // verify_checkpoint() wants model.pt and trainer.pt listed; it does not parse them.
+  const auto trainer = file("trainer.pt", "t");
+  ddp::write_checkpoint_directory(dir.path, ddp::checkpoint_name(1), {file("model.pt", "first"), trainer},
                                   {{}, 0, 1, 1});
   // A writer that dies half-way through, for a new step and for the same step again.
-  const ddp::CheckpointFile failing{"b.bin", [](const ddp::ByteSink& sink) {
+  const ddp::CheckpointFile failing{"trainer.pt", [](const ddp::ByteSink& sink) {
                                       sink("partial", 7);
                                       throw std::runtime_error("disk full (simulated)");
                                     }};
   for (int64_t step : {2, 1}) {
     CHECK_THROWS_WITH(ddp::write_checkpoint_directory(dir.path, ddp::checkpoint_name(step),
-                                                      {file("a.bin", "second"), failing}, {{}, 0, step, 1}),
+                                                      {file("model.pt", "second"), failing}, {{}, 0, step, 1}),
                       "disk full (simulated)");
   }
   const auto checkpoints = ddp::list_checkpoints(dir.path);
   REQUIRE(checkpoints.size() == 1);
   CHECK(checkpoints[0].step == 1);
-  CHECK(read_bytes(checkpoints[0].path / "a.bin") == (std::vector<char>{'f', 'i', 'r', 's', 't'}));
+  CHECK(read_bytes(checkpoints[0].path / "model.pt") == (std::vector<char>{'f', 'i', 'r', 's', 't'}));
   CHECK_NOTHROW(ddp::verify_checkpoint(checkpoints[0].path));
   // Nothing temporary was left behind.
   CHECK(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()) == 1);
@@ -423,8 +357,9 @@ TEST_CASE("writes are atomic: leftovers never count, an interrupted write keeps 
   CHECK(ddp::find_latest_valid_checkpoint(dir.path)->step == 1);
 
   // Saving the same step again replaces it.
-  ddp::write_checkpoint_directory(dir.path, ddp::checkpoint_name(1), {file("a.bin", "again")}, {{}, 0, 1, 1});
-  CHECK(read_bytes(dir.path / ddp::checkpoint_name(1) / "a.bin").size() == 5);
+  ddp::write_checkpoint_directory(dir.path, ddp::checkpoint_name(1), {file("model.pt", "again"), trainer},
+                                  {{}, 0, 1, 1});
+  CHECK(read_bytes(dir.path / ddp::checkpoint_name(1) / "model.pt").size() == 5);
   CHECK_NOTHROW(ddp::verify_checkpoint(dir.path / ddp::checkpoint_name(1)));
 }
 
@@ -432,9 +367,11 @@ TEST_CASE("keep_last keeps the newest checkpoints and removes leftovers", "[chec
   TempDir dir;
   Mlp model;
   fs::create_directories(dir.path / ".tmp-step-000000000001-1-0");
+  ddp::CheckpointOptions options;
+  options.keep_last = 2;
+  options.rng_state = false;
   for (int64_t step : {3, 1, 4, 2, 5}) {
-    ddp::save_checkpoint(dir.path, model, nullptr, {0, step, {}}, 0, nullptr,
-                         ddp::CheckpointOptions().keep_last(2).rng_state(false));
+    ddp::save_checkpoint(dir.path, model, nullptr, {0, step, {}}, 0, nullptr, options);
   }
   const auto kept = ddp::list_checkpoints(dir.path);
   REQUIRE(kept.size() == 2);

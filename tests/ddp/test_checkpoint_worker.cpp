@@ -132,7 +132,9 @@ void run(const std::shared_ptr<ddp::ProcessGroup>& group, const fs::path& dir, i
            "the MANIFEST has the wrong step or world size");
     Net fresh;
     fresh.to(torch::kDouble);
-    ddp::load_checkpoint(saved, fresh, nullptr, ddp::CheckpointOptions().rng_state(false));
+    ddp::CheckpointOptions options;
+    options.rng_state = false;
+    ddp::load_checkpoint(saved, fresh, nullptr, options);
     expect(same_parameters(fresh, *trainer.net), "a fresh model loaded from the checkpoint differs");
   });
   if (group->rank() == 0) ddp::save_state_dict(ddp::state_dict(*trainer.net), dir / "final.pt");

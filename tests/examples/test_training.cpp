@@ -190,6 +190,42 @@ TEST_CASE("DDP with --resume after an interruption mid-epoch ends where an unint
   CHECK(max_abs_difference(read_params(tmp / "whole.bin"), read_params(tmp / "resumed.bin")) < 1e-6);
 }
 
+TEST_CASE("--resume names every checkpoint it skips; none valid stops the run unless --allow-fresh-start",
+          "[training]") {
+  TempDir tmp;
+  const std::string ck = tmp / "ck";
+  const std::string program = kBin + "/train_fashion_mnist --mode single --limit 128 --epochs 2 --batch-size 32 "
+                              "--checkpoint-dir " + ck;
+  REQUIRE_SUCCESS(run(program));  // checkpoints at steps 4 and 8
+  const fs::path step4 = fs::path(ck) / "step-000000000004";
+  const fs::path step8 = fs::path(ck) / "step-000000000008";
+  REQUIRE(fs::exists(step4 / "MANIFEST"));
+  REQUIRE(fs::exists(step8 / "MANIFEST"));
+  // A newer folder without MANIFEST and a corrupt newest checkpoint: both named, step 4 resumed.
+  fs::create_directories(fs::path(ck) / "step-000000000012");
+  fs::resize_file(step8 / "model.pt", 100);
+  const Run skipped = run(program + " --resume --epochs 2");
+  REQUIRE_SUCCESS(skipped);
+  CHECK_THAT(skipped.output, Contains("warning: skipping " + ck + "/step-000000000012: has no MANIFEST"));
+  CHECK_THAT(skipped.output, Contains("warning: skipping " + (step8 / "model.pt").string()) &&
+                                 Contains("truncated"));
+  CHECK_THAT(skipped.output, Contains("resuming from " + step4.string()));
+  // None valid: one line per checkpoint, then an error and a non-zero exit.
+  for (const auto& entry : fs::directory_iterator(ck)) {
+    if (fs::exists(entry.path() / "model.pt")) fs::resize_file(entry.path() / "model.pt", 100);
+  }
+  const Run refused = run(program + " --resume");
+  CHECK(refused.exit_code == 1);
+  CHECK_THAT(refused.output, Contains("none of the 3 checkpoint folders in " + ck + " is valid") &&
+                                 Contains("--allow-fresh-start"));
+  CHECK(std::count(refused.output.begin(), refused.output.end(), '\n') == 4);
+  CHECK_THAT(refused.output, Contains("step-000000000012: has no MANIFEST") &&
+                                 Contains((step8 / "model.pt").string()) && Contains((step4 / "model.pt").string()));
+  const Run fresh = run(program + " --resume --allow-fresh-start --epochs 1");
+  REQUIRE_SUCCESS(fresh);
+  CHECK_THAT(fresh.output, Contains("no valid checkpoint in " + ck + ": starting from scratch"));
+}
+
 TEST_CASE("bad command lines and missing data: one clear line and an exit code", "[training]") {
   struct Case {
     std::string arguments, message;
@@ -199,6 +235,7 @@ TEST_CASE("bad command lines and missing data: one clear line and an exit code",
       {"train_fashion_mnist --batch-size -3", "--batch-size must be at least 1"},
       {"train_fashion_mnist --no-such-flag", "no-such-flag"},
       {"train_fashion_mnist --resume", "--resume needs --checkpoint-dir"},
+      {"train_fashion_mnist --checkpoint-dir /tmp/x --allow-fresh-start", "--allow-fresh-start needs --resume"},
       {"train_cifar10 --model vgg --data-dir /tmp", "--model must be lenet or resnet18"},
       {"train_cifar10", "--data-dir is required"},
   };

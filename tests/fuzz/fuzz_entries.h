@@ -31,9 +31,11 @@ Outcome idx_entry(const uint8_t* data, size_t size, const std::filesystem::path&
 // CIFAR-10's binary version (test_batch.bin). Modes as for IDX.
 Outcome cifar10_entry(const uint8_t* data, size_t size, const std::filesystem::path& scratch);
 
-// Checkpoints. Modes (first byte % 4): 0 the MANIFEST of a checkpoint whose model.pt and trainer.pt
+// Checkpoints. Modes (first byte % 7): 0 the MANIFEST of a checkpoint whose model.pt and trainer.pt
 // are valid; 1 a model.pt file as given; 2 the data.pkl pickle of a model.pt whose zip and storage
-// records are valid; 3 a trainer.pt under a valid MANIFEST (checksums match) and model.pt.
+// records are valid; 3 a trainer.pt under a valid MANIFEST (checksums match) and model.pt; 4 the
+// MANIFEST's lines, given a matching end line (its parser past the checksum); 5 and 6 the data.pkl
+// pickle of a trainer.pt (progress, optimizer state, RNG), read into SGD with momentum / Adam.
 Outcome checkpoint_entry(const uint8_t* data, size_t size, const std::filesystem::path& scratch);
 
 // The names of the targets, which are also the folders of their corpora and regression inputs.

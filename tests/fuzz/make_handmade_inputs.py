@@ -3,6 +3,8 @@
 after changing this script). Each input is a mode byte and a file's content, see Note [Fuzz inputs] in
 tests/fuzz/fuzz_entries.h; test_fuzz_regressions.cpp says which error each one must give."""
 import gzip
+import os
+import pickle
 import pathlib
 import struct
 
@@ -73,3 +75,46 @@ write("checkpoint", "pickle-deep-nesting", 2,
       b"\x80\x02}" + text("k") + b"]" * depth + b"a" * (depth - 1) + b"s.")
 # A list appended to itself through the memo: shared_ptr owners in a cycle leak.
 write("checkpoint", "pickle-self-cycle", 2, b"\x80\x02]q\x00h\x00a.")
+
+# ---- Checkpoint: MANIFEST version 2 ----
+HEADER2 = b"ddp-checkpoint 2\nepoch 1\nstep 7\nworld_size 1\n"
+FILES = (b"file model.pt 10 0000000000000000\nfile trainer.pt 10 0000000000000000\n")
+# Cut inside its last line: no end line survives (issue 21: a cut MANIFEST verified).
+write("checkpoint", "manifest-v2-cut", 0, (HEADER2 + FILES + b"end 6 0123456789abcdef\n")[:-9])
+# An end line that counts other lines than there are.
+write("checkpoint", "manifest-v2-end-count", 0, HEADER2 + FILES + b"end 99 0123456789abcdef\n")
+# Mode 4 adds a matching end line: a malformed size and a bad checksum field reach the parser.
+write("checkpoint", "manifest-body-bad-size", 4, HEADER2 + b"file model.pt -1 0000000000000000\n")
+write("checkpoint", "manifest-body-upper-hex", 4, HEADER2 + b"file model.pt 10 00000000000000AB\n")
+
+
+# ---- Checkpoint: trainer.pt's pickle (modes 5: SGD, 6: Adam) ----
+def trainer(optimizer, epoch=1):
+    return {"ddp_trainer_version": 2, "epoch": epoch, "step": 7,
+            "sampler": {"epoch": 1, "position": 5, "num_replicas": 2}, "optimizer": optimizer, "rng": None}
+
+
+SGD_GROUP = {"lr": 0.1, "momentum": 0.9, "dampening": 0.0, "weight_decay": 0.0, "nesterov": False}
+write("checkpoint", "optimizer-no-groups", 5, pickle.dumps(trainer({"state": {}, "param_groups": []}), protocol=2))
+write("checkpoint", "optimizer-missing-lr", 5,
+      pickle.dumps(trainer({"state": {}, "param_groups": [{"momentum": 0.9, "params": [0, 1]}]}), protocol=2))
+write("checkpoint", "optimizer-params-mismatch", 5,
+      pickle.dumps(trainer({"state": {}, "param_groups": [dict(SGD_GROUP, params=[0])]}), protocol=2))
+write("checkpoint", "optimizer-state-not-tensor", 5,
+      pickle.dumps(trainer({"state": {0: {"momentum_buffer": "x"}},
+                            "param_groups": [dict(SGD_GROUP, params=[0, 1])]}), protocol=2))
+write("checkpoint", "optimizer-betas-not-pair", 6,
+      pickle.dumps(trainer({"state": {}, "param_groups": [
+          {"lr": 0.01, "betas": (0.9,), "eps": 1e-8, "weight_decay": 0.0, "amsgrad": True, "params": [0, 1]}]}),
+          protocol=2))
+write("checkpoint", "trainer-no-epoch", 5, pickle.dumps({"step": 7}, protocol=2))
+
+
+class Planted:
+    """Unpickled the unsafe way, this would call os.system; the reader must refuse it unrun."""
+
+    def __reduce__(self):
+        return (os.system, ("touch /tmp/ddp-fuzz-planted",))
+
+
+write("checkpoint", "trainer-reduce-system", 5, pickle.dumps(trainer(Planted()), protocol=2))

@@ -51,6 +51,17 @@ const std::map<std::string, std::string> kExpectedErrors = {
     {"checkpoint/pickle-deep-nesting", "is not a tensor by name"},
     {"checkpoint/pickle-self-cycle", "contain itself"},
     {"checkpoint/trainer-not-zip", "cannot load the training state"},
+    {"checkpoint/manifest-v2-cut", "cut or edited"},
+    {"checkpoint/manifest-v2-end-count", "counts 99 lines"},
+    {"checkpoint/manifest-body-bad-size", "malformed"},
+    {"checkpoint/manifest-body-upper-hex", "malformed"},
+    {"checkpoint/optimizer-no-groups", "0 param groups, the optimizer 1"},
+    {"checkpoint/optimizer-missing-lr", "'lr' is missing"},
+    {"checkpoint/optimizer-params-mismatch", "does not list the optimizer's 2 parameters"},
+    {"checkpoint/optimizer-state-not-tensor", "'momentum_buffer' is not a tensor"},
+    {"checkpoint/optimizer-betas-not-pair", "'betas' is not a pair of numbers"},
+    {"checkpoint/trainer-no-epoch", "entry 'epoch' is missing"},
+    {"checkpoint/trainer-reduce-system", "Python object of type posix.system"},
 };
 
 }  // namespace

@@ -226,7 +226,9 @@ int checkpoint(const std::string& dir) {
     Mlp restored(false);
     restored->to(device);
     torch::optim::Adam restored_optimizer(restored->parameters(), torch::optim::AdamOptions(0.01));
-    ddp::load_checkpoint(saved, *restored, &restored_optimizer, ddp::CheckpointOptions().map_location(device));
+    ddp::CheckpointOptions options;
+    options.map_location = device;
+    ddp::load_checkpoint(saved, *restored, &restored_optimizer, options);
     const auto mine = restored->named_parameters();
     for (const auto& p : net->named_parameters()) {
       expect(mine[p.key()].device() == device, "parameter " + p.key() + " stays on " + device.str());

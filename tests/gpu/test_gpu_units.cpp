@@ -107,8 +107,9 @@ TEST_CASE("state dicts and checkpoints load with a map location", "[gpu][checkpo
   const auto saved = ddp::save_checkpoint(dir.path / "ckpt", *model, &optimizer, {1, 4, {}}, 0, nullptr);
   torch::nn::Sequential restored(torch::nn::Linear(4, 3), torch::nn::BatchNorm1d(3));
   torch::optim::Adam restored_optimizer(restored->parameters(), torch::optim::AdamOptions(0.01));
-  const auto progress =
-      ddp::load_checkpoint(saved, *restored, &restored_optimizer, ddp::CheckpointOptions().map_location(torch::kCPU));
+  ddp::CheckpointOptions on_cpu;
+  on_cpu.map_location = torch::kCPU;
+  const auto progress = ddp::load_checkpoint(saved, *restored, &restored_optimizer, on_cpu);
   CHECK(progress.step == 4);
   for (const auto& item : original) {
     INFO(item.key());
