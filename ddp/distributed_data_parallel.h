@@ -1,7 +1,8 @@
 #pragma once
 // DistributedDataParallel: wraps a torch::nn module so that loss.backward() leaves gradients
 // averaged over all ranks, with the all-reduces overlapped with backward.
-// The template is a thin shell; the logic is in detail::DdpCore (distributed_data_parallel.cpp).
+// The template is a thin shell; the logic is in detail::DdpCore (distributed_data_parallel.cpp) and its
+// reducer (ddp/reducer.h: buckets, all-reduces, the end of backward).
 #include <torch/torch.h>
 
 #include <cstddef>
@@ -54,6 +55,8 @@ struct JoinOptions {
 
 namespace detail {
 
+struct Reducer;  // ddp/reducer.h (internal)
+
 // The non-template core: buckets, autograd hooks, collectives, statistics.
 class DdpCore {
  public:
@@ -77,8 +80,7 @@ class DdpCore {
   const ProcessGroup& group() const;
 
  private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<Reducer> impl_;
 };
 
 // The tensors of a forward's output that autograd can start from (for find_unused_parameters).

@@ -240,6 +240,30 @@ void set_threads_per_rank(const EnvLookup& env, int local_size, const Logger& lo
   if (threads > 0 && at::get_num_threads() != threads) at::set_num_threads(threads);
 }
 
+// Where Gloo's transport binds: the interface GLOO_SOCKET_IFNAME names, a host name, or Gloo's default.
+struct GlooAddress {
+  enum class Kind { kInterface, kHostname, kDefault };
+  Kind kind = Kind::kDefault;
+  std::string name;
+};
+
+c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store,
+                                                    const ProcessGroup::Info& info, const GlooAddress& address) {
+  auto gloo_options = c10d::ProcessGroupGloo::Options::create(info.timeout);
+  switch (address.kind) {
+    case GlooAddress::Kind::kInterface:
+      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(address.name));
+      break;
+    case GlooAddress::Kind::kHostname:
+      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(address.name));
+      break;
+    case GlooAddress::Kind::kDefault:
+      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      break;
+  }
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, info.rank, info.size, gloo_options);
+}
+
 }  // namespace
 
 bool nccl_available() {
@@ -506,15 +530,11 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   c10::intrusive_ptr<c10d::Backend> pg;
   try {
     if (backend == "gloo") {
-      auto gloo_options = c10d::ProcessGroupGloo::Options::create(info.timeout);
-      if (auto iface = env("GLOO_SOCKET_IFNAME"); iface && !iface->empty()) {
-        gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(*iface));
-      } else if (is_loopback(host)) {
-        gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-      } else {
-        gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-      }
-      pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, info.rank, info.size, gloo_options);
+      const auto iface = env("GLOO_SOCKET_IFNAME");
+      const GlooAddress address = iface && !iface->empty() ? GlooAddress{GlooAddress::Kind::kInterface, *iface}
+                                  : is_loopback(host)      ? GlooAddress{GlooAddress::Kind::kHostname, "127.0.0.1"}
+                                                           : GlooAddress{GlooAddress::Kind::kDefault, ""};
+      pg = make_gloo_backend(store, info, address);
     } else {
 #ifdef USE_C10D_NCCL
       auto nccl_options = c10d::ProcessGroupNCCL::Options::create(/*is_high_priority_stream=*/false);
@@ -534,6 +554,37 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   logger.debug(str("process group ready: backend ", backend, ", rank ", info.rank, " of ", info.size,
                    ", local rank ", info.local_rank, " of ", info.local_size));
   return std::make_shared<ProcessGroup>(std::move(info), base_store, std::move(pg));
+}
+
+std::shared_ptr<ProcessGroup> new_process_group(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size,
+                                                const StoreGroupOptions& options) {
+  if (!store) throw InvalidArgument("new_process_group: the store is null");
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    throw InvalidArgument(str("new_process_group: rank ", rank, " and world_size ", world_size,
+                              " do not fit (need 0 <= rank < world_size)"));
+  }
+  if (options.timeout.count() <= 0) throw InvalidArgument("StoreGroupOptions::timeout must be positive");
+  if (options.backend != "gloo") {
+    throw InvalidArgument(str("new_process_group: backend '", options.backend,
+                              "' is not supported over a given store: use gloo (init_process_group sets up nccl)"));
+  }
+  ProcessGroup::Info info;
+  info.rank = rank;
+  info.size = world_size;
+  info.local_rank = rank;
+  info.local_size = world_size;
+  info.backend_name = options.backend;
+  info.timeout = options.timeout;
+  info.log_dir = options.log_dir;
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("ddp/group", store);
+  c10::intrusive_ptr<c10d::Backend> backend;
+  try {
+    backend = make_gloo_backend(prefixed, info, GlooAddress{GlooAddress::Kind::kHostname, options.host});
+  } catch (const std::exception& error) {
+    rethrow_as_ddp(error, str("rank ", rank, " could not set up the gloo backend with ", world_size,
+                              " ranks over the given store (timeout ", seconds(options.timeout), " s)"));
+  }
+  return std::make_shared<ProcessGroup>(std::move(info), std::move(store), std::move(backend));
 }
 
 }  // namespace ddp

@@ -135,6 +135,28 @@ class ProcessGroup {
 // ddp::MismatchError (ranks disagree about the world size).
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options = {});
 
+// Note [Groups over an existing store]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// init_process_group does the whole rendezvous (environment, TCP or file store, world size check,
+// threads per rank). A caller that already holds a c10d store builds a group on it instead: the
+// in-process tests run one thread per rank over one c10d::HashStore (as c10d's and Gloo's own tests
+// do), so DistributedDataParallel's logic is tested without starting processes.
+struct StoreGroupOptions {
+  // Only "gloo": an NCCL group needs a device bound per rank, which init_process_group does.
+  std::string backend = "gloo";
+  // The address Gloo's transport binds to and announces to the other ranks.
+  std::string host = "127.0.0.1";
+  // Bound of every blocking wait: the backend's rendezvous through the store, collectives, barriers.
+  std::chrono::milliseconds timeout = std::chrono::minutes(30);
+  // Where the rank writes its last collectives on a failure ("": nowhere); ProcessGroup::Info::log_dir.
+  std::string log_dir;
+};
+// Creates rank `rank` of a group of `world_size` over `store` (every rank passes the same store or a
+// client of it). Throws ddp::InvalidArgument (bad rank, size or backend), ddp::TimeoutError or
+// ddp::CommunicationError (the other ranks did not join within the timeout).
+std::shared_ptr<ProcessGroup> new_process_group(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size,
+                                                const StoreGroupOptions& options = {});
+
 // True when this build of LibTorch has c10d's NCCL backend and a CUDA device is present.
 bool nccl_available();
 
