@@ -17,6 +17,7 @@
 
 #include "benchmarks/harness.h"
 
+#include "ddp/base/process_memory.h"
 #include "ddp/process_group.h"
 
 namespace ddp::bench {
