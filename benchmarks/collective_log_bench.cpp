@@ -4,13 +4,12 @@
 // A scenario over benchmarks/harness.h: warm-up, timed iterations, a table with a correctness column.
 //
 //   collective_log_bench [--iters N] [--numel K] [--warmup W] [--csv F] [--json F]   (one rank, file store)
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <string>
 
 #include "benchmarks/harness.h"
+#include "benchmarks/scenarios/runtime.h"
 #include "ddp/collective_log.h"
 #include "ddp/process_group.h"
 #include "ddp/run_main.h"
@@ -66,9 +65,7 @@ int run(const Options& o) {
   const auto last = log.find(log.last_seq());
   records_ok = records_ok && last && last->state == ddp::CollectiveState::completed;
 
-  const std::string store = "/tmp/collective_log_bench_" + std::to_string(::getpid());
-  auto group = ddp::init_process_group(
-      ddp::InitOptions().set_backend("gloo").set_init_method("file://" + store).set_rank(0).set_world_size(1));
+  auto group = single_process_group();
   auto tensor = torch::ones({o.numel}, torch::kDouble);
   TimingOptions reduce_timing;
   reduce_timing.warmup = std::min<int64_t>(100, o.timing.warmup);
@@ -77,7 +74,6 @@ int run(const Options& o) {
   // One rank: the sum is the tensor itself, every element still 1.
   const bool reduce_ok = tensor.eq(1).all().item<bool>();
   group->destroy();
-  std::remove(store.c_str());
 
   Table table({"operation", "numel", "iters", "ns_per_op", "correct"});
   const auto row = [&](const char* operation, int64_t iters, double seconds, bool ok) {

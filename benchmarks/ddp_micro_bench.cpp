@@ -12,12 +12,11 @@
 //                              [--broadcast-buffers 0|1] [--grad-view 0|1]   samples/s of DDP training
 #include <torch/torch.h>
 
-#include <filesystem>
-#include <map>
+#include <cmath>
 #include <string>
-#include <unistd.h>
 
 #include "benchmarks/harness.h"
+#include "benchmarks/scenarios/runtime.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/process_group.h"
 #include "ddp/run_main.h"
@@ -78,13 +77,6 @@ double train_seconds(Model& model, std::vector<torch::Tensor> params, const Batc
   }) * static_cast<double>(timing.iters);
   if (loss != nullptr) *loss = last.item<double>();
   return seconds;
-}
-
-std::shared_ptr<ddp::ProcessGroup> single_process_group() {
-  const auto path = std::filesystem::temp_directory_path() / ("ddp_bench_" + std::to_string(::getpid()));
-  std::filesystem::remove(path);
-  return ddp::init_process_group(
-      ddp::InitOptions().set_backend("gloo").set_init_method("file://" + path.string()).set_rank(0).set_world_size(1));
 }
 
 // The flags of one scenario: its own, then the harness's.
@@ -244,8 +236,9 @@ int overlap(int argc, char** argv) {
   };
   Variant variants[2] = {{"static buckets", nullptr, nullptr}, {"rebuilt buckets", nullptr, nullptr}};
   for (int v = 0; v < 2; ++v) {
-    variants[v].model = std::make_unique<ddp::DistributedDataParallel<DeepMlp>>(
-        make(), pg, ddp::DdpOptions().set_rebuild_buckets(v == 1));
+    ddp::DdpOptions options;
+    options.rebuild_buckets = v == 1;
+    variants[v].model = std::make_unique<ddp::DistributedDataParallel<DeepMlp>>(make(), pg, options);
     variants[v].optimizer = std::make_unique<torch::optim::SGD>(variants[v].model->parameters(), torch::optim::SGDOptions(0.001));
   }
   auto x = torch::randn({batch, width});
@@ -317,8 +310,8 @@ int throughput(int argc, char** argv) {
   const int64_t batch = f.cli.integer("batch", 1);
   const bool plain = f.cli.integer("plain", 0, 1) != 0;
   ddp::DdpOptions options;
-  options.set_broadcast_buffers(f.cli.integer("broadcast-buffers", 0, 1) != 0)
-      .set_gradient_as_bucket_view(f.cli.integer("grad-view", 0, 1) != 0);
+  options.broadcast_buffers = f.cli.integer("broadcast-buffers", 0, 1) != 0;
+  options.gradient_as_bucket_view = f.cli.integer("grad-view", 0, 1) != 0;
   const Batch data = make_batch(model_name, batch);
   double seconds = 0, loss = 0;
   ddp::DdpStats stats;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "benchmarks/harness.h"
+#include "benchmarks/scenarios/runtime.h"
 #include "ddp/cuda_support.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/base/error.h"
@@ -142,7 +143,9 @@ void run_mode(const Options& o, const std::string& mode, Net net, const Pool& po
     measure(o, mode, pool, device, [&](const torch::Tensor& x) { return net->forward(x); }, net->parameters(), table);
     return;
   }
-  ddp::DistributedDataParallel<Net> model(net, group, ddp::DdpOptions().set_gradient_as_bucket_view(mode == "ddp_view"));
+  ddp::DdpOptions options;
+  options.gradient_as_bucket_view = mode == "ddp_view";
+  ddp::DistributedDataParallel<Net> model(net, group, options);
   measure(o, mode, pool, device, [&](const torch::Tensor& x) { return model(x); }, model.parameters(), table);
 }
 
@@ -156,13 +159,7 @@ int run(const Options& o) {
   at::globalContext().setBenchmarkCuDNN(true);
   const Pool pool = make_pool(o, device);
   // World size 1 over NCCL through a file rendezvous: no launcher needed.
-  const auto rendezvous = std::filesystem::temp_directory_path() / ("gpu_bench_" + std::to_string(::getpid()));
-  std::filesystem::remove(rendezvous);
-  auto group = ddp::init_process_group(ddp::InitOptions()
-                                           .set_backend("nccl")
-                                           .set_init_method("file://" + rendezvous.string())
-                                           .set_rank(0)
-                                           .set_world_size(1));
+  auto group = single_process_group("nccl");
   Table table({"model", "mode", "batch", "iters", "it_per_s", "step_ms", "peak_mib", "grad_mib", "final_loss",
                "correct"});
   for (const auto& mode : o.modes) {
@@ -174,7 +171,6 @@ int run(const Options& o) {
     }
   }
   group->destroy();
-  std::filesystem::remove(rendezvous);
   emit(table, o.output, {{"benchmark", "gpu_bench"}, {"device", device.str()}},
        {"gpu_bench: one GPU, " + std::to_string(o.timing.warmup) + " warm-up + " + std::to_string(o.timing.iters) +
         " timed steps per mode; peak_mib: the CUDA caching allocator's peak"});

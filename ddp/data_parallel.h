@@ -15,24 +15,14 @@
 
 namespace ddp {
 
-class DataParallelOptions {
- public:
-  // The devices the batch is split over; default: every visible CUDA device, else the CPU.
-  DataParallelOptions& devices(std::vector<torch::Device> devices) {
-    devices_ = std::move(devices);
-    return *this;
-  }
-  // Where outputs are gathered; default: the first device.
-  DataParallelOptions& output_device(torch::Device device) {
-    output_device_ = device;
-    return *this;
-  }
-  const std::optional<std::vector<torch::Device>>& devices() const { return devices_; }
-  const std::optional<torch::Device>& output_device() const { return output_device_; }
-
- private:
-  std::optional<std::vector<torch::Device>> devices_;
-  std::optional<torch::Device> output_device_;
+// DataParallel's options: a plain struct (c10d's style).
+//   ddp::DataParallelOptions options;
+//   options.devices = std::vector<torch::Device>{torch::kCUDA, ...};
+struct DataParallelOptions {
+  // The devices the batch is split over; unset: every visible CUDA device, else the CPU.
+  std::optional<std::vector<torch::Device>> devices;
+  // Where outputs are gathered; unset: the first device.
+  std::optional<torch::Device> output_device;
 };
 
 // Every visible CUDA device, or {CPU} when there is none.
@@ -79,8 +69,8 @@ class DataParallel {
  public:
   explicit DataParallel(ModuleHolder module, DataParallelOptions options = {})
       : module_(std::move(module)),
-        devices_(options.devices() ? *options.devices() : visible_devices()),
-        output_device_(options.output_device().value_or(devices_.empty() ? torch::kCPU : devices_.front())) {
+        devices_(options.devices ? *options.devices : visible_devices()),
+        output_device_(options.output_device.value_or(devices_.empty() ? torch::kCPU : devices_.front())) {
     DDP_CHECK(!devices_.empty(), "DataParallel needs at least one device");
     if (devices_.size() == 1) detail::log_single_device(devices_);
     module_->to(devices_.front());

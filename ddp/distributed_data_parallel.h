@@ -20,6 +20,9 @@
 
 namespace ddp {
 
+// DistributedDataParallel's options: a plain struct (c10d's style), e.g.
+//   ddp::DdpOptions options;
+//   options.find_unused_parameters = true;
 struct DdpOptions {
   // See Note [Bucket assignment] in ddp/bucket.h.
   std::size_t bucket_cap_bytes = std::size_t{25} << 20;
@@ -34,17 +37,10 @@ struct DdpOptions {
   // Rebuild the buckets once, in the order gradients became ready in the first synchronized
   // backward (Note [Bucket rebuild] in ddp/bucket.h). Ignored with find_unused_parameters.
   bool rebuild_buckets = true;
-
-  DdpOptions& set_bucket_cap_mb(double mb) { bucket_cap_bytes = static_cast<std::size_t>(mb * (1 << 20)); return *this; }
-  DdpOptions& set_first_bucket_cap_mb(double mb) { first_bucket_cap_bytes = static_cast<std::size_t>(mb * (1 << 20)); return *this; }
-  DdpOptions& set_bucket_cap_bytes(std::size_t v) { bucket_cap_bytes = v; return *this; }
-  DdpOptions& set_first_bucket_cap_bytes(std::size_t v) { first_bucket_cap_bytes = v; return *this; }
-  DdpOptions& set_find_unused_parameters(bool v) { find_unused_parameters = v; return *this; }
-  DdpOptions& set_broadcast_buffers(bool v) { broadcast_buffers = v; return *this; }
-  DdpOptions& set_gradient_as_bucket_view(bool v) { gradient_as_bucket_view = v; return *this; }
-  DdpOptions& set_comm_hook(CommHook v) { comm_hook = v; return *this; }
-  DdpOptions& set_rebuild_buckets(bool v) { rebuild_buckets = v; return *this; }
 };
+
+// PyTorch's bucket_cap_mb in bytes: DdpOptions o; o.bucket_cap_bytes = mebibytes(2.5);
+inline std::size_t mebibytes(double mb) { return static_cast<std::size_t>(mb * (1 << 20)); }
 
 // Options of join() (PyTorch's Join / DDP.join arguments).
 struct JoinOptions {

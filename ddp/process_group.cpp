@@ -485,8 +485,8 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   } else {
     if (options.rank < 0 || options.world_size < 1) {
       throw InvalidArgument(str("init_method ", options.init_method,
-                                " needs an explicit rank and world_size (InitOptions::set_rank, "
-                                "set_world_size); got rank=", options.rank, ", world_size=",
+                                " needs an explicit rank and world_size (InitOptions::rank and "
+                                "InitOptions::world_size); got rank=", options.rank, ", world_size=",
                                 options.world_size));
     }
     if (options.rank >= options.world_size) {

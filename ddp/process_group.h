@@ -17,8 +17,10 @@
 
 namespace ddp {
 
-// How to create the default process group (c10d's init_process_group arguments).
-// Public fields, plus chainable setters: InitOptions().set_backend("gloo").set_timeout(...).
+// How to create the default process group (c10d's init_process_group arguments). A plain struct:
+//   ddp::InitOptions options;
+//   options.backend = "gloo";
+//   options.timeout = std::chrono::seconds(60);
 struct InitOptions {
   // "auto" (NCCL when LibTorch has it and CUDA is available, else Gloo), "gloo" or "nccl".
   std::string backend = "auto";
@@ -30,12 +32,6 @@ struct InitOptions {
   int world_size = -1;
   // Bound of every blocking wait: rendezvous, collectives, barriers. PyTorch's default.
   std::chrono::milliseconds timeout = std::chrono::minutes(30);
-
-  InitOptions& set_backend(std::string value) { backend = std::move(value); return *this; }
-  InitOptions& set_init_method(std::string value) { init_method = std::move(value); return *this; }
-  InitOptions& set_rank(int value) { rank = value; return *this; }
-  InitOptions& set_world_size(int value) { world_size = value; return *this; }
-  InitOptions& set_timeout(std::chrono::milliseconds value) { timeout = value; return *this; }
 };
 
 // A group of processes that run collectives together (one c10d backend plus its store).

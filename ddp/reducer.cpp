@@ -297,7 +297,7 @@ void Reducer::finalize_backward() {
     throw Error(str(
         "DistributedDataParallel: backward finished on rank ", group->rank(), " but ", missing.size(),
         " parameter(s) got no gradient: ", names_of(missing),
-        ". Pass DdpOptions().set_find_unused_parameters(true) if the model does not use every "
+        ". Set DdpOptions::find_unused_parameters = true if the model does not use every "
         "parameter in every iteration, or make every output take part in the loss"));
   }
   for (auto& b : buckets) {

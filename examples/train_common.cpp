@@ -112,7 +112,9 @@ DataSets load_data(const ProgramSpec& spec, const TrainOptions& options) {
 // R ranks with batch B covers exactly the samples of step s of a single run with batch R*B, and both
 // runs compute the same gradient (the mean over the same R*B samples).
 samplers::DistributedSampler make_sampler(int64_t size, const Runtime& rt, uint64_t seed) {
-  return samplers::DistributedSampler(size, samplers::DistributedSamplerOptions(rt.world_size, rt.rank).seed(seed));
+  samplers::DistributedSamplerOptions sampler_options(rt.world_size, rt.rank);
+  sampler_options.seed = seed;
+  return samplers::DistributedSampler(size, sampler_options);
 }
 
 // The model as the training loop sees it, whichever the mode.
@@ -131,7 +133,7 @@ Trainee wrap(Holder model, const TrainOptions& options, const Runtime& rt) {
   Trainee t;
   t.module = model.ptr();
   if (options.mode == Mode::dp) {
-    auto dp = std::make_shared<DataParallel<Holder>>(model, DataParallelOptions().devices(rt.devices));
+    auto dp = std::make_shared<DataParallel<Holder>>(model, DataParallelOptions{rt.devices, {}});
     t.forward = [dp](const torch::Tensor& x) { return dp->forward(x); };
     t.evaluate = t.forward;
   } else if (options.mode == Mode::ddp) {

@@ -13,49 +13,23 @@
 
 namespace ddp::samplers {
 
-// Options in the manner of c10d's: construct with the required values, chain setters for the rest.
-class DistributedSamplerOptions {
- public:
-  DistributedSamplerOptions(int64_t num_replicas, int64_t rank)
-      : num_replicas_(num_replicas), rank_(rank) {}
+// DistributedSampler's options: a plain struct (c10d's style), constructed with the two values every
+// sampler needs:
+//   ddp::samplers::DistributedSamplerOptions options(pg->size(), pg->rank());
+//   options.seed = 42;
+struct DistributedSamplerOptions {
+  DistributedSamplerOptions() = default;
+  DistributedSamplerOptions(int64_t num_replicas, int64_t rank) : num_replicas(num_replicas), rank(rank) {}
 
-  DistributedSamplerOptions& num_replicas(int64_t value) {
-    num_replicas_ = value;
-    return *this;
-  }
-  DistributedSamplerOptions& rank(int64_t value) {
-    rank_ = value;
-    return *this;
-  }
-  // Shuffle with a permutation drawn from seed + epoch (default true); false keeps 0, 1, 2, ...
-  DistributedSamplerOptions& shuffle(bool value) {
-    shuffle_ = value;
-    return *this;
-  }
-  // Must be the same on every rank (default 0).
-  DistributedSamplerOptions& seed(uint64_t value) {
-    seed_ = value;
-    return *this;
-  }
+  int64_t num_replicas = 1;
+  int64_t rank = 0;
+  // Shuffle with a permutation drawn from seed + epoch; false keeps 0, 1, 2, ...
+  bool shuffle = true;
+  // Must be the same on every rank.
+  uint64_t seed = 0;
   // Drop the tail so that every rank gets floor(n / R) samples, instead of padding by wrapping
-  // around to ceil(n / R) (default false).
-  DistributedSamplerOptions& drop_last(bool value) {
-    drop_last_ = value;
-    return *this;
-  }
-
-  int64_t num_replicas() const { return num_replicas_; }
-  int64_t rank() const { return rank_; }
-  bool shuffle() const { return shuffle_; }
-  uint64_t seed() const { return seed_; }
-  bool drop_last() const { return drop_last_; }
-
- private:
-  int64_t num_replicas_;
-  int64_t rank_;
-  bool shuffle_ = true;
-  uint64_t seed_ = 0;
-  bool drop_last_ = false;
+  // around to ceil(n / R).
+  bool drop_last = false;
 };
 
 // Where a sampler stands: what a checkpoint stores to resume mid-epoch (see ddp/checkpoint.h).

@@ -77,7 +77,7 @@ using FashionLoader = torch::data::StatelessDataLoader<examples::data::ImageData
 struct FashionMnistData : BatchSource {
   FashionMnistData(const examples::data::ImageSet& set, int64_t batch_, int world, int rank)
       : dataset(set, examples::data::fashion_mnist_normalization()),
-        sampler(set.count, samplers::DistributedSamplerOptions(world, rank).seed(0)),
+        sampler(set.count, samplers::DistributedSamplerOptions(world, rank)),
         batch(batch_) {}
   std::pair<torch::Tensor, torch::Tensor> next(torch::Device device) override {
     if (!loader || *position == loader->end()) {
@@ -170,10 +170,10 @@ Measurement train_loop(Forward&& forward, std::vector<torch::Tensor> parameters,
 
 DdpOptions ddp_options(const BenchOptions& options) {
   DdpOptions ddp;
-  ddp.set_bucket_cap_mb(options.bucket_cap_mb)
-      .set_gradient_as_bucket_view(options.gradient_as_bucket_view)
-      .set_broadcast_buffers(options.broadcast_buffers)
-      .set_comm_hook(*parse_comm_hook(options.comm_hook));  // the harness accepted only known names
+  ddp.bucket_cap_bytes = mebibytes(options.bucket_cap_mb);
+  ddp.gradient_as_bucket_view = options.gradient_as_bucket_view;
+  ddp.broadcast_buffers = options.broadcast_buffers;
+  ddp.comm_hook = *parse_comm_hook(options.comm_hook);  // the harness accepted only known names
   return ddp;
 }
 

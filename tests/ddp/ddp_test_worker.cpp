@@ -155,12 +155,12 @@ int run_train(const Args& args, ddp::ProcessGroup& pg, Model ddp_net, Model ref_
   const bool chunked = model_name != "mlp";
 
   ddp::DdpOptions options;
-  options.set_bucket_cap_bytes(get_int(args, "bucket-cap-bytes", 25 << 20))
-      .set_first_bucket_cap_bytes(get_int(args, "first-bucket-bytes", 1 << 20))
-      .set_find_unused_parameters(args.count("find-unused") > 0)
-      .set_gradient_as_bucket_view(args.count("grad-view") > 0)
-      .set_comm_hook(*ddp::parse_comm_hook(get(args, "hook", "allreduce")))
-      .set_rebuild_buckets(args.count("no-rebuild") == 0);
+  options.bucket_cap_bytes = static_cast<std::size_t>(get_int(args, "bucket-cap-bytes", 25 << 20));
+  options.first_bucket_cap_bytes = static_cast<std::size_t>(get_int(args, "first-bucket-bytes", 1 << 20));
+  options.find_unused_parameters = args.count("find-unused") > 0;
+  options.gradient_as_bucket_view = args.count("grad-view") > 0;
+  options.comm_hook = *ddp::parse_comm_hook(get(args, "hook", "allreduce"));
+  options.rebuild_buckets = args.count("no-rebuild") == 0;
   ddp::DistributedDataParallel<Model> model(ddp_net, std::shared_ptr<ddp::ProcessGroup>(&pg, [](auto*) {}), options);
   const auto initial_layout = model.bucket_parameter_names();
   torch::optim::SGD optimizer(model.parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
@@ -318,8 +318,10 @@ int average(const Args& args, ddp::ProcessGroup& pg) {
   torch::nn::Linear net(64, 256);
   torch::manual_seed(11);
   torch::nn::Linear reference(64, 256);  // rank 0's initial parameters, on every rank
-  ddp::DistributedDataParallel<torch::nn::Linear> model(
-      net, std::shared_ptr<ddp::ProcessGroup>(&pg, [](auto*) {}), ddp::DdpOptions().set_gradient_as_bucket_view(view));
+  ddp::DdpOptions options;
+  options.gradient_as_bucket_view = view;
+  ddp::DistributedDataParallel<torch::nn::Linear> model(net, std::shared_ptr<ddp::ProcessGroup>(&pg, [](auto*) {}),
+                                                        options);
   torch::manual_seed(5);
   const auto x = torch::randn({8, 64});  // rank 0's batch (every rank draws it; only rank 0's loss counts)
   for (int step = 0; step < 2; ++step) {
@@ -511,17 +513,22 @@ int worker_main(int argc, char** argv) {
   }
   if (command == "timeout") {
     // This rank is told the world has 2 ranks, but nobody else comes.
-    return expect_init_error(args, ddp::InitOptions().set_world_size(2), "timeout", {"rank 1", "WORLD_SIZE=2"});
+    ddp::InitOptions options;
+    options.world_size = 2;
+    return expect_init_error(args, options, "timeout", {"rank 1", "WORLD_SIZE=2"});
   }
   if (command == "unreachable") {
-    return expect_init_error(args, ddp::InitOptions().set_rank(1).set_world_size(2), "communication",
+    ddp::InitOptions options;
+    options.rank = 1;
+    options.world_size = 2;
+    return expect_init_error(args, options, "communication",
                              {"127.0.0.1:" + std::string(std::getenv("MASTER_PORT")), "could not reach"});
   }
   if (command == "world") {
     const char* rank = std::getenv("RANK");
     const bool liar = rank != nullptr && std::string(rank) == "1";
     ddp::InitOptions options;
-    if (liar) options.set_world_size(3);
+    if (liar) options.world_size = 3;
     return expect_init_error(args, options, "mismatch", {"inconsistent world size", "WORLD_SIZE=3"});
   }
   ddp::InitOptions options;

@@ -315,12 +315,13 @@ TEST_CASE("diagnostics go to DDP_LOG_DIR, else next to the error file", "[collec
 
 TEST_CASE("every collective of a process group is numbered and recorded", "[collective_log][process_group]") {
   ddp::testing::TempDir dir;
-  auto group = ddp::init_process_group(ddp::InitOptions()
-                                           .set_backend("gloo")
-                                           .set_init_method("file://" + (dir / "store"))
-                                           .set_rank(0)
-                                           .set_world_size(1)
-                                           .set_timeout(10s));
+  ddp::InitOptions init;
+  init.backend = "gloo";
+  init.init_method = "file://" + (dir / "store");
+  init.rank = 0;
+  init.world_size = 1;
+  init.timeout = 10s;
+  auto group = ddp::init_process_group(init);
   CHECK(group->last_collective_seq() == 0);
   auto t = torch::ones({3, 5});
   group->allreduce(t);
@@ -378,12 +379,13 @@ std::vector<std::string> listening_addresses(int port) {
 
 TEST_CASE("a store for a loopback master listens on loopback only (Note [Loopback store])", "[process_group]") {
   const int port = ddp::launcher::pick_free_port("127.0.0.1");
-  auto group = ddp::init_process_group(ddp::InitOptions()
-                                           .set_backend("gloo")
-                                           .set_init_method("tcp://127.0.0.1:" + std::to_string(port))
-                                           .set_rank(0)
-                                           .set_world_size(1)
-                                           .set_timeout(10s));
+  ddp::InitOptions init;
+  init.backend = "gloo";
+  init.init_method = "tcp://127.0.0.1:" + std::to_string(port);
+  init.rank = 0;
+  init.world_size = 1;
+  init.timeout = 10s;
+  auto group = ddp::init_process_group(init);
   const auto addresses = listening_addresses(port);
   INFO("listening on port " << port << ": " << Catch::Detail::stringify(addresses));
   REQUIRE_FALSE(addresses.empty());

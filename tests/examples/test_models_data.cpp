@@ -99,7 +99,9 @@ TEST_CASE("DataParallel over several CPU devices computes the module's outputs a
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < model->parameters().size(); ++i) model->parameters()[i].copy_(reference->parameters()[i]);
   }
-  ddp::DataParallel<models::LeNet> dp(model, ddp::DataParallelOptions().devices({torch::kCPU, torch::kCPU, torch::kCPU}));
+  ddp::DataParallelOptions options;
+  options.devices = std::vector<torch::Device>{torch::kCPU, torch::kCPU, torch::kCPU};
+  ddp::DataParallel<models::LeNet> dp(model, options);
   CHECK(dp.devices().size() == 3);
   const torch::Tensor x = torch::randn({7, 1, 28, 28});  // 7 does not split evenly: chunks 3, 2, 2
   const torch::Tensor y = torch::randint(0, 10, {7}, torch::kInt64);
@@ -120,7 +122,9 @@ TEST_CASE("DataParallel over several CPU devices computes the module's outputs a
 TEST_CASE("DataParallel keeps BatchNorm's running statistics of the first replica", "[data_parallel]") {
   torch::manual_seed(2);
   torch::nn::BatchNorm2d bn(3);
-  ddp::DataParallel<torch::nn::BatchNorm2d> dp(bn, ddp::DataParallelOptions().devices({torch::kCPU, torch::kCPU}));
+  ddp::DataParallelOptions options;
+  options.devices = std::vector<torch::Device>{torch::kCPU, torch::kCPU};
+  ddp::DataParallel<torch::nn::BatchNorm2d> dp(bn, options);
   const torch::Tensor x = torch::randn({4, 3, 5, 5}) * 3 + 1;
   dp(x);
   torch::nn::BatchNorm2d alone(3);
