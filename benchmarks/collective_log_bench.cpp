@@ -53,7 +53,7 @@ bool record_one(ddp::CollectiveLog& log, int64_t numel, const int* work) {
   const auto seq = log.begin(r);
   log.attach(seq, work);
   const auto found = log.find_started(work);
-  log.finish(found.value_or(seq), ddp::CollectiveState::completed);
+  log.finish(found.value_or(seq), ddp::CollectiveState::kCompleted);
   return found == seq;
 }
 
@@ -63,7 +63,7 @@ int run(const Options& o) {
   bool records_ok = true;
   const double record_s = time_loop(o.timing, [&] { records_ok = record_one(log, o.numel, &work) && records_ok; });
   const auto last = log.find(log.last_seq());
-  records_ok = records_ok && last && last->state == ddp::CollectiveState::completed;
+  records_ok = records_ok && last && last->state == ddp::CollectiveState::kCompleted;
 
   auto group = single_process_group();
   auto tensor = torch::ones({o.numel}, torch::kDouble);

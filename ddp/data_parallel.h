@@ -49,6 +49,7 @@ std::vector<torch::Tensor> parallel_apply(
 }  // namespace detail
 
 // Note [DataParallel gradients]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A replica is a deep copy (Cloneable::clone) whose parameters are new leaves, so backward stops at
 // them. A hook on each replica parameter adds the gradient that arrives there into the module's
 // parameter of the same name (under a mutex: on CUDA each device's backward runs on its own thread).
@@ -58,6 +59,7 @@ std::vector<torch::Tensor> parallel_apply(
 // headers, so it does not compile against a CPU-only LibTorch.
 //
 // Note [DataParallel and buffers]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // LibTorch's torch::nn::parallel::data_parallel clones the module onto every device at each call, so
 // updates of buffers made in forward, BatchNorm's running statistics above all, happen in the clones
 // and are thrown away: a ResNet trained with it evaluates with its initial statistics. PyTorch's

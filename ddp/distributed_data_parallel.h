@@ -33,7 +33,7 @@ struct DdpOptions {
   bool broadcast_buffers = true;
   // param.grad becomes a view into the bucket: no copies in or out, less memory.
   bool gradient_as_bucket_view = false;
-  CommHook comm_hook = CommHook::allreduce;
+  CommHook comm_hook = CommHook::kAllreduce;
   // Rebuild the buckets once, in the order gradients became ready in the first synchronized
   // backward (Note [Bucket rebuild] in ddp/bucket.h). Ignored with find_unused_parameters.
   bool rebuild_buckets = true;

@@ -56,6 +56,7 @@ std::string to_string(const std::vector<uint8_t>& bytes) { return std::string(by
 std::vector<uint8_t> to_bytes(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
 
 // Note [World size check]
+// ~~~~~~~~~~~~~~~~~~~~~~~
 // Every rank publishes the world size it was told; each rank compares its own with rank 0's, and
 // rank 0 compares with everybody's. A rank that disagrees fails with ddp::MismatchError before the
 // backend's rendezvous, which would otherwise wait for ranks that do not exist.
@@ -104,6 +105,7 @@ void check_world_size(c10d::Store& store, int rank, int world_size, milliseconds
 }
 
 // Note [Bounded connect to the master]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // c10d's TCPStore client retries its connect with a back-off that overshoots the timeout (a 3 s
 // timeout gave up after 6.3 s here) and the TCPStore options' timeout is also the store's default
 // for every later get/wait, so it cannot simply be shortened. Ranks other than 0 therefore first
@@ -147,6 +149,7 @@ bool wait_until_listening(const std::string& host, int port, std::chrono::steady
 }
 
 // Note [Loopback store]
+// ~~~~~~~~~~~~~~~~~~~~~
 // c10d's TCPStore server listens on every interface whatever host it is given, so a single-node job
 // (MASTER_ADDR 127.0.0.1: ddp_launch --standalone, or its default) would expose its store to the
 // network. When the master address is a loopback one, rank 0 binds the listening socket itself to
@@ -224,6 +227,7 @@ c10::intrusive_ptr<c10d::Store> make_store(const InitMethod& method, const std::
 }
 
 // Note [Threads per rank]
+// ~~~~~~~~~~~~~~~~~~~~~~~
 // Several ranks on one host each default to one intra-op thread per core and oversubscribe it
 // (2 ranks on 2 cores run 4 busy threads). OMP_NUM_THREADS, when set (torchrun and ddp_launch set
 // it), is applied to LibTorch's intra-op pool; otherwise the cores are shared out among local ranks.
@@ -333,7 +337,7 @@ void ProcessGroup::wait_collective(std::int64_t seq, const c10::intrusive_ptr<c1
   } catch (const std::exception& error) {
     fail_collective(seq, what, timeout, &error);
   }
-  if (seq > 0) collectives_.finish(seq, CollectiveState::completed);
+  if (seq > 0) collectives_.finish(seq, CollectiveState::kCompleted);
 }
 
 void ProcessGroup::fail_collective(std::int64_t seq, const char* what, milliseconds timeout,
@@ -342,7 +346,7 @@ void ProcessGroup::fail_collective(std::int64_t seq, const char* what, milliseco
   const bool timed_out = error == nullptr || mentions_timeout(cause);
   std::optional<CollectiveRecord> record;
   if (seq > 0) {
-    collectives_.finish(seq, CollectiveState::failed);
+    collectives_.finish(seq, CollectiveState::kFailed);
     record = collectives_.find(seq);
   }
   std::string name = seq > 0 ? str(what, " #", seq) : std::string(what);

@@ -84,12 +84,12 @@ DataSets load_data(const ProgramSpec& spec, const TrainOptions& options) {
   data::Normalization normalization;
   data::AugmentOptions augment;
   if (spec.dataset == "fashion-mnist") {
-    train = data::load_fashion_mnist(options.data_dir, data::Split::train);
-    test = data::load_fashion_mnist(options.data_dir, data::Split::test);
+    train = data::load_fashion_mnist(options.data_dir, data::Split::kTrain);
+    test = data::load_fashion_mnist(options.data_dir, data::Split::kTest);
     normalization = data::fashion_mnist_normalization();
   } else {
-    train = data::load_cifar10(options.data_dir, data::Split::train);
-    test = data::load_cifar10(options.data_dir, data::Split::test);
+    train = data::load_cifar10(options.data_dir, data::Split::kTrain);
+    test = data::load_cifar10(options.data_dir, data::Split::kTest);
     normalization = data::cifar10_normalization();
     // The usual CIFAR recipe: random horizontal flip and random 32x32 crop of the image padded by 4.
     augment.flip(true).crop_padding(4).seed(options.seed);

@@ -55,6 +55,7 @@ std::vector<int64_t> rank_indices(int64_t dataset_size, const DistributedSampler
 int64_t samples_per_rank(int64_t dataset_size, const DistributedSamplerOptions& options);
 
 // Note [Sampler copies share state]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // LibTorch's make_data_loader takes the sampler by value and calls reset() on its own copy at every
 // begin(); with LibTorch's samplers a set_epoch() on the object the user kept therefore changes
 // nothing (pytorch issue 73141). A DistributedSampler is a handle: copies share one state (options,
@@ -71,6 +72,7 @@ int64_t samples_per_rank(int64_t dataset_size, const DistributedSamplerOptions& 
 // thread and the training loop may use copies concurrently.
 //
 // Note [Sampler epoch start]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The order of an epoch is computed when it starts: at reset() (the loader's begin()) or, when the
 // sampler is used on its own, at the first next() after set_epoch()/set_start_index(). The epoch
 // starts at the start index given by set_start_index() for that epoch, else at 0; the start index is

@@ -29,6 +29,7 @@ namespace ddp::bench {
 namespace {
 
 // Note [Synthetic data]
+// ~~~~~~~~~~~~~~~~~~~~~
 // Each configuration keeps --pool-batches batches of uint8 images in memory, shaped like the real sets
 // (Fashion-MNIST 1x28x28 for lenet, CIFAR-10 3x32x32 for resnet18), and cycles through them. The
 // "data" phase does what the examples' loader does per batch: slice, convert to float, normalise. The
@@ -67,6 +68,7 @@ struct SyntheticData : BatchSource {
 };
 
 // Note [Real data]
+// ~~~~~~~~~~~~~~~~
 // --data fashion-mnist trains LeNet on Debian's dataset-fashion-mnist (--data-dir) exactly as
 // examples/train_fashion_mnist feeds it: the examples' ImageDataset (uint8 in memory; per batch index,
 // convert to float, scale, normalise) behind a DistributedSampler (rank r of the world takes its
@@ -227,7 +229,7 @@ int run_train(const BenchOptions& options) {
   const bool real = options.data == "fashion-mnist";
   std::optional<examples::data::ImageSet> real_data;
   if (real) {
-    real_data = examples::data::load_fashion_mnist(options.data_dir, examples::data::Split::train);
+    real_data = examples::data::load_fashion_mnist(options.data_dir, examples::data::Split::kTrain);
   }
   Table table(kColumns);
   std::map<std::string, double> single_rate;  // "model/batch" -> samples/s of mode single

@@ -19,6 +19,7 @@ Normalization fashion_mnist_normalization();  // mean 0.2860, std 0.3530
 Normalization cifar10_normalization();        // per channel (R, G, B)
 
 // Note [Seeded augmentation]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The random flip and crop of a sample are a pure function of (seed, epoch, sample index), not a draw
 // from a generator that advances as batches go by. So a sample is augmented the same way whichever rank
 // or batch it lands in (DDP on R ranks and single on R*B samples see identical inputs), whichever loader

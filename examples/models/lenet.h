@@ -6,6 +6,7 @@
 namespace ddp::examples::models {
 
 // Note [LeNet on 28x28 inputs]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Without padding a 28x28 image leaves 16x4x4 = 256 features after the second pool, not the 400 of the
 // 32x32 network. Like LeNet-5 on MNIST, the one-channel variant pads the first convolution by 2, so
 // both variants have exactly the same layers and parameter count; only conv1's input channels differ.

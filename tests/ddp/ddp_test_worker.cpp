@@ -137,6 +137,7 @@ std::string layer_order(const std::vector<std::vector<std::string>>& layout, boo
 }
 
 // Note [Equivalence reference]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Rank r trains on rows [r*B, (r+1)*B) of each global batch; rank 0 also trains a plain copy of
 // the model (initialised like rank 0's, whose parameters DDP broadcasts) on the global batch.
 // MLP: one forward over the concatenated batch. Models whose forward depends on the rank's chunk
