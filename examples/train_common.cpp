@@ -92,7 +92,9 @@ DataSets load_data(const ProgramSpec& spec, const TrainOptions& options) {
     test = data::load_cifar10(options.data_dir, data::Split::kTest);
     normalization = data::cifar10_normalization();
     // The usual CIFAR recipe: random horizontal flip and random 32x32 crop of the image padded by 4.
-    augment.flip(true).crop_padding(4).seed(options.seed);
+    augment.flip = true;
+    augment.crop_padding = 4;
+    augment.seed = options.seed;
   }
   train.truncate(options.limit);
   test.truncate(options.limit);

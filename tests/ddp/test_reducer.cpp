@@ -321,6 +321,75 @@ TEST_CASE("reducer: join with uneven inputs matches the closed form on every ran
   }
 }
 
+TEST_CASE("reducer: gradient_as_bucket_view averages in the bucket and keeps param.grad there", "[reducer]") {
+  const std::vector<std::int64_t> sizes{4, 0, 3, 6};
+  for (int world : {1, 2, 3}) {
+    CAPTURE(world);
+    struct Seen {
+      double error = 0;
+      bool grads_stay = false, shared = false;
+    };
+    const auto seen = run_ranks<Seen>(world, [&](ddp::ProcessGroup& group) {
+      LinearSum net(sizes);
+      ddp::DdpOptions options;
+      options.gradient_as_bucket_view = true;
+      // 40-byte caps: buckets [p3] (48 bytes) and [p2, p1, p0] (56 bytes), before and after the rebuild.
+      options.bucket_cap_bytes = 40;
+      options.first_bucket_cap_bytes = 40;
+      Ddp model(net, borrow(group), options);
+      Seen s;
+      std::vector<const void*> previous;
+      for (int step = 0; step < 3; ++step) {
+        // Zeroed in place, as optimizer.zero_grad(set_to_none=false) does: the views stay.
+        for (auto& p : net->params) {
+          if (p.grad().defined()) p.mutable_grad().zero_();
+        }
+        model(static_cast<double>(group.rank() + 1)).backward();
+        std::vector<const void*> now;
+        for (auto& p : net->params) now.push_back(p.grad().storage().data());
+        // Once the layout is final (a rebuild happens before step 1 at most), param.grad stays put.
+        if (step == 2) s.grads_stay = now == previous;
+        previous = now;
+      }
+      const auto storage = [&](std::size_t i) { return net->params[i].grad().storage().data(); };
+      s.shared = storage(0) == storage(2) && storage(0) != storage(3);
+      s.error = gradient_error(net, world == 1 ? 1.0 : mean_scale(world));
+      return s;
+    });
+    for (const auto& s : seen) {
+      REQUIRE(s.error >= 0);
+      REQUIRE(s.error <= 1e-12);
+      REQUIRE(s.grads_stay);
+      // The gradients of one bucket are views into one flat tensor; at world size 1 nothing is
+      // synchronized and autograd's own gradients stay.
+      REQUIRE(s.shared == (world > 1));
+    }
+  }
+}
+
+TEST_CASE("reducer: fp16 and bf16 compression hooks average within their precision", "[reducer]") {
+  const std::vector<std::int64_t> sizes{5, 0, 3};
+  for (auto hook : {ddp::CommHook::kFp16Compress, ddp::CommHook::kBf16Compress}) {
+    for (int world : {2, 3}) {
+      CAPTURE(ddp::to_string(hook), world);
+      const auto errors = run_ranks<double>(world, [&](ddp::ProcessGroup& group) {
+        LinearSum net(sizes);
+        ddp::DdpOptions options;
+        options.comm_hook = hook;
+        Ddp model(net, borrow(group), options);
+        model(static_cast<double>(group.rank() + 1)).backward();
+        return gradient_error(net, mean_scale(world));
+      });
+      // The largest gradient is (W + 1) / 2 * 4.0; float16 and bfloat16 keep 11 and 8 bits.
+      const double tolerance = hook == ddp::CommHook::kFp16Compress ? 1e-2 : 5e-2;
+      for (double error : errors) {
+        REQUIRE(error >= 0);
+        REQUIRE(error <= tolerance);
+      }
+    }
+  }
+}
+
 TEST_CASE("reducer: a model that differs between ranks fails on every rank, naming the difference", "[reducer]") {
   const auto messages = run_ranks<std::string>(3, [&](ddp::ProcessGroup& group) {
     LinearSum net(group.rank() == 1 ? std::vector<std::int64_t>{3, 4} : std::vector<std::int64_t>{3, 2});

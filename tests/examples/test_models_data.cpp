@@ -64,7 +64,9 @@ TEST_CASE("ImageDataset normalises and augments each sample from (seed, epoch, i
   CHECK(batch.data[1][1][0][7].item<float>() == Approx((raw / 255.0 - 0.4822) / 0.2435).epsilon(1e-5));
 
   data::AugmentOptions augment;
-  augment.flip(true).crop_padding(4).seed(7);
+  augment.flip = true;
+  augment.crop_padding = 4;
+  augment.seed = 7;
   data::ImageDataset augmented(set, data::cifar10_normalization(), augment);
   augmented.set_epoch(3);
   // A sample looks the same whatever batch it is in and whichever other samples come with it.
