@@ -84,7 +84,7 @@ int run(const Options& o) {
     table.set("ns_per_op", seconds * 1e9, 0);
     table.set("correct", ok ? "OK" : "FAIL");
   };
-  row("record one collective (begin, attach, find_started, finish)", o.timing.iters, record_s, records_ok);
+  row("record one collective (begin/attach/find_started/finish)", o.timing.iters, record_s, records_ok);
   row("one-rank Gloo all-reduce through ProcessGroup", reduce_timing.iters, reduce_s, reduce_ok);
   const double share = reduce_s > 0 ? 100.0 * record_s / reduce_s : 0.0;
   emit(table, o.output, {{"benchmark", "collective_log_bench"}, {"record_share_percent", fixed(share, 2)}},

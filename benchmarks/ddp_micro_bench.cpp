@@ -150,9 +150,9 @@ int buckets(int argc, char** argv) {
   f.cli.add("layers", "MLP layers", "16");
   f.cli.add("width", "MLP width", "1024");
   f.parse(argc, argv);
-  auto pg = ddp::init_process_group();
   const int layers = static_cast<int>(f.cli.integer("layers", 1, 4096));
   const int width = static_cast<int>(f.cli.integer("width", 1, 1 << 16));
+  auto pg = ddp::init_process_group();  // after the flags: a bad one is a usage error, launched or not
   DeepMlp net(layers, width);
   ddp::DistributedDataParallel<DeepMlp> model(net, pg);
   const auto sizes = model.stats().bucket_bytes;
@@ -218,11 +218,11 @@ int overlap(int argc, char** argv) {
   f.cli.add("rounds", "alternated rounds of the two layouts", "3");
   f.cli.add("registration", "forward | reversed: the order the layers are registered in", "forward");
   f.parse(argc, argv);
-  auto pg = ddp::init_process_group();
   const int layers = static_cast<int>(f.cli.integer("layers", 1, 4096));
   const int width = static_cast<int>(f.cli.integer("width", 1, 1 << 16));
   const int64_t batch = f.cli.integer("batch", 1), rounds = f.cli.integer("rounds", 1);
   const std::string registration = f.cli.choice("registration", {"forward", "reversed"});
+  auto pg = ddp::init_process_group();
   const auto make = [&] {
     torch::manual_seed(0);
     return DeepMlp(layers, width, registration == "reversed");
@@ -305,13 +305,13 @@ int throughput(int argc, char** argv) {
   f.cli.add("broadcast-buffers", "0 | 1: DdpOptions::broadcast_buffers", "1");
   f.cli.add("grad-view", "0 | 1: DdpOptions::gradient_as_bucket_view", "0");
   f.parse(argc, argv);
-  auto pg = ddp::init_process_group();
   const std::string model_name = f.cli.choice("model", {"lenet", "resnet18"});
   const int64_t batch = f.cli.integer("batch", 1);
   const bool plain = f.cli.integer("plain", 0, 1) != 0;
   ddp::DdpOptions options;
   options.broadcast_buffers = f.cli.integer("broadcast-buffers", 0, 1) != 0;
   options.gradient_as_bucket_view = f.cli.integer("grad-view", 0, 1) != 0;
+  auto pg = ddp::init_process_group();
   const Batch data = make_batch(model_name, batch);
   double seconds = 0, loss = 0;
   ddp::DdpStats stats;
