@@ -1,5 +1,5 @@
 // What the collective diagnostics cost on the normal path (figures, not a test; docs/faults.md):
-// recording one collective in the ring buffer (Note [Collective ring buffer]) against a one-rank
+// recording one collective in the ring buffer (see Note [Collective ring buffer]) against a one-rank
 // Gloo all-reduce of the same size through ddp::ProcessGroup, which includes that recording.
 // A scenario over benchmarks/harness.h: warm-up, timed iterations, a table with a correctness column.
 //

@@ -36,7 +36,7 @@ using ddp::examples::models::ResNet18;
 
 // A deep stack of square layers: many parameters, backward long enough to hide communication.
 // reversed_registration: the layers are registered last-used first, so reverse registration order is
-// the opposite of the order backward readies gradients (what Note [Bucket rebuild] is about).
+// the opposite of the order backward readies gradients (see Note [Bucket rebuild]).
 struct DeepMlpImpl : torch::nn::Module {
   DeepMlpImpl(int layers, int width, bool reversed_registration = false) : layers_(static_cast<std::size_t>(layers), nullptr) {
     for (int k = 0; k < layers; ++k) {
@@ -208,7 +208,7 @@ int buckets(int argc, char** argv) {
 }
 
 // The share of communication that overlaps backward, from DDP's own statistics, with and without the
-// bucket rebuild (Note [Bucket rebuild]) in one run: two copies of the model, alternating rounds.
+// bucket rebuild (see Note [Bucket rebuild]) in one run: two copies of the model, alternating rounds.
 // --registration reversed registers the layers in the opposite order of their use.
 int overlap(int argc, char** argv) {
   Flags f("overlap", TimingOptions{2, 10});

@@ -61,7 +61,7 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// The synthetic data of Note [Synthetic data] in benchmarks/scenarios/train.cpp, resident on the GPU:
+// The synthetic data (see Note [Synthetic data] in benchmarks/scenarios/train.cpp), resident on the GPU:
 // a pool of uint8 images whose pixels depend on the label, normalised at each step.
 struct Pool {
   torch::Tensor images, labels;

@@ -35,7 +35,7 @@ struct DdpOptions {
   bool gradient_as_bucket_view = false;
   CommHook comm_hook = CommHook::kAllreduce;
   // Rebuild the buckets once, in the order gradients became ready in the first synchronized
-  // backward (Note [Bucket rebuild] in ddp/bucket.h). Ignored with find_unused_parameters.
+  // backward (see Note [Bucket rebuild] in ddp/bucket.h). Ignored with find_unused_parameters.
   bool rebuild_buckets = true;
 };
 
@@ -165,7 +165,7 @@ class DistributedDataParallel {
 
   DdpStats stats() const { return core_->stats(); }
   // The current bucket layout: each bucket's parameter names, in launch order (after the first
-  // synchronized iteration, the rebuilt layout: Note [Bucket rebuild] in ddp/bucket.h).
+  // synchronized iteration, the rebuilt layout: see Note [Bucket rebuild] in ddp/bucket.h).
   std::vector<std::vector<std::string>> bucket_parameter_names() const { return core_->bucket_parameter_names(); }
   const ProcessGroup& process_group() const { return core_->group(); }
 

@@ -73,7 +73,7 @@ class ProcessGroup {
 
   // Blocking collectives, in place, bounded by the group's timeout. Errors become
   // ddp::TimeoutError / ddp::CommunicationError naming the operation and its sequence number; a
-  // timeout also names the ranks that did not arrive (Note [Naming the ranks that did not arrive]).
+  // timeout also names the ranks that did not arrive (see Note [Naming the ranks that did not arrive]).
   // `what` (a string literal) says what the collective is for, in errors and recent_collectives().
   void allreduce(torch::Tensor& tensor, c10d::ReduceOp op = c10d::ReduceOp::SUM, const char* what = "allreduce");
   void broadcast(torch::Tensor& tensor, int src = 0, const char* what = "broadcast");

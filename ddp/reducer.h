@@ -1,6 +1,6 @@
 #pragma once
 // The state and the gradient logic of DistributedDataParallel (internal, not installed): buckets,
-// the per-iteration protocol (Note [Iteration protocol]), the all-reduces and their timing.
+// the per-iteration protocol (see Note [Iteration protocol]), the all-reduces and their timing.
 // reducer.cpp holds the gradient path (buckets, ready marks, launches, the end of backward);
 // distributed_data_parallel.cpp the rest (construction, model check, broadcasts, join, heartbeats).
 #include <torch/torch.h>
@@ -67,7 +67,7 @@ struct Reducer {
   std::vector<char> grad_was_undefined;
   std::size_t next_launch = 0;
   double divisor = 1;
-  torch::Tensor reciprocal;  // wrapped scalar 1 / reciprocal_of (Note [Dividing on the copy])
+  torch::Tensor reciprocal;  // wrapped scalar 1 / reciprocal_of (see Note [Dividing on the copy])
   double reciprocal_of = 0;
   torch::Tensor used_counts;  // find_unused_parameters: how many ranks used each parameter
 
@@ -85,7 +85,7 @@ struct Reducer {
   std::int64_t forward_start_ns = 0, forward_end_ns = 0, last_ready_ns = 0;
   DdpStats sums;
 
-  // Heartbeats to ddp_launch (Note [Agent channel] in ddp/base/agent_channel.h): one send per iteration.
+  // Heartbeats to ddp_launch (see Note [Agent channel] in ddp/base/agent_channel.h): one send per iteration.
   AgentChannel agent = AgentChannel::from_environment(process_environment());
   std::int64_t last_heartbeat_ns = 0;
   std::int64_t last_comm_ns = 0;

@@ -91,7 +91,7 @@ int64_t convert_start_index(const SamplerState& state, int64_t num_replicas) {
 struct DistributedSampler::State {
   State(int64_t size, DistributedSamplerOptions opts) : dataset_size(size), options(opts) {}
 
-  // Computes the current epoch's order and moves to its start (Note [Sampler epoch start]).
+  // Computes the current epoch's order and moves to its start (see Note [Sampler epoch start]).
   void start_epoch() {
     indices = rank_indices(dataset_size, options, epoch);
     position = 0;

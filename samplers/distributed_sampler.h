@@ -83,7 +83,7 @@ class DistributedSampler : public torch::data::samplers::Sampler<> {
   // num_replicas < 1 or a rank outside [0, num_replicas).
   DistributedSampler(int64_t dataset_size, const DistributedSamplerOptions& options);
 
-  // Starts the epoch's order again from its start index (Note [Sampler epoch start]); a new_size
+  // Starts the epoch's order again from its start index (see Note [Sampler epoch start]); a new_size
   // changes the dataset size.
   void reset(std::optional<size_t> new_size = std::nullopt) override;
   // The next up to batch_size of this rank's indices; nullopt when the epoch is exhausted.

@@ -47,7 +47,7 @@ inline std::shared_ptr<ProcessGroup> bench_process_group() {
   return init_process_group(init);
 }
 
-// init_process_group already shares the cores out among local ranks (Note [Threads per rank] in
+// init_process_group already shares the cores out among local ranks (see Note [Threads per rank] in
 // ddp/process_group.cpp) or applies OMP_NUM_THREADS; --threads overrides both. Returns the count in use.
 inline int configure_threads(int requested) {
   if (requested > 0) torch::set_num_threads(requested);

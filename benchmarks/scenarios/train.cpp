@@ -1,7 +1,7 @@
 // Scenario "train": model x mode x batch size training steps, each configuration warm-up then timed
 // iterations, with the step split into data, forward, backward compute, communication wait and
-// optimizer. The models are the examples' (examples/models); the data is synthetic (Note [Synthetic
-// data]) or Fashion-MNIST through the examples' pipeline (Note [Real data]).
+// optimizer. The models are the examples' (examples/models); the data is synthetic (see Note [Synthetic
+// data]) or Fashion-MNIST through the examples' pipeline (see Note [Real data]).
 #include <torch/torch.h>
 
 #include <algorithm>

@@ -11,7 +11,7 @@
 //   collectives  init through --init-method, all-reduce, broadcast, allgather, barrier, main_process_first
 //   eval_on_rank0  rank 0 alone runs no-grad forwards between steps: no hang, same parameters
 //   fail       rank 1 throws: run_main writes the launcher's error file
-//   average    the averaged gradient is PyTorch's bit for bit (Note [Dividing on the copy])
+//   average    the averaged gradient is PyTorch's bit for bit (see Note [Dividing on the copy])
 #include <torch/torch.h>
 
 #include <cmath>
@@ -91,7 +91,7 @@ struct CnnImpl : torch::nn::Module {
 TORCH_MODULE(Cnn);
 
 // Registered head first, stem last, but used stem -> mid -> head: backward readies the head's
-// gradients first, the opposite of reverse registration order (Note [Bucket rebuild]).
+// gradients first, the opposite of reverse registration order (see Note [Bucket rebuild]).
 struct ShuffledImpl : torch::nn::Module {
   ShuffledImpl()
       : head(register_module("head", torch::nn::Linear(16, 4))),
@@ -207,7 +207,7 @@ int run_train(const Args& args, ddp::ProcessGroup& pg, Model ddp_net, Model ref_
     pg.broadcast(root, 0);
     if (!torch::equal(mine, root)) return fail("parameters differ from rank 0's after training");
   }
-  // Bucket layouts (Note [Bucket rebuild]): the same on every rank; before and after training the
+  // Bucket layouts (see Note [Bucket rebuild]): the same on every rank; before and after training the
   // layers follow --initial-order and --final-order (module prefixes in launch order).
   const auto final_layout = model.bucket_parameter_names();
   auto layout_hash = torch::tensor({static_cast<std::int64_t>(std::hash<std::string>{}(layer_order(final_layout, true)) >> 1)});
@@ -306,7 +306,7 @@ int train(const Args& args, ddp::ProcessGroup& pg) {
   return fail("unknown --model " + model);
 }
 
-// Note [Dividing on the copy] (ddp/distributed_data_parallel.cpp): the averaged gradient is
+// See Note [Dividing on the copy] (ddp/reducer.cpp): the averaged gradient is
 // PyTorch's, bit for bit. float32; only rank 0's loss counts (the others' is multiplied by 0), so the
 // all-reduce adds exact zeros in whatever order and the result is rank 0's division alone:
 // g * float(1 / n) where the gradient is copied into its bucket, g / n where it already is one

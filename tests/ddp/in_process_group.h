@@ -1,6 +1,6 @@
 #pragma once
 // In-process ranks for unit tests: one thread per rank, every rank's ddp::ProcessGroup built over one
-// c10d::HashStore with ddp::new_process_group (Note [Groups over an existing store] in
+// c10d::HashStore with ddp::new_process_group (see Note [Groups over an existing store] in
 // ddp/process_group.h), as c10d's and Gloo's own tests run their ranks. The collectives are real
 // Gloo ones over 127.0.0.1; no process is started.
 //
