@@ -231,3 +231,19 @@ TEST_CASE("time_iterations and time_loop run the warm-up first, then the timed i
   CHECK(time_loop(TimingOptions{1, 3}, [&] { ++calls; }) >= 0);
   CHECK(calls == 4);
 }
+
+TEST_CASE("Table writers replace a planted symlink instead of writing through it") {
+  TempFile victim("ddp_bench_test_victim_"), csv("ddp_bench_test_link_csv_"), json("ddp_bench_test_link_json_");
+  { std::ofstream(victim.path) << "precious\n"; }
+  std::filesystem::create_symlink(victim.path, csv.path);
+  std::filesystem::create_symlink(victim.path, json.path);
+  Table table({"a"});
+  table.add_row();
+  table.set("a", "1");
+  table.write_csv(csv.path, /*append=*/false);
+  table.write_json(json.path, {});
+  CHECK(read(victim.path) == "precious\n");
+  CHECK_FALSE(std::filesystem::is_symlink(csv.path));
+  CHECK(read(csv.path) == "a\n1\n");
+  CHECK_FALSE(std::filesystem::is_symlink(json.path));
+}
