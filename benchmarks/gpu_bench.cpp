@@ -3,8 +3,9 @@
 // benchmarks/gpu_torch_reference.py measures Python's DDP the same way; scripts/gpu-check.sh runs both
 // side by side and writes the report (docs/gpu.md).
 //
-//   gpu_bench --model lenet|resnet18 --batch 64 --warmup 20 --iters 200 --mode plain,ddp,ddp_view
-// Prints one line per mode:
+//   gpu_bench --model lenet|resnet18 --batch 64 --warmup 20 --iters 200 --mode plain,ddp,ddp_view [--csv F] [--json F]
+// A benchmark over benchmarks/harness.h. Prints one line per mode (scripts/gpu-check.sh reads them),
+// then the harness's table (a correctness column: the final loss is finite):
 //   gpu_bench model=lenet mode=ddp batch=64 it_per_s=... step_ms=... peak_mib=... grad_mib=...
 // Without a GPU (or a CUDA build) it prints why and exits 77.
 #include <torch/torch.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -19,53 +21,47 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/harness.h"
+#include "benchmarks/scenarios/runtime.h"
 #include "ddp/cuda_support.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/base/error.h"
 #include "ddp/process_group.h"
+#include "ddp/run_main.h"
 #include "examples/models/lenet.h"
 #include "examples/models/resnet.h"
 
 namespace {
 
+using namespace ddp::bench;
+
 struct Options {
   std::string model = "lenet";
   int64_t batch = 64;
-  int warmup = 20;
-  int iters = 200;
+  TimingOptions timing{20, 200};
   std::vector<std::string> modes{"plain", "ddp", "ddp_view"};
+  OutputOptions output;
 };
 
 Options parse(int argc, char** argv) {
+  CommandLine cli("gpu_bench", "One GPU: plain training vs DistributedDataParallel over NCCL at world size 1 "
+                  "(docs/gpu.md).");
+  const Options d;
+  cli.add("model", "lenet | resnet18", d.model);
+  cli.add("batch", "batch size", std::to_string(d.batch));
+  cli.add("mode", "comma list: plain, ddp, ddp_view", "plain,ddp,ddp_view");
+  cli.add_harness_flags(d.timing);
+  cli.parse(argc, argv);
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (i + 1 >= argc) throw ddp::InvalidArgument("gpu_bench: " + flag + " needs a value");
-    const std::string value = argv[++i];
-    if (flag == "--model") {
-      o.model = value;
-    } else if (flag == "--batch") {
-      o.batch = std::stoll(value);
-    } else if (flag == "--warmup") {
-      o.warmup = std::stoi(value);
-    } else if (flag == "--iters") {
-      o.iters = std::stoi(value);
-    } else if (flag == "--mode") {
-      o.modes.clear();
-      std::stringstream list(value);
-      for (std::string item; std::getline(list, item, ',');) o.modes.push_back(item);
-    } else {
-      throw ddp::InvalidArgument("gpu_bench: unknown flag " + flag + " (--model, --batch, --warmup, --iters, --mode)");
-    }
-  }
-  if (o.model != "lenet" && o.model != "resnet18") throw ddp::InvalidArgument("gpu_bench: --model lenet or resnet18");
-  for (const auto& m : o.modes) {
-    if (m != "plain" && m != "ddp" && m != "ddp_view") throw ddp::InvalidArgument("gpu_bench: --mode plain, ddp, ddp_view");
-  }
+  o.model = cli.choice("model", {"lenet", "resnet18"});
+  o.batch = cli.integer("batch", 1);
+  o.timing = cli.timing();
+  o.modes = cli.choices("mode", {"plain", "ddp", "ddp_view"});
+  o.output = cli.output();
   return o;
 }
 
-// The synthetic data of Note [Synthetic data] in benchmarks/scenarios/train.cpp, resident on the GPU:
+// The synthetic data (see Note [Synthetic data] in benchmarks/scenarios/train.cpp), resident on the GPU:
 // a pool of uint8 images whose pixels depend on the label, normalised at each step.
 struct Pool {
   torch::Tensor images, labels;
@@ -97,19 +93,20 @@ Pool make_pool(const Options& o, torch::Device device) {
 
 template <class Forward>
 void measure(const Options& o, const std::string& mode, const Pool& pool, torch::Device device, Forward&& forward,
-             const std::vector<torch::Tensor>& params) {
+             const std::vector<torch::Tensor>& params, Table& table) {
   torch::optim::SGD optimizer(params, torch::optim::SGDOptions(0.01).momentum(0.9));
   double grad_bytes = 0;
   for (const auto& p : params) grad_bytes += static_cast<double>(p.numel() * p.element_size());
   torch::Tensor loss;
   std::chrono::steady_clock::time_point start;
-  for (int i = 0; i < o.warmup + o.iters; ++i) {
-    if (i == o.warmup) {
+  const int64_t warmup = o.timing.warmup, iters = o.timing.iters;
+  for (int64_t i = 0; i < warmup + iters; ++i) {
+    if (i == warmup) {
       ddp::cuda::synchronize(device);
       ddp::cuda::reset_peak_memory_stats(device);
       start = std::chrono::steady_clock::now();
     }
-    auto [x, y] = pool.get(i);
+    auto [x, y] = pool.get(static_cast<int>(i));
     loss = torch::nn::functional::cross_entropy(forward(x), y);
     loss.backward();
     optimizer.step();
@@ -118,26 +115,41 @@ void measure(const Options& o, const std::string& mode, const Pool& pool, torch:
   ddp::cuda::synchronize(device);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const auto memory = ddp::cuda::memory_stats(device);
+  const double it_per_s = static_cast<double>(iters) / seconds, step_ms = 1e3 * seconds / static_cast<double>(iters);
+  const double peak_mib = static_cast<double>(memory.peak_allocated_bytes) / (1 << 20);
+  const double final_loss = loss.item<double>();
+  // The key=value line scripts/gpu-check.sh reads, then the harness's row.
   std::cout << std::fixed << std::setprecision(3) << "gpu_bench model=" << o.model << " mode=" << mode
-            << " batch=" << o.batch << " it_per_s=" << o.iters / seconds << " step_ms=" << 1e3 * seconds / o.iters
-            << " peak_mib=" << static_cast<double>(memory.peak_allocated_bytes) / (1 << 20)
-            << " grad_mib=" << grad_bytes / (1 << 20) << " final_loss=" << loss.item<double>() << "\n";
+            << " batch=" << o.batch << " it_per_s=" << it_per_s << " step_ms=" << step_ms << " peak_mib=" << peak_mib
+            << " grad_mib=" << grad_bytes / (1 << 20) << " final_loss=" << final_loss << "\n";
+  table.add_row();
+  table.set("model", o.model);
+  table.set("mode", mode);
+  table.set("batch", std::to_string(o.batch));
+  table.set("iters", std::to_string(iters));
+  table.set("it_per_s", it_per_s, 3);
+  table.set("step_ms", step_ms, 3);
+  table.set("peak_mib", peak_mib, 3);
+  table.set("grad_mib", grad_bytes / (1 << 20), 3);
+  table.set("final_loss", final_loss, 4);
+  table.set("correct", std::isfinite(final_loss) ? "OK" : "FAIL");  // training diverged or broke: FAIL
 }
 
 template <class Net>
 void run_mode(const Options& o, const std::string& mode, Net net, const Pool& pool, torch::Device device,
-              const std::shared_ptr<ddp::ProcessGroup>& group) {
+              const std::shared_ptr<ddp::ProcessGroup>& group, Table& table) {
   net->to(device);
   if (mode == "plain") {
-    measure(o, mode, pool, device, [&](const torch::Tensor& x) { return net->forward(x); }, net->parameters());
+    measure(o, mode, pool, device, [&](const torch::Tensor& x) { return net->forward(x); }, net->parameters(), table);
     return;
   }
-  ddp::DistributedDataParallel<Net> model(net, group, ddp::DdpOptions().set_gradient_as_bucket_view(mode == "ddp_view"));
-  measure(o, mode, pool, device, [&](const torch::Tensor& x) { return model(x); }, model.parameters());
+  ddp::DdpOptions options;
+  options.gradient_as_bucket_view = mode == "ddp_view";
+  ddp::DistributedDataParallel<Net> model(net, group, options);
+  measure(o, mode, pool, device, [&](const torch::Tensor& x) { return model(x); }, model.parameters(), table);
 }
 
-int run(int argc, char** argv) {
-  const Options o = parse(argc, argv);
+int run(const Options& o) {
   if (!ddp::cuda::built_with_cuda() || ddp::cuda::device_count() == 0) {
     std::cout << "gpu_bench: SKIPPED: needs a CUDA build of the ddp library and a GPU (CUDA build: "
               << (ddp::cuda::built_with_cuda() ? "yes" : "no") << ", GPUs: " << ddp::cuda::device_count() << ")\n";
@@ -147,36 +159,28 @@ int run(int argc, char** argv) {
   at::globalContext().setBenchmarkCuDNN(true);
   const Pool pool = make_pool(o, device);
   // World size 1 over NCCL through a file rendezvous: no launcher needed.
-  const auto rendezvous = std::filesystem::temp_directory_path() / ("gpu_bench_" + std::to_string(::getpid()));
-  std::filesystem::remove(rendezvous);
-  auto group = ddp::init_process_group(ddp::InitOptions()
-                                           .set_backend("nccl")
-                                           .set_init_method("file://" + rendezvous.string())
-                                           .set_rank(0)
-                                           .set_world_size(1));
+  auto group = single_process_group("nccl");
+  Table table({"model", "mode", "batch", "iters", "it_per_s", "step_ms", "peak_mib", "grad_mib", "final_loss",
+               "correct"});
   for (const auto& mode : o.modes) {
     torch::manual_seed(0);
     if (o.model == "lenet") {
-      run_mode(o, mode, ddp::examples::models::LeNet(ddp::examples::models::LeNetOptions(1, 28)), pool, device, group);
+      run_mode(o, mode, ddp::examples::models::LeNet(ddp::examples::models::LeNetOptions(1, 28)), pool, device, group, table);
     } else {
-      run_mode(o, mode, ddp::examples::models::ResNet18(), pool, device, group);
+      run_mode(o, mode, ddp::examples::models::ResNet18(), pool, device, group, table);
     }
   }
   group->destroy();
-  std::filesystem::remove(rendezvous);
-  return 0;
+  emit(table, o.output, {{"benchmark", "gpu_bench"}, {"device", device.str()}},
+       {"gpu_bench: one GPU, " + std::to_string(o.timing.warmup) + " warm-up + " + std::to_string(o.timing.iters) +
+        " timed steps per mode; peak_mib: the CUDA caching allocator's peak"});
+  bool correct = true;
+  for (const auto& row : table.rows()) correct = correct && row.back() == "OK";
+  return correct ? 0 : 1;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const ddp::InvalidArgument& error) {
-    std::cerr << error.what() << "\n";  // a bad command line; the message names the flag
-    return 2;
-  } catch (const std::exception& error) {
-    std::cerr << "gpu_bench: " << error.what() << "\n";
-    return 1;
-  }
+  return ddp::run_main(argc, argv, [](int c, char** v) { return with_usage("gpu_bench", [&] { return run(parse(c, v)); }); });
 }

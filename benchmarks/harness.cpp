@@ -1,20 +1,27 @@
 #include "benchmarks/harness.h"
 
 #include <cxxopts.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
 #include <numeric>
-#include <set>
 #include <sstream>
 #include <stdexcept>
+#include <sys/stat.h>
+
+#include "ddp/base/files.h"
+#include "ddp/base/str.h"
 
 namespace ddp::bench {
 namespace {
+
+constexpr mode_t kResultMode = 0644;                     // result files are for everyone to read
+constexpr std::size_t kMaxAppendedFile = std::size_t{1} << 30;  // a CSV appended to: 1 GiB at most
 
 std::vector<std::string> split_list(const std::string& text) {
   std::vector<std::string> items;
@@ -26,23 +33,14 @@ std::vector<std::string> split_list(const std::string& text) {
   return items;
 }
 
-// Every item of a comma-separated flag must be one of `allowed`.
-std::vector<std::string> choices(const std::string& flag, const std::string& text, const std::set<std::string>& allowed) {
-  std::vector<std::string> items = split_list(text);
-  if (items.empty()) throw UsageError{"--" + flag + " needs at least one value"};
-  for (const auto& item : items) {
-    if (allowed.count(item) == 0) {
-      std::string names;
-      for (const auto& name : allowed) names += (names.empty() ? "" : ", ") + name;
-      throw UsageError{"--" + flag + ": unknown value '" + item + "' (choose from " + names + ")"};
-    }
-  }
-  return items;
-}
-
-int64_t positive(const std::string& flag, int64_t value, int64_t minimum) {
-  if (value < minimum) throw UsageError{"--" + flag + " must be >= " + std::to_string(minimum) + ", got " + std::to_string(value)};
-  return value;
+bool parse_integer(const std::string& text, int64_t& value) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  const long long parsed = std::strtoll(text.c_str(), &end, 10);
+  if (end != text.c_str() + text.size() || errno == ERANGE) return false;
+  value = parsed;
+  return true;
 }
 
 bool is_number(const std::string& cell) {
@@ -61,96 +59,227 @@ std::string csv_cell(const std::string& cell) {
 
 }  // namespace
 
-BenchOptions parse_options(int argc, char** argv, const std::string& scenario_default) {
-  cxxopts::Options cli(argc > 0 ? argv[0] : "ddp_bench",
-                       "Training and all-reduce benchmarks (warm-up, then timed iterations). Under ddp_launch for "
-                       "world sizes > 1; only rank 0 prints. See docs/benchmarks.md.");
-  const BenchOptions d;
-  cli.add_options()
-      ("scenario", "train | allreduce", cxxopts::value<std::string>()->default_value(scenario_default))
-      ("model", "comma list: lenet (Fashion-MNIST shape), resnet18 (CIFAR shape)", cxxopts::value<std::string>()->default_value("lenet"))
-      ("mode", "comma list: single, dp, ddp (single and dp only without a launcher)", cxxopts::value<std::string>()->default_value("single,dp,ddp"))
-      ("batch", "comma list of batch sizes (per rank in ddp, in total in single and dp)", cxxopts::value<std::string>()->default_value("64"))
-      ("warmup", "untimed iterations first", cxxopts::value<int64_t>()->default_value(std::to_string(d.warmup)))
-      ("iters", "timed iterations", cxxopts::value<int64_t>()->default_value(std::to_string(d.iters)))
-      ("threads", "intra-op threads per process (0: $OMP_NUM_THREADS, else cores / local processes)", cxxopts::value<int>()->default_value("0"))
-      ("data", "synthetic | fashion-mnist (the examples' pipeline: ImageDataset + DistributedSampler + data loader; lenet only)", cxxopts::value<std::string>()->default_value(d.data))
-      ("data-dir", "folder of the Fashion-MNIST IDX files (Debian's dataset-fashion-mnist)", cxxopts::value<std::string>()->default_value(d.data_dir))
-      ("pool-batches", "synthetic batches kept in memory and cycled", cxxopts::value<int64_t>()->default_value(std::to_string(d.pool_batches)))
-      ("baseline", "samples/s of one device, for the scaling efficiency column (0: from the single rows of this run)", cxxopts::value<double>()->default_value("0"))
-      ("min-bytes", "allreduce: smallest message (a multiple of 4)", cxxopts::value<int64_t>()->default_value(std::to_string(d.min_bytes)))
-      ("max-bytes", "allreduce: largest message (sizes double up to it)", cxxopts::value<int64_t>()->default_value(std::to_string(d.max_bytes)))
-      ("bucket-cap-mb", "ddp: gradient bucket size in MiB", cxxopts::value<double>()->default_value("25"))
-      ("gradient-as-bucket-view", "ddp: gradients are views into the buckets (no copies in and out)")
-      ("comm-hook", "ddp: allreduce | fp16_compress | bf16_compress", cxxopts::value<std::string>()->default_value("allreduce"))
-      ("no-broadcast-buffers", "ddp: do not broadcast buffers (BatchNorm statistics) at each forward")
-      ("csv", "write the rows as CSV to this file", cxxopts::value<std::string>()->default_value(""))
-      ("append", "append to --csv (header only when the file is new)")
-      ("json", "write the rows as JSON to this file", cxxopts::value<std::string>()->default_value(""))
-      ("no-markdown", "do not print the Markdown table")
-      ("h,help", "this help");
-  BenchOptions options;
+// --- the command line ------------------------------------------------------------------------------
+
+struct CommandLine::Impl {
+  explicit Impl(const std::string& program, const std::string& description) : cli(program, description) {}
+  cxxopts::Options cli;
+  cxxopts::ParseResult result;
+  bool parsed = false;
+};
+
+CommandLine::CommandLine(const std::string& program, const std::string& description)
+    : impl_(std::make_unique<Impl>(program, description)) {
+  impl_->cli.add_options()("h,help", "this help");
+}
+
+CommandLine::~CommandLine() = default;
+
+void CommandLine::add(const std::string& name, const std::string& help, const std::string& default_value) {
+  impl_->cli.add_options()(name, help, cxxopts::value<std::string>()->default_value(default_value));
+}
+
+void CommandLine::add_switch(const std::string& name, const std::string& help) {
+  impl_->cli.add_options()(name, help);
+}
+
+void CommandLine::add_harness_flags(const TimingOptions& defaults, const std::string& iters_flag) {
+  iters_flag_ = iters_flag;
+  add("warmup", "untimed iterations first", std::to_string(defaults.warmup));
+  add(iters_flag, "timed iterations", std::to_string(defaults.iters));
+  add("csv", "write the rows as CSV to this file", "");
+  add_switch("append", "append to --csv (header only when the file is new)");
+  add("json", "write the rows as JSON to this file", "");
+  add_switch("no-markdown", "do not print the Markdown table");
+}
+
+void CommandLine::parse(int argc, char** argv) {
   try {
-    const auto result = cli.parse(argc, argv);
-    if (!result.unmatched().empty()) throw UsageError{"unexpected argument '" + result.unmatched().front() + "'"};
-    if (result.count("help")) {
-      std::cout << cli.help() << std::endl;
-      throw UsageError{""};
-    }
-    options.scenario = choices("scenario", result["scenario"].as<std::string>(), {"train", "allreduce"}).front();
-    options.models = choices("model", result["model"].as<std::string>(), {"lenet", "resnet18"});
-    options.modes = choices("mode", result["mode"].as<std::string>(), {"single", "dp", "ddp"});
-    options.batch_sizes.clear();
-    for (const auto& item : split_list(result["batch"].as<std::string>())) {
-      char* end = nullptr;
-      const long long value = std::strtoll(item.c_str(), &end, 10);
-      if (end != item.c_str() + item.size() || value < 1) throw UsageError{"--batch: '" + item + "' is not a positive integer"};
-      options.batch_sizes.push_back(value);
-    }
-    if (options.batch_sizes.empty()) throw UsageError{"--batch needs at least one value"};
-    options.warmup = positive("warmup", result["warmup"].as<int64_t>(), 0);
-    options.iters = positive("iters", result["iters"].as<int64_t>(), 1);
-    options.threads = static_cast<int>(positive("threads", result["threads"].as<int>(), 0));
-    options.pool_batches = positive("pool-batches", result["pool-batches"].as<int64_t>(), 1);
-    options.data = choices("data", result["data"].as<std::string>(), {"synthetic", "fashion-mnist"}).front();
-    options.data_dir = result["data-dir"].as<std::string>();
-    if (options.data == "fashion-mnist" && options.scenario == "train") {
-      for (const auto& model : options.models) {
-        if (model != "lenet") throw UsageError{"--data fashion-mnist trains lenet only (1x28x28 images), not " + model};
-      }
-    }
-    options.baseline_samples_per_s = result["baseline"].as<double>();
-    if (!(options.baseline_samples_per_s >= 0)) throw UsageError{"--baseline must be >= 0"};
-    options.min_bytes = positive("min-bytes", result["min-bytes"].as<int64_t>(), 4);
-    options.max_bytes = positive("max-bytes", result["max-bytes"].as<int64_t>(), options.min_bytes);
-    if (options.min_bytes % 4 != 0) throw UsageError{"--min-bytes must be a multiple of 4 (float32 elements)"};
-    options.bucket_cap_mb = result["bucket-cap-mb"].as<double>();
-    if (!(options.bucket_cap_mb > 0 && options.bucket_cap_mb <= 4096)) throw UsageError{"--bucket-cap-mb must be in (0, 4096]"};
-    options.gradient_as_bucket_view = result.count("gradient-as-bucket-view") > 0;
-    const auto hooks = choices("comm-hook", result["comm-hook"].as<std::string>(), {"allreduce", "fp16_compress", "bf16_compress"});
-    if (hooks.size() != 1) throw UsageError{"--comm-hook takes one value, got " + std::to_string(hooks.size())};
-    options.comm_hook = hooks.front();
-    options.broadcast_buffers = result.count("no-broadcast-buffers") == 0;
-    options.csv = result["csv"].as<std::string>();
-    options.append = result.count("append") > 0;
-    options.json = result["json"].as<std::string>();
-    options.markdown = result.count("no-markdown") == 0;
+    impl_->result = impl_->cli.parse(argc, argv);
   } catch (const cxxopts::exceptions::exception& error) {
-    throw UsageError{error.what()};
+    throw UsageError(error.what());
   }
+  if (!impl_->result.unmatched().empty()) {
+    throw UsageError("unexpected argument '" + impl_->result.unmatched().front() + "'");
+  }
+  if (impl_->result.count("help")) {
+    std::cout << impl_->cli.help() << std::endl;
+    throw HelpShown{};
+  }
+  impl_->parsed = true;
+}
+
+std::string CommandLine::text(const std::string& name) const {
+  if (!impl_->parsed) throw std::logic_error("CommandLine::text before parse");  // a bug in a benchmark
+  try {
+    return impl_->result[name].as<std::string>();
+  } catch (const cxxopts::exceptions::exception& error) {
+    throw std::logic_error("CommandLine: no flag --" + name + " declared: " + error.what());
+  }
+}
+
+bool CommandLine::given(const std::string& name) const { return impl_->parsed && impl_->result.count(name) > 0; }
+
+int64_t CommandLine::integer(const std::string& name, int64_t minimum, int64_t maximum) const {
+  const std::string value = text(name);
+  int64_t parsed = 0;
+  if (!parse_integer(value, parsed)) throw UsageError("--" + name + ": '" + value + "' is not an integer");
+  if (parsed < minimum) throw UsageError(str("--", name, " must be >= ", minimum, ", got ", parsed));
+  if (parsed > maximum) throw UsageError(str("--", name, " must be <= ", maximum, ", got ", parsed));
+  return parsed;
+}
+
+double CommandLine::number(const std::string& name, double minimum, double maximum) const {
+  const std::string value = text(name);
+  if (!is_number(value)) throw UsageError("--" + name + ": '" + value + "' is not a number");
+  const double parsed = std::strtod(value.c_str(), nullptr);
+  if (!(parsed >= minimum && parsed <= maximum)) {
+    throw UsageError(str("--", name, " must be in [", minimum, ", ", maximum, "], got ", value));
+  }
+  return parsed;
+}
+
+std::vector<std::string> CommandLine::choices(const std::string& name, const std::set<std::string>& allowed) const {
+  std::vector<std::string> items = split_list(text(name));
+  if (items.empty()) throw UsageError("--" + name + " needs at least one value");
+  for (const auto& item : items) {
+    if (allowed.count(item) == 0) {
+      throw UsageError("--" + name + ": unknown value '" + item + "' (choose from " + join(allowed, ", ") + ")");
+    }
+  }
+  return items;
+}
+
+std::string CommandLine::choice(const std::string& name, const std::set<std::string>& allowed) const {
+  const auto items = choices(name, allowed);
+  if (items.size() != 1) throw UsageError(str("--", name, " takes one value, got ", items.size()));
+  return items.front();
+}
+
+std::vector<int64_t> CommandLine::integers(const std::string& name, int64_t minimum) const {
+  std::vector<int64_t> values;
+  for (const auto& item : split_list(text(name))) {
+    int64_t value = 0;
+    if (!parse_integer(item, value) || value < minimum) {
+      throw UsageError(str("--", name, ": '", item, "' is not an integer >= ", minimum));
+    }
+    values.push_back(value);
+  }
+  if (values.empty()) throw UsageError("--" + name + " needs at least one value");
+  return values;
+}
+
+TimingOptions CommandLine::timing() const {
+  TimingOptions timing;
+  timing.warmup = integer("warmup", 0);
+  timing.iters = integer(iters_flag_, 1);
+  return timing;
+}
+
+OutputOptions CommandLine::output() const {
+  OutputOptions output;
+  output.csv = text("csv");
+  output.append = given("append");
+  output.json = text("json");
+  output.markdown = !given("no-markdown");
+  return output;
+}
+
+int with_usage(const char* program, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const HelpShown&) {
+    return 0;
+  } catch (const UsageError& error) {
+    std::cerr << program << ": " << error.what() << " (see --help)" << std::endl;
+    return kUsageExitCode;
+  }
+}
+
+// --- ddp_bench and allreduce_bench ------------------------------------------------------------------
+
+BenchOptions parse_options(int argc, char** argv, const std::string& scenario_default) {
+  CommandLine cli(argc > 0 ? argv[0] : "ddp_bench",
+                  "Training and all-reduce benchmarks (warm-up, then timed iterations). Under ddp_launch for "
+                  "world sizes > 1; only rank 0 prints. See docs/benchmarks.md.");
+  const BenchOptions d;
+  cli.add("scenario", "train | allreduce", scenario_default);
+  cli.add("model", "comma list: lenet (Fashion-MNIST shape), resnet18 (CIFAR shape)", "lenet");
+  cli.add("mode", "comma list: single, dp, ddp (single and dp only without a launcher)", "single,dp,ddp");
+  cli.add("batch", "comma list of batch sizes (per rank in ddp, in total in single and dp)", "64");
+  cli.add_harness_flags(TimingOptions{d.warmup, d.iters});
+  cli.add("threads", "intra-op threads per process (0: $OMP_NUM_THREADS, else cores / local processes)", "0");
+  cli.add("data", "synthetic | fashion-mnist (the examples' pipeline: ImageDataset + DistributedSampler + data "
+          "loader; lenet only)", d.data);
+  cli.add("data-dir", "folder of the Fashion-MNIST IDX files (Debian's dataset-fashion-mnist)", d.data_dir);
+  cli.add("pool-batches", "synthetic batches kept in memory and cycled", std::to_string(d.pool_batches));
+  cli.add("baseline", "samples/s of one device, for the scaling efficiency column (0: from the single rows of "
+          "this run)", "0");
+  cli.add("min-bytes", "allreduce: smallest message (a multiple of 4)", std::to_string(d.min_bytes));
+  cli.add("max-bytes", "allreduce: largest message (sizes double up to it)", std::to_string(d.max_bytes));
+  cli.add("bucket-cap-mb", "ddp: gradient bucket size in MiB", "25");
+  cli.add_switch("gradient-as-bucket-view", "ddp: gradients are views into the buckets (no copies in and out)");
+  cli.add("comm-hook", "ddp: allreduce | fp16_compress | bf16_compress", "allreduce");
+  cli.add_switch("no-broadcast-buffers", "ddp: do not broadcast buffers (BatchNorm statistics) at each forward");
+  cli.parse(argc, argv);
+
+  BenchOptions options;
+  static_cast<OutputOptions&>(options) = cli.output();
+  options.scenario = cli.choices("scenario", {"train", "allreduce"}).front();
+  options.models = cli.choices("model", {"lenet", "resnet18"});
+  options.modes = cli.choices("mode", {"single", "dp", "ddp"});
+  options.batch_sizes = cli.integers("batch", 1);
+  const TimingOptions timing = cli.timing();
+  options.warmup = timing.warmup;
+  options.iters = timing.iters;
+  options.threads = static_cast<int>(cli.integer("threads", 0, 4096));
+  options.pool_batches = cli.integer("pool-batches", 1);
+  options.data = cli.choices("data", {"synthetic", "fashion-mnist"}).front();
+  options.data_dir = cli.text("data-dir");
+  if (options.data == "fashion-mnist" && options.scenario == "train") {
+    for (const auto& model : options.models) {
+      if (model != "lenet") throw UsageError("--data fashion-mnist trains lenet only (1x28x28 images), not " + model);
+    }
+  }
+  const std::string baseline = cli.text("baseline");
+  options.baseline_samples_per_s = is_number(baseline) ? std::strtod(baseline.c_str(), nullptr) : -1;
+  if (!(options.baseline_samples_per_s >= 0)) throw UsageError("--baseline must be a number >= 0, got '" + baseline + "'");
+  options.min_bytes = cli.integer("min-bytes", 4);
+  options.max_bytes = cli.integer("max-bytes", options.min_bytes);
+  if (options.min_bytes % 4 != 0) throw UsageError("--min-bytes must be a multiple of 4 (float32 elements)");
+  const std::string cap = cli.text("bucket-cap-mb");
+  options.bucket_cap_mb = is_number(cap) ? std::strtod(cap.c_str(), nullptr) : 0;
+  if (!(options.bucket_cap_mb > 0 && options.bucket_cap_mb <= 4096)) throw UsageError("--bucket-cap-mb must be in (0, 4096]");
+  options.gradient_as_bucket_view = cli.given("gradient-as-bucket-view");
+  options.comm_hook = cli.choice("comm-hook", {"allreduce", "fp16_compress", "bf16_compress"});
+  options.broadcast_buffers = !cli.given("no-broadcast-buffers");
   return options;
 }
 
 int bench_main(int argc, char** argv, const std::string& scenario_default, int (*body)(const BenchOptions&)) {
-  BenchOptions options;
-  try {
-    options = parse_options(argc, argv, scenario_default);
-  } catch (const UsageError& error) {
-    if (error.message.empty()) return 0;  // --help
-    std::cerr << (argc > 0 ? argv[0] : "bench") << ": " << error.message << " (see --help)" << std::endl;
-    return 2;
+  return with_usage(argc > 0 ? argv[0] : "bench", [&] { return body(parse_options(argc, argv, scenario_default)); });
+}
+
+// --- timing and statistics ---------------------------------------------------------------------------
+
+std::vector<double> time_iterations(const TimingOptions& timing, const std::function<void()>& step) {
+  for (int64_t i = 0; i < timing.warmup; ++i) step();
+  std::vector<double> seconds;
+  seconds.reserve(static_cast<std::size_t>(timing.iters));
+  for (int64_t i = 0; i < timing.iters; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    step();
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
-  return body(options);
+  return seconds;
+}
+
+double time_loop(const TimingOptions& timing, const std::function<void()>& step) {
+  for (int64_t i = 0; i < timing.warmup; ++i) step();
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < timing.iters; ++i) step();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return timing.iters > 0 ? seconds / static_cast<double>(timing.iters) : 0.0;
 }
 
 double PhaseTimer::lap(const std::string& phase) {
@@ -177,21 +306,7 @@ Summary summarize(std::vector<double> samples) {
   return s;
 }
 
-int64_t peak_rss_bytes() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;  // the line is in kB
-  }
-  return 0;
-}
-
-bool reset_peak_rss() {
-  std::ofstream clear("/proc/self/clear_refs");
-  clear << "5";
-  clear.flush();
-  return static_cast<bool>(clear);
-}
+// --- the table writers -------------------------------------------------------------------------------
 
 void Table::set(const std::string& column, const std::string& value) {
   const auto it = std::find(columns_.begin(), columns_.end(), column);
@@ -204,42 +319,36 @@ void Table::set(const std::string& column, const std::string& value) {
 void Table::set(const std::string& column, double value, int decimals) { set(column, fixed(value, decimals)); }
 
 void Table::write_csv(const std::string& path, bool append) const {
-  bool header = true;
-  if (append) {
-    std::ifstream existing(path);
-    header = !existing || existing.peek() == std::ifstream::traits_type::eof();
-  }
-  std::ofstream out(path, append ? std::ios::app : std::ios::trunc);
-  if (!out) throw std::runtime_error("cannot write " + path);
+  // Appending rewrites the file through a temporary and a rename (ddp/base/files.h): a reader never
+  // sees half a row, and a planted symlink is replaced, not written through.
+  std::string text;
+  struct stat info {};
+  if (append && ::lstat(path.c_str(), &info) == 0) text = read_file(path, kMaxAppendedFile);
   const auto line = [&](const std::vector<std::string>& cells) {
-    for (std::size_t i = 0; i < cells.size(); ++i) out << (i ? "," : "") << csv_cell(cells[i]);
-    out << '\n';
+    for (std::size_t i = 0; i < cells.size(); ++i) text += (i ? "," : "") + csv_cell(cells[i]);
+    text += '\n';
   };
-  if (header) line(columns_);
+  if (text.empty()) line(columns_);
   for (const auto& row : rows_) line(row);
-  if (!out) throw std::runtime_error("cannot write " + path);
+  write_file_atomically(path, text, kResultMode);
 }
 
 void Table::write_json(const std::string& path, const std::map<std::string, std::string>& meta) const {
-  std::ofstream out(path);
-  if (!out) throw std::runtime_error("cannot write " + path);
-  out << "{\n  \"meta\": {";
-  bool first = true;
-  for (const auto& [key, value] : meta) {
-    out << (first ? "" : ", ") << json_quote(key) << ": " << json_quote(value);
-    first = false;
-  }
-  out << "},\n  \"rows\": [";
-  for (std::size_t r = 0; r < rows_.size(); ++r) {
-    out << (r ? ",\n    {" : "\n    {");
+  nlohmann::ordered_json document;
+  document["meta"] = nlohmann::ordered_json::object();
+  for (const auto& [key, value] : meta) document["meta"][key] = value;
+  document["rows"] = nlohmann::ordered_json::array();
+  for (const auto& row : rows_) {
+    nlohmann::ordered_json object = nlohmann::ordered_json::object();
     for (std::size_t c = 0; c < columns_.size(); ++c) {
-      const std::string& cell = rows_[r][c];
-      out << (c ? ", " : "") << json_quote(columns_[c]) << ": " << (is_number(cell) ? cell : json_quote(cell));
+      const std::string& cell = row[c];
+      // Numeric cells as JSON numbers (integers stay integers); "1." and the like, not JSON, as text.
+      auto value = is_number(cell) ? nlohmann::ordered_json::parse(cell, nullptr, false) : nlohmann::ordered_json(cell);
+      object[columns_[c]] = value.is_discarded() ? nlohmann::ordered_json(cell) : std::move(value);
     }
-    out << "}";
+    document["rows"].push_back(std::move(object));
   }
-  out << "\n  ]\n}\n";
-  if (!out) throw std::runtime_error("cannot write " + path);
+  write_file_atomically(path, document.dump(2) + "\n", kResultMode);
 }
 
 void Table::write_markdown(std::ostream& out) const {
@@ -256,31 +365,14 @@ void Table::write_markdown(std::ostream& out) const {
   out.flush();
 }
 
-void emit(const Table& table, const BenchOptions& options, const std::map<std::string, std::string>& meta,
+void emit(const Table& table, const OutputOptions& output, const std::map<std::string, std::string>& meta,
           const std::vector<std::string>& header_lines) {
-  if (options.markdown) {
+  if (output.markdown) {
     for (const auto& line : header_lines) std::cout << "# " << line << '\n';
     table.write_markdown(std::cout);
   }
-  if (!options.csv.empty()) table.write_csv(options.csv, options.append);
-  if (!options.json.empty()) table.write_json(options.json, meta);
-}
-
-std::string json_quote(const std::string& text) {
-  std::string out = "\"";
-  for (unsigned char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char buffer[8];
-      std::snprintf(buffer, sizeof buffer, "\\u%04x", c);
-      out += buffer;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
+  if (!output.csv.empty()) table.write_csv(output.csv, output.append);
+  if (!output.json.empty()) table.write_json(output.json, meta);
 }
 
 std::string fixed(double value, int decimals) {

@@ -1,7 +1,10 @@
 // Start-to-exit time of ddp_launch vs torchrun starting the same workers (figures, not a test).
-//   build/bin/launch_startup_bench [--reps 10] [--nproc 8] [--torchrun .venv/bin/torchrun] [--worker /bin/true]
+//   build/bin/launch_startup_bench [--reps 10] [--warmup 1] [--nproc 8] [--torchrun .venv/bin/torchrun]
+//                                  [--worker /bin/true] [--csv F] [--json F]
 // Runs alternate (ddp_launch, torchrun, ddp_launch, ...) so that machine noise hits both alike; each
-// launcher gets its own free --master_port. Prints every run, the medians and their ratio.
+// launcher gets its own free --master_port. Prints every run and the harness's table (medians,
+// minima, a correctness column: every run exited 0) with the ratio. Free of LibTorch: it links the
+// launcher's core and the torch-free harness (benchmarks/harness.h).
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -15,11 +18,14 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/harness.h"
 #include "launcher/net.h"
 
 extern char** environ;
 
 namespace {
+
+using namespace ddp::bench;
 
 // Runs argv with stdout/stderr to /dev/null; returns seconds, or a negative value on failure.
 double time_run(const std::vector<std::string>& argv) {
@@ -41,72 +47,92 @@ double time_run(const std::vector<std::string>& argv) {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? seconds : -1;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+struct Options {
+  TimingOptions timing{1, 10};  // one warm-up run of each launcher, then --reps alternating pairs
+  int nproc = 8;
+  std::string launcher = DDP_BENCH_LAUNCHER;
+  std::string torchrun = DDP_BENCH_SOURCE_DIR "/.venv/bin/torchrun";
+  std::string worker = "/bin/true";
+  OutputOptions output;
+};
+
+Options parse(int argc, char** argv) {
+  CommandLine cli("launch_startup_bench", "Start-to-exit time of ddp_launch vs torchrun starting the same workers.");
+  const Options d;
+  cli.add_harness_flags(d.timing, "reps");
+  cli.add("nproc", "workers per launch", std::to_string(d.nproc));
+  cli.add("launcher", "the ddp_launch to time", d.launcher);
+  cli.add("torchrun", "the torchrun to compare with", d.torchrun);
+  cli.add("worker", "the program both launchers start", d.worker);
+  cli.parse(argc, argv);
+  Options o;
+  o.timing = cli.timing();
+  o.nproc = static_cast<int>(cli.integer("nproc", 1, 4096));
+  o.launcher = cli.text("launcher");
+  o.torchrun = cli.text("torchrun");
+  o.worker = cli.text("worker");
+  o.output = cli.output();
+  if (::access(o.torchrun.c_str(), X_OK) != 0) throw ddp::UsageError("no torchrun at " + o.torchrun + " (give --torchrun PATH)");
+  if (::access(o.launcher.c_str(), X_OK) != 0) throw ddp::UsageError("no ddp_launch at " + o.launcher + " (give --launcher PATH)");
+  return o;
+}
+
+int run(const Options& o) {
+  const std::string n = std::to_string(o.nproc);
+  const auto port = [] { return std::to_string(ddp::launcher::pick_free_port("127.0.0.1")); };
+  const auto ours = [&] {
+    return std::vector<std::string>{o.launcher, "--nproc_per_node", n, "--master_port", port(), o.worker};
+  };
+  const auto theirs = [&] {
+    return std::vector<std::string>{o.torchrun, "--no-python", "--nproc_per_node", n, "--master_port", port(), o.worker};
+  };
+  std::printf("start-to-exit of %d workers of %s, %lld alternating runs each (after %lld warm-up run(s) each)\n", o.nproc,
+              o.worker.c_str(), static_cast<long long>(o.timing.iters), static_cast<long long>(o.timing.warmup));
+  std::printf("  A: %s --nproc_per_node %d --master_port <free> %s\n", o.launcher.c_str(), o.nproc, o.worker.c_str());
+  std::printf("  B: %s --no-python --nproc_per_node %d --master_port <free> %s\n", o.torchrun.c_str(), o.nproc,
+              o.worker.c_str());
+  // Alternating pairs (ddp_launch, torchrun, ...) so that machine noise hits both alike; a failed
+  // run (no exit 0) marks its launcher FAIL in the correctness column.
+  std::vector<double> a, b;
+  bool a_ok = true, b_ok = true;
+  int64_t pair = 0;
+  time_iterations(o.timing, [&] {
+    const double ta = time_run(ours());
+    const double tb = time_run(theirs());
+    a_ok = a_ok && ta >= 0;
+    b_ok = b_ok && tb >= 0;
+    if (pair++ < o.timing.warmup) return;
+    a.push_back(ta);
+    b.push_back(tb);
+    std::printf("  run %2zu: ddp_launch %8.1f ms   torchrun %8.1f ms\n", a.size() - 1, ta * 1e3, tb * 1e3);
+  });
+  Table table({"launcher", "nproc", "runs", "median_ms", "min_ms", "mean_ms", "stddev_ms", "correct"});
+  const auto row = [&](const char* name, const std::vector<double>& seconds, bool ok) {
+    const Summary s = summarize(seconds);
+    table.add_row();
+    table.set("launcher", name);
+    table.set("nproc", n);
+    table.set("runs", std::to_string(s.count));
+    table.set("median_ms", s.median * 1e3, 1);
+    table.set("min_ms", s.min * 1e3, 1);
+    table.set("mean_ms", s.mean * 1e3, 1);
+    table.set("stddev_ms", s.stddev * 1e3, 1);
+    table.set("correct", ok ? "OK" : "FAIL");
+    return s.median;
+  };
+  const double ma = row("ddp_launch", a, a_ok), mb = row("torchrun", b, b_ok);
+  const std::string ratio = a_ok && b_ok && ma > 0 ? fixed(mb / ma, 0) : "n/a";
+  emit(table, o.output, {{"benchmark", "launch_startup_bench"}, {"worker", o.worker}, {"ratio", ratio}},
+       {"ratio: ddp_launch takes 1/" + ratio + " of torchrun's time (target: at most 1/20)"});
+  if (!a_ok || !b_ok) {
+    std::fprintf(stderr, "launch_startup_bench: a run did not exit 0 (correct column)\n");
+    return 1;
+  }
+  return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int reps = 10;
-  int nproc = 8;
-  std::string launcher = DDP_BENCH_LAUNCHER;
-  std::string torchrun = DDP_BENCH_SOURCE_DIR "/.venv/bin/torchrun";
-  std::string worker = "/bin/true";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (flag == "--reps") reps = std::atoi(argv[i + 1]);
-    else if (flag == "--nproc") nproc = std::atoi(argv[i + 1]);
-    else if (flag == "--torchrun") torchrun = argv[i + 1];
-    else if (flag == "--launcher") launcher = argv[i + 1];
-    else if (flag == "--worker") worker = argv[i + 1];
-    else {
-      std::fprintf(stderr, "launch_startup_bench: unknown flag %s\n", argv[i]);
-      return 2;
-    }
-  }
-  if (reps < 1 || nproc < 1) {
-    std::fprintf(stderr, "launch_startup_bench: --reps and --nproc must be >= 1\n");
-    return 2;
-  }
-  if (::access(torchrun.c_str(), X_OK) != 0) {
-    std::fprintf(stderr, "launch_startup_bench: no torchrun at %s (give --torchrun PATH)\n", torchrun.c_str());
-    return 2;
-  }
-  const std::string n = std::to_string(nproc);
-  auto ours = [&] {
-    return std::vector<std::string>{launcher, "--nproc_per_node", n, "--master_port", std::to_string(ddp::launcher::pick_free_port("127.0.0.1")), worker};
-  };
-  auto theirs = [&] {
-    return std::vector<std::string>{torchrun, "--no-python", "--nproc_per_node", n, "--master_port",
-                                    std::to_string(ddp::launcher::pick_free_port("127.0.0.1")), worker};
-  };
-  std::printf("start-to-exit of %d workers of %s, %d alternating runs each (after one warm-up run each)\n", nproc,
-              worker.c_str(), reps);
-  std::printf("  A: %s --nproc_per_node %d --master_port <free> %s\n", launcher.c_str(), nproc, worker.c_str());
-  std::printf("  B: %s --no-python --nproc_per_node %d --master_port <free> %s\n", torchrun.c_str(), nproc,
-              worker.c_str());
-  if (time_run(ours()) < 0 || time_run(theirs()) < 0) {
-    std::fprintf(stderr, "launch_startup_bench: a warm-up run failed\n");
-    return 1;
-  }
-  std::vector<double> a, b;
-  for (int r = 0; r < reps; ++r) {
-    const double ta = time_run(ours());
-    const double tb = time_run(theirs());
-    if (ta < 0 || tb < 0) {
-      std::fprintf(stderr, "launch_startup_bench: run %d failed\n", r);
-      return 1;
-    }
-    a.push_back(ta);
-    b.push_back(tb);
-    std::printf("  run %2d: ddp_launch %8.1f ms   torchrun %8.1f ms\n", r, ta * 1e3, tb * 1e3);
-  }
-  const double ma = median(a), mb = median(b);
-  std::printf("median: ddp_launch %.1f ms (min %.1f), torchrun %.1f ms (min %.1f)\n", ma * 1e3,
-              *std::min_element(a.begin(), a.end()) * 1e3, mb * 1e3, *std::min_element(b.begin(), b.end()) * 1e3);
-  std::printf("ratio: ddp_launch takes 1/%.0f of torchrun's time (target: at most 1/20)\n", mb / ma);
-  return 0;
+  return with_usage("launch_startup_bench", [&] { return run(parse(argc, argv)); });
 }

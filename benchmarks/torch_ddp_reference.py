@@ -9,7 +9,7 @@ Run under torchrun:
       --data fashion-mnist --pipeline dataset      # or --pipeline tensor
 
 Data (--data):
-  synthetic      the pool of uint8 batches of Note [Synthetic data] in benchmarks/scenarios/train.cpp,
+  synthetic      the pool of uint8 batches (see Note [Synthetic data] in benchmarks/scenarios/train.cpp),
                  sliced, converted and normalised per step, as ddp_bench does.
   fashion-mnist  Debian's IDX files (--data-dir), with a DistributedSampler (seed 0, shuffled, set_epoch
                  per epoch) as ddp_bench --data fashion-mnist does, through one of two pipelines:

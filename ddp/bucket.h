@@ -1,5 +1,6 @@
 #pragma once
 // Note [Bucket assignment]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
 // Gradients are all-reduced in buckets: one collective per bucket instead of one per parameter,
 // started while backward still runs. Backward produces gradients roughly in reverse registration
 // order (the last layer first), so buckets are filled walking the parameters from last to first.
@@ -9,6 +10,7 @@
 // Buckets are returned in the order they become ready, which is the order they are launched in.
 //
 // Note [Bucket rebuild]
+// ~~~~~~~~~~~~~~~~~~~~~
 // Reverse registration order is only a guess at the order backward produces gradients: a module
 // may register its layers in another order than it uses them (a head registered first, a branch
 // used last). Then the parameters of a bucket become ready far apart, and a bucket whose gradients

@@ -15,7 +15,7 @@
 
 namespace ddp {
 
-enum class CollectiveState { started, completed, failed };
+enum class CollectiveState { kStarted, kCompleted, kFailed };
 const char* to_string(CollectiveState state);
 
 // One collective of one rank. The strings are static (literals, c10::toString of a dtype): recording
@@ -30,7 +30,7 @@ struct CollectiveRecord {
   std::int64_t bytes = 0;
   std::int64_t start_unix_us = 0;   // wall clock (comparable between the ranks of one host)
   std::int64_t end_unix_us = 0;     // 0 while started
-  CollectiveState state = CollectiveState::started;
+  CollectiveState state = CollectiveState::kStarted;
   const void* work = nullptr;       // identity of the backend's work object (never dereferenced)
 };
 

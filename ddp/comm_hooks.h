@@ -8,9 +8,9 @@
 namespace ddp {
 
 enum class CommHook {
-  allreduce,       // all-reduce the bucket as it is (default)
-  fp16_compress,   // cast to float16, all-reduce, cast back: half the bytes
-  bf16_compress,   // cast to bfloat16, all-reduce, cast back: half the bytes, float32's range
+  kAllreduce,      // all-reduce the bucket as it is (default)
+  kFp16Compress,   // cast to float16, all-reduce, cast back: half the bytes
+  kBf16Compress,   // cast to bfloat16, all-reduce, cast back: half the bytes, float32's range
 };
 
 // The dtype a hook sends for a bucket of `bucket_dtype`; nullopt when it sends the bucket itself

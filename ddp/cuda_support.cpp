@@ -54,6 +54,7 @@ torch::Device bind_local_device(int local_rank, int local_world_size, const EnvL
 }
 
 // Note [NCCL error handling]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
 // ProcessGroupNCCL reads its error handling from the environment when it is constructed; there is
 // no option for it in ProcessGroupNCCL::Options (checked in the 2.13 and 2.14 headers). Its
 // watchdog thread checks every collective against the group's timeout (Options::timeout, which we

@@ -22,6 +22,7 @@ bool built_with_cuda();
 int device_count();
 
 // Note [Device of a rank]
+// ~~~~~~~~~~~~~~~~~~~~~~~
 // Each rank computes on cuda:<LOCAL_RANK>, counted among the devices it sees. ddp_launch's --gpus
 // gives every worker CUDA_VISIBLE_DEVICES listing the GPUs of its node (or one GPU per worker), so
 // the launcher's choice and the library's agree: with one GPU per worker, LOCAL_RANK 3 would be

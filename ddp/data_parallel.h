@@ -15,24 +15,14 @@
 
 namespace ddp {
 
-class DataParallelOptions {
- public:
-  // The devices the batch is split over; default: every visible CUDA device, else the CPU.
-  DataParallelOptions& devices(std::vector<torch::Device> devices) {
-    devices_ = std::move(devices);
-    return *this;
-  }
-  // Where outputs are gathered; default: the first device.
-  DataParallelOptions& output_device(torch::Device device) {
-    output_device_ = device;
-    return *this;
-  }
-  const std::optional<std::vector<torch::Device>>& devices() const { return devices_; }
-  const std::optional<torch::Device>& output_device() const { return output_device_; }
-
- private:
-  std::optional<std::vector<torch::Device>> devices_;
-  std::optional<torch::Device> output_device_;
+// DataParallel's options: a plain struct (c10d's style).
+//   ddp::DataParallelOptions options;
+//   options.devices = std::vector<torch::Device>{torch::kCUDA, ...};
+struct DataParallelOptions {
+  // The devices the batch is split over; unset: every visible CUDA device, else the CPU.
+  std::optional<std::vector<torch::Device>> devices;
+  // Where outputs are gathered; unset: the first device.
+  std::optional<torch::Device> output_device;
 };
 
 // Every visible CUDA device, or {CPU} when there is none.
@@ -59,6 +49,7 @@ std::vector<torch::Tensor> parallel_apply(
 }  // namespace detail
 
 // Note [DataParallel gradients]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A replica is a deep copy (Cloneable::clone) whose parameters are new leaves, so backward stops at
 // them. A hook on each replica parameter adds the gradient that arrives there into the module's
 // parameter of the same name (under a mutex: on CUDA each device's backward runs on its own thread).
@@ -68,6 +59,7 @@ std::vector<torch::Tensor> parallel_apply(
 // headers, so it does not compile against a CPU-only LibTorch.
 //
 // Note [DataParallel and buffers]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // LibTorch's torch::nn::parallel::data_parallel clones the module onto every device at each call, so
 // updates of buffers made in forward, BatchNorm's running statistics above all, happen in the clones
 // and are thrown away: a ResNet trained with it evaluates with its initial statistics. PyTorch's
@@ -79,8 +71,8 @@ class DataParallel {
  public:
   explicit DataParallel(ModuleHolder module, DataParallelOptions options = {})
       : module_(std::move(module)),
-        devices_(options.devices() ? *options.devices() : visible_devices()),
-        output_device_(options.output_device().value_or(devices_.empty() ? torch::kCPU : devices_.front())) {
+        devices_(options.devices ? *options.devices : visible_devices()),
+        output_device_(options.output_device.value_or(devices_.empty() ? torch::kCPU : devices_.front())) {
     DDP_CHECK(!devices_.empty(), "DataParallel needs at least one device");
     if (devices_.size() == 1) detail::log_single_device(devices_);
     module_->to(devices_.front());

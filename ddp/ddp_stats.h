@@ -8,6 +8,7 @@ namespace ddp {
 
 // Averages over the synchronized iterations so far (iterations whose backward all-reduced).
 // Note [Timing statistics]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
 //   forward_ms:              wall time of forward (buffer broadcast included).
 //   backward_compute_ms:     end of forward to the moment the last gradient is ready (as
 //                            PyTorch's DDP: loss computation included).

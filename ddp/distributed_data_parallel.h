@@ -1,7 +1,8 @@
 #pragma once
 // DistributedDataParallel: wraps a torch::nn module so that loss.backward() leaves gradients
 // averaged over all ranks, with the all-reduces overlapped with backward.
-// The template is a thin shell; the logic is in detail::DdpCore (distributed_data_parallel.cpp).
+// The template is a thin shell; the logic is in detail::DdpCore (distributed_data_parallel.cpp) and its
+// reducer (ddp/reducer.h: buckets, all-reduces, the end of backward).
 #include <torch/torch.h>
 
 #include <cstddef>
@@ -19,6 +20,9 @@
 
 namespace ddp {
 
+// DistributedDataParallel's options: a plain struct (c10d's style), e.g.
+//   ddp::DdpOptions options;
+//   options.find_unused_parameters = true;
 struct DdpOptions {
   // See Note [Bucket assignment] in ddp/bucket.h.
   std::size_t bucket_cap_bytes = std::size_t{25} << 20;
@@ -29,21 +33,14 @@ struct DdpOptions {
   bool broadcast_buffers = true;
   // param.grad becomes a view into the bucket: no copies in or out, less memory.
   bool gradient_as_bucket_view = false;
-  CommHook comm_hook = CommHook::allreduce;
+  CommHook comm_hook = CommHook::kAllreduce;
   // Rebuild the buckets once, in the order gradients became ready in the first synchronized
-  // backward (Note [Bucket rebuild] in ddp/bucket.h). Ignored with find_unused_parameters.
+  // backward (see Note [Bucket rebuild] in ddp/bucket.h). Ignored with find_unused_parameters.
   bool rebuild_buckets = true;
-
-  DdpOptions& set_bucket_cap_mb(double mb) { bucket_cap_bytes = static_cast<std::size_t>(mb * (1 << 20)); return *this; }
-  DdpOptions& set_first_bucket_cap_mb(double mb) { first_bucket_cap_bytes = static_cast<std::size_t>(mb * (1 << 20)); return *this; }
-  DdpOptions& set_bucket_cap_bytes(std::size_t v) { bucket_cap_bytes = v; return *this; }
-  DdpOptions& set_first_bucket_cap_bytes(std::size_t v) { first_bucket_cap_bytes = v; return *this; }
-  DdpOptions& set_find_unused_parameters(bool v) { find_unused_parameters = v; return *this; }
-  DdpOptions& set_broadcast_buffers(bool v) { broadcast_buffers = v; return *this; }
-  DdpOptions& set_gradient_as_bucket_view(bool v) { gradient_as_bucket_view = v; return *this; }
-  DdpOptions& set_comm_hook(CommHook v) { comm_hook = v; return *this; }
-  DdpOptions& set_rebuild_buckets(bool v) { rebuild_buckets = v; return *this; }
 };
+
+// PyTorch's bucket_cap_mb in bytes: DdpOptions o; o.bucket_cap_bytes = mebibytes(2.5);
+inline std::size_t mebibytes(double mb) { return static_cast<std::size_t>(mb * (1 << 20)); }
 
 // Options of join() (PyTorch's Join / DDP.join arguments).
 struct JoinOptions {
@@ -53,6 +50,8 @@ struct JoinOptions {
 };
 
 namespace detail {
+
+struct Reducer;  // ddp/reducer.h (internal)
 
 // The non-template core: buckets, autograd hooks, collectives, statistics.
 class DdpCore {
@@ -77,8 +76,7 @@ class DdpCore {
   const ProcessGroup& group() const;
 
  private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<Reducer> impl_;
 };
 
 // The tensors of a forward's output that autograd can start from (for find_unused_parameters).
@@ -167,7 +165,7 @@ class DistributedDataParallel {
 
   DdpStats stats() const { return core_->stats(); }
   // The current bucket layout: each bucket's parameter names, in launch order (after the first
-  // synchronized iteration, the rebuilt layout: Note [Bucket rebuild] in ddp/bucket.h).
+  // synchronized iteration, the rebuilt layout: see Note [Bucket rebuild] in ddp/bucket.h).
   std::vector<std::vector<std::string>> bucket_parameter_names() const { return core_->bucket_parameter_names(); }
   const ProcessGroup& process_group() const { return core_->group(); }
 

@@ -9,12 +9,12 @@ namespace {
 
 spdlog::level::level_enum to_spdlog(LogLevel level) {
   switch (level) {
-    case LogLevel::trace: return spdlog::level::trace;
-    case LogLevel::debug: return spdlog::level::debug;
-    case LogLevel::info: return spdlog::level::info;
-    case LogLevel::warn: return spdlog::level::warn;
-    case LogLevel::error: return spdlog::level::err;
-    case LogLevel::off: return spdlog::level::off;
+    case LogLevel::kTrace: return spdlog::level::trace;
+    case LogLevel::kDebug: return spdlog::level::debug;
+    case LogLevel::kInfo: return spdlog::level::info;
+    case LogLevel::kWarn: return spdlog::level::warn;
+    case LogLevel::kError: return spdlog::level::err;
+    case LogLevel::kOff: return spdlog::level::off;
   }
   return spdlog::level::info;
 }
@@ -22,12 +22,12 @@ spdlog::level::level_enum to_spdlog(LogLevel level) {
 }  // namespace
 
 std::optional<LogLevel> parse_log_level(std::string_view text) {
-  if (text == "trace") return LogLevel::trace;
-  if (text == "debug") return LogLevel::debug;
-  if (text == "info") return LogLevel::info;
-  if (text == "warn" || text == "warning") return LogLevel::warn;
-  if (text == "error") return LogLevel::error;
-  if (text == "off") return LogLevel::off;
+  if (text == "trace") return LogLevel::kTrace;
+  if (text == "debug") return LogLevel::kDebug;
+  if (text == "info") return LogLevel::kInfo;
+  if (text == "warn" || text == "warning") return LogLevel::kWarn;
+  if (text == "error") return LogLevel::kError;
+  if (text == "off") return LogLevel::kOff;
   return std::nullopt;
 }
 

@@ -12,7 +12,7 @@ class logger;
 
 namespace ddp {
 
-enum class LogLevel { trace, debug, info, warn, error, off };
+enum class LogLevel { kTrace, kDebug, kInfo, kWarn, kError, kOff };
 
 // Parses "trace", "debug", "info", "warn", "error" or "off"; nullopt for anything else.
 std::optional<LogLevel> parse_log_level(std::string_view text);
@@ -22,16 +22,16 @@ std::optional<LogLevel> parse_log_level(std::string_view text);
 class Logger {
  public:
   // tag is what stands in the second bracket, e.g. "rank 3" or "launcher".
-  explicit Logger(std::string tag, LogLevel level = LogLevel::info);
+  explicit Logger(std::string tag, LogLevel level = LogLevel::kInfo);
   // The logger of a training process: tag "rank N".
-  static Logger for_rank(int rank, LogLevel level = LogLevel::info);
+  static Logger for_rank(int rank, LogLevel level = LogLevel::kInfo);
 
   void log(LogLevel level, std::string_view message) const;
-  void trace(std::string_view message) const { log(LogLevel::trace, message); }
-  void debug(std::string_view message) const { log(LogLevel::debug, message); }
-  void info(std::string_view message) const { log(LogLevel::info, message); }
-  void warn(std::string_view message) const { log(LogLevel::warn, message); }
-  void error(std::string_view message) const { log(LogLevel::error, message); }
+  void trace(std::string_view message) const { log(LogLevel::kTrace, message); }
+  void debug(std::string_view message) const { log(LogLevel::kDebug, message); }
+  void info(std::string_view message) const { log(LogLevel::kInfo, message); }
+  void warn(std::string_view message) const { log(LogLevel::kWarn, message); }
+  void error(std::string_view message) const { log(LogLevel::kError, message); }
 
   bool enabled(LogLevel level) const;
   void set_level(LogLevel level);

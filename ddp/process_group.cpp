@@ -56,6 +56,7 @@ std::string to_string(const std::vector<uint8_t>& bytes) { return std::string(by
 std::vector<uint8_t> to_bytes(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
 
 // Note [World size check]
+// ~~~~~~~~~~~~~~~~~~~~~~~
 // Every rank publishes the world size it was told; each rank compares its own with rank 0's, and
 // rank 0 compares with everybody's. A rank that disagrees fails with ddp::MismatchError before the
 // backend's rendezvous, which would otherwise wait for ranks that do not exist.
@@ -104,6 +105,7 @@ void check_world_size(c10d::Store& store, int rank, int world_size, milliseconds
 }
 
 // Note [Bounded connect to the master]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // c10d's TCPStore client retries its connect with a back-off that overshoots the timeout (a 3 s
 // timeout gave up after 6.3 s here) and the TCPStore options' timeout is also the store's default
 // for every later get/wait, so it cannot simply be shortened. Ranks other than 0 therefore first
@@ -147,6 +149,7 @@ bool wait_until_listening(const std::string& host, int port, std::chrono::steady
 }
 
 // Note [Loopback store]
+// ~~~~~~~~~~~~~~~~~~~~~
 // c10d's TCPStore server listens on every interface whatever host it is given, so a single-node job
 // (MASTER_ADDR 127.0.0.1: ddp_launch --standalone, or its default) would expose its store to the
 // network. When the master address is a loopback one, rank 0 binds the listening socket itself to
@@ -224,6 +227,7 @@ c10::intrusive_ptr<c10d::Store> make_store(const InitMethod& method, const std::
 }
 
 // Note [Threads per rank]
+// ~~~~~~~~~~~~~~~~~~~~~~~
 // Several ranks on one host each default to one intra-op thread per core and oversubscribe it
 // (2 ranks on 2 cores run 4 busy threads). OMP_NUM_THREADS, when set (torchrun and ddp_launch set
 // it), is applied to LibTorch's intra-op pool; otherwise the cores are shared out among local ranks.
@@ -238,6 +242,30 @@ void set_threads_per_rank(const EnvLookup& env, int local_size, const Logger& lo
                      " local ranks"));
   }
   if (threads > 0 && at::get_num_threads() != threads) at::set_num_threads(threads);
+}
+
+// Where Gloo's transport binds: the interface GLOO_SOCKET_IFNAME names, a host name, or Gloo's default.
+struct GlooAddress {
+  enum class Kind { kInterface, kHostname, kDefault };
+  Kind kind = Kind::kDefault;
+  std::string name;
+};
+
+c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store,
+                                                    const ProcessGroup::Info& info, const GlooAddress& address) {
+  auto gloo_options = c10d::ProcessGroupGloo::Options::create(info.timeout);
+  switch (address.kind) {
+    case GlooAddress::Kind::kInterface:
+      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(address.name));
+      break;
+    case GlooAddress::Kind::kHostname:
+      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(address.name));
+      break;
+    case GlooAddress::Kind::kDefault:
+      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      break;
+  }
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, info.rank, info.size, gloo_options);
 }
 
 }  // namespace
@@ -309,7 +337,7 @@ void ProcessGroup::wait_collective(std::int64_t seq, const c10::intrusive_ptr<c1
   } catch (const std::exception& error) {
     fail_collective(seq, what, timeout, &error);
   }
-  if (seq > 0) collectives_.finish(seq, CollectiveState::completed);
+  if (seq > 0) collectives_.finish(seq, CollectiveState::kCompleted);
 }
 
 void ProcessGroup::fail_collective(std::int64_t seq, const char* what, milliseconds timeout,
@@ -318,7 +346,7 @@ void ProcessGroup::fail_collective(std::int64_t seq, const char* what, milliseco
   const bool timed_out = error == nullptr || mentions_timeout(cause);
   std::optional<CollectiveRecord> record;
   if (seq > 0) {
-    collectives_.finish(seq, CollectiveState::failed);
+    collectives_.finish(seq, CollectiveState::kFailed);
     record = collectives_.find(seq);
   }
   std::string name = seq > 0 ? str(what, " #", seq) : std::string(what);
@@ -461,8 +489,8 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   } else {
     if (options.rank < 0 || options.world_size < 1) {
       throw InvalidArgument(str("init_method ", options.init_method,
-                                " needs an explicit rank and world_size (InitOptions::set_rank, "
-                                "set_world_size); got rank=", options.rank, ", world_size=",
+                                " needs an explicit rank and world_size (InitOptions::rank and "
+                                "InitOptions::world_size); got rank=", options.rank, ", world_size=",
                                 options.world_size));
     }
     if (options.rank >= options.world_size) {
@@ -506,15 +534,11 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   c10::intrusive_ptr<c10d::Backend> pg;
   try {
     if (backend == "gloo") {
-      auto gloo_options = c10d::ProcessGroupGloo::Options::create(info.timeout);
-      if (auto iface = env("GLOO_SOCKET_IFNAME"); iface && !iface->empty()) {
-        gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(*iface));
-      } else if (is_loopback(host)) {
-        gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-      } else {
-        gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-      }
-      pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, info.rank, info.size, gloo_options);
+      const auto iface = env("GLOO_SOCKET_IFNAME");
+      const GlooAddress address = iface && !iface->empty() ? GlooAddress{GlooAddress::Kind::kInterface, *iface}
+                                  : is_loopback(host)      ? GlooAddress{GlooAddress::Kind::kHostname, "127.0.0.1"}
+                                                           : GlooAddress{GlooAddress::Kind::kDefault, ""};
+      pg = make_gloo_backend(store, info, address);
     } else {
 #ifdef USE_C10D_NCCL
       auto nccl_options = c10d::ProcessGroupNCCL::Options::create(/*is_high_priority_stream=*/false);
@@ -534,6 +558,37 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   logger.debug(str("process group ready: backend ", backend, ", rank ", info.rank, " of ", info.size,
                    ", local rank ", info.local_rank, " of ", info.local_size));
   return std::make_shared<ProcessGroup>(std::move(info), base_store, std::move(pg));
+}
+
+std::shared_ptr<ProcessGroup> new_process_group(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size,
+                                                const StoreGroupOptions& options) {
+  if (!store) throw InvalidArgument("new_process_group: the store is null");
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    throw InvalidArgument(str("new_process_group: rank ", rank, " and world_size ", world_size,
+                              " do not fit (need 0 <= rank < world_size)"));
+  }
+  if (options.timeout.count() <= 0) throw InvalidArgument("StoreGroupOptions::timeout must be positive");
+  if (options.backend != "gloo") {
+    throw InvalidArgument(str("new_process_group: backend '", options.backend,
+                              "' is not supported over a given store: use gloo (init_process_group sets up nccl)"));
+  }
+  ProcessGroup::Info info;
+  info.rank = rank;
+  info.size = world_size;
+  info.local_rank = rank;
+  info.local_size = world_size;
+  info.backend_name = options.backend;
+  info.timeout = options.timeout;
+  info.log_dir = options.log_dir;
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("ddp/group", store);
+  c10::intrusive_ptr<c10d::Backend> backend;
+  try {
+    backend = make_gloo_backend(prefixed, info, GlooAddress{GlooAddress::Kind::kHostname, options.host});
+  } catch (const std::exception& error) {
+    rethrow_as_ddp(error, str("rank ", rank, " could not set up the gloo backend with ", world_size,
+                              " ranks over the given store (timeout ", seconds(options.timeout), " s)"));
+  }
+  return std::make_shared<ProcessGroup>(std::move(info), std::move(store), std::move(backend));
 }
 
 }  // namespace ddp

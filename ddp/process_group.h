@@ -17,8 +17,10 @@
 
 namespace ddp {
 
-// How to create the default process group (c10d's init_process_group arguments).
-// Public fields, plus chainable setters: InitOptions().set_backend("gloo").set_timeout(...).
+// How to create the default process group (c10d's init_process_group arguments). A plain struct:
+//   ddp::InitOptions options;
+//   options.backend = "gloo";
+//   options.timeout = std::chrono::seconds(60);
 struct InitOptions {
   // "auto" (NCCL when LibTorch has it and CUDA is available, else Gloo), "gloo" or "nccl".
   std::string backend = "auto";
@@ -30,12 +32,6 @@ struct InitOptions {
   int world_size = -1;
   // Bound of every blocking wait: rendezvous, collectives, barriers. PyTorch's default.
   std::chrono::milliseconds timeout = std::chrono::minutes(30);
-
-  InitOptions& set_backend(std::string value) { backend = std::move(value); return *this; }
-  InitOptions& set_init_method(std::string value) { init_method = std::move(value); return *this; }
-  InitOptions& set_rank(int value) { rank = value; return *this; }
-  InitOptions& set_world_size(int value) { world_size = value; return *this; }
-  InitOptions& set_timeout(std::chrono::milliseconds value) { timeout = value; return *this; }
 };
 
 // A group of processes that run collectives together (one c10d backend plus its store).
@@ -77,7 +73,7 @@ class ProcessGroup {
 
   // Blocking collectives, in place, bounded by the group's timeout. Errors become
   // ddp::TimeoutError / ddp::CommunicationError naming the operation and its sequence number; a
-  // timeout also names the ranks that did not arrive (Note [Naming the ranks that did not arrive]).
+  // timeout also names the ranks that did not arrive (see Note [Naming the ranks that did not arrive]).
   // `what` (a string literal) says what the collective is for, in errors and recent_collectives().
   void allreduce(torch::Tensor& tensor, c10d::ReduceOp op = c10d::ReduceOp::SUM, const char* what = "allreduce");
   void broadcast(torch::Tensor& tensor, int src = 0, const char* what = "broadcast");
@@ -134,6 +130,28 @@ class ProcessGroup {
 // ddp::CommunicationError (master unreachable), ddp::TimeoutError (a rank never arrived) or
 // ddp::MismatchError (ranks disagree about the world size).
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options = {});
+
+// Note [Groups over an existing store]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// init_process_group does the whole rendezvous (environment, TCP or file store, world size check,
+// threads per rank). A caller that already holds a c10d store builds a group on it instead: the
+// in-process tests run one thread per rank over one c10d::HashStore (as c10d's and Gloo's own tests
+// do), so DistributedDataParallel's logic is tested without starting processes.
+struct StoreGroupOptions {
+  // Only "gloo": an NCCL group needs a device bound per rank, which init_process_group does.
+  std::string backend = "gloo";
+  // The address Gloo's transport binds to and announces to the other ranks.
+  std::string host = "127.0.0.1";
+  // Bound of every blocking wait: the backend's rendezvous through the store, collectives, barriers.
+  std::chrono::milliseconds timeout = std::chrono::minutes(30);
+  // Where the rank writes its last collectives on a failure ("": nowhere); ProcessGroup::Info::log_dir.
+  std::string log_dir;
+};
+// Creates rank `rank` of a group of `world_size` over `store` (every rank passes the same store or a
+// client of it). Throws ddp::InvalidArgument (bad rank, size or backend), ddp::TimeoutError or
+// ddp::CommunicationError (the other ranks did not join within the timeout).
+std::shared_ptr<ProcessGroup> new_process_group(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size,
+                                                const StoreGroupOptions& options = {});
 
 // True when this build of LibTorch has c10d's NCCL backend and a CUDA device is present.
 bool nccl_available();

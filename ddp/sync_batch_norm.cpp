@@ -40,7 +40,7 @@ struct GlobalStats {
   double count = 0;        // rows per channel over all ranks
 };
 
-// Steps 1 and 2 of Note [SyncBatchNorm]: one all-gather of (mean, M2, count) per rank.
+// Steps 1 and 2 of the algorithm (see Note [SyncBatchNorm]): one all-gather of (mean, M2, count) per rank.
 GlobalStats gather_stats(const torch::Tensor& input, double eps, ProcessGroup& group) {
   torch::NoGradGuard no_grad;
   const int64_t channels = input.size(1);
@@ -72,7 +72,7 @@ GlobalStats gather_stats(const torch::Tensor& input, double eps, ProcessGroup& g
   return stats;
 }
 
-// The backward of Note [SyncBatchNorm]. Inputs of the forward: (input, weight, bias).
+// The backward (see Note [SyncBatchNorm]). Inputs of the forward: (input, weight, bias).
 struct SyncBatchNormBackward : torch::autograd::Node {
   std::shared_ptr<ProcessGroup> group;
   torch::autograd::SavedVariable input;

@@ -10,6 +10,7 @@
 namespace ddp {
 
 // Note [SyncBatchNorm]
+// ~~~~~~~~~~~~~~~~~~~~
 // Training forward, with a group of more than one rank:
 //   1. each rank computes, per channel, its row count n_r, mean m_r and sum of squared deviations
 //      M2_r (about its own mean: no cancellation);
@@ -51,6 +52,7 @@ class SyncBatchNormImpl
 TORCH_MODULE(SyncBatchNorm);
 
 // Note [convert_sync_batchnorm]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // PyTorch's convert_sync_batchnorm swaps BatchNorm modules for SyncBatchNorm ones. In LibTorch a
 // parent usually keeps its own handle to a child (a member `torch::nn::BatchNorm2d bn;`, or the
 // AnyModule inside a Sequential), so swapping the registered child would leave forward using the

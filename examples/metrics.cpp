@@ -84,18 +84,4 @@ void write_metrics(const RunMetrics& metrics, const std::string& path) {
   if (error) throw IoError(str(path, ": cannot write the metrics: ", error.message()));
 }
 
-int64_t peak_rss_bytes() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) {
-      std::istringstream fields(line.substr(6));
-      int64_t kib = 0;
-      fields >> kib;
-      return kib * 1024;
-    }
-  }
-  return 0;
-}
-
 }  // namespace ddp::examples

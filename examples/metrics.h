@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "ddp/base/process_memory.h"
+
 namespace ddp::examples {
 
 struct RunMetrics {
@@ -27,7 +29,7 @@ struct RunMetrics {
 std::string to_json(const RunMetrics& metrics);
 // Writes the JSON to path through a temporary file and a rename. Throws ddp::IoError.
 void write_metrics(const RunMetrics& metrics, const std::string& path);
-// The process's peak resident set size (VmHWM in /proc/self/status), 0 when unknown.
-int64_t peak_rss_bytes();
+// The process's peak resident set size: ddp/base/process_memory.h.
+using ddp::peak_rss_bytes;
 
 }  // namespace ddp::examples

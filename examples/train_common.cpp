@@ -84,15 +84,17 @@ DataSets load_data(const ProgramSpec& spec, const TrainOptions& options) {
   data::Normalization normalization;
   data::AugmentOptions augment;
   if (spec.dataset == "fashion-mnist") {
-    train = data::load_fashion_mnist(options.data_dir, data::Split::train);
-    test = data::load_fashion_mnist(options.data_dir, data::Split::test);
+    train = data::load_fashion_mnist(options.data_dir, data::Split::kTrain);
+    test = data::load_fashion_mnist(options.data_dir, data::Split::kTest);
     normalization = data::fashion_mnist_normalization();
   } else {
-    train = data::load_cifar10(options.data_dir, data::Split::train);
-    test = data::load_cifar10(options.data_dir, data::Split::test);
+    train = data::load_cifar10(options.data_dir, data::Split::kTrain);
+    test = data::load_cifar10(options.data_dir, data::Split::kTest);
     normalization = data::cifar10_normalization();
     // The usual CIFAR recipe: random horizontal flip and random 32x32 crop of the image padded by 4.
-    augment.flip(true).crop_padding(4).seed(options.seed);
+    augment.flip = true;
+    augment.crop_padding = 4;
+    augment.seed = options.seed;
   }
   train.truncate(options.limit);
   test.truncate(options.limit);
@@ -113,7 +115,9 @@ DataSets load_data(const ProgramSpec& spec, const TrainOptions& options) {
 // R ranks with batch B covers exactly the samples of step s of a single run with batch R*B, and both
 // runs compute the same gradient (the mean over the same R*B samples).
 samplers::DistributedSampler make_sampler(int64_t size, const Runtime& rt, uint64_t seed) {
-  return samplers::DistributedSampler(size, samplers::DistributedSamplerOptions(rt.world_size, rt.rank).seed(seed));
+  samplers::DistributedSamplerOptions sampler_options(rt.world_size, rt.rank);
+  sampler_options.seed = seed;
+  return samplers::DistributedSampler(size, sampler_options);
 }
 
 // The model as the training loop sees it, whichever the mode.
@@ -132,7 +136,7 @@ Trainee wrap(Holder model, const TrainOptions& options, const Runtime& rt) {
   Trainee t;
   t.module = model.ptr();
   if (options.mode == Mode::dp) {
-    auto dp = std::make_shared<DataParallel<Holder>>(model, DataParallelOptions().devices(rt.devices));
+    auto dp = std::make_shared<DataParallel<Holder>>(model, DataParallelOptions{rt.devices, {}});
     t.forward = [dp](const torch::Tensor& x) { return dp->forward(x); };
     t.evaluate = t.forward;
   } else if (options.mode == Mode::ddp) {

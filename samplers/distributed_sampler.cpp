@@ -16,13 +16,13 @@ void check_options(int64_t dataset_size, const DistributedSamplerOptions& option
   if (dataset_size < 0) {
     throw InvalidArgument(str("DistributedSampler: dataset size must be >= 0, got ", dataset_size));
   }
-  if (options.num_replicas() < 1) {
+  if (options.num_replicas < 1) {
     throw InvalidArgument(
-        str("DistributedSampler: num_replicas must be >= 1, got ", options.num_replicas()));
+        str("DistributedSampler: num_replicas must be >= 1, got ", options.num_replicas));
   }
-  if (options.rank() < 0 || options.rank() >= options.num_replicas()) {
-    throw InvalidArgument(str("DistributedSampler: rank ", options.rank(),
-                              " is outside [0, num_replicas = ", options.num_replicas(),
+  if (options.rank < 0 || options.rank >= options.num_replicas) {
+    throw InvalidArgument(str("DistributedSampler: rank ", options.rank,
+                              " is outside [0, num_replicas = ", options.num_replicas,
                               "); pass the process group's rank and size"));
   }
 }
@@ -36,17 +36,17 @@ int64_t read_int(torch::serialize::InputArchive& archive, const char* key) {
 }  // namespace
 
 int64_t samples_per_rank(int64_t dataset_size, const DistributedSamplerOptions& options) {
-  const int64_t replicas = options.num_replicas();
-  return options.drop_last() ? dataset_size / replicas : (dataset_size + replicas - 1) / replicas;
+  const int64_t replicas = options.num_replicas;
+  return options.drop_last ? dataset_size / replicas : (dataset_size + replicas - 1) / replicas;
 }
 
 std::vector<int64_t> epoch_order(int64_t dataset_size, const DistributedSamplerOptions& options,
                                  int64_t epoch) {
   check_options(dataset_size, options);
   std::vector<int64_t> order(static_cast<size_t>(dataset_size));
-  if (options.shuffle()) {
+  if (options.shuffle) {
     // Python: g = torch.Generator(); g.manual_seed(seed + epoch); torch.randperm(n, generator=g).
-    auto generator = at::make_generator<at::CPUGeneratorImpl>(options.seed() +
+    auto generator = at::make_generator<at::CPUGeneratorImpl>(options.seed +
                                                               static_cast<uint64_t>(epoch));
     const torch::Tensor permutation = torch::randperm(dataset_size, generator, torch::kInt64);
     std::copy_n(permutation.data_ptr<int64_t>(), dataset_size, order.begin());
@@ -54,7 +54,7 @@ std::vector<int64_t> epoch_order(int64_t dataset_size, const DistributedSamplerO
     for (int64_t i = 0; i < dataset_size; ++i) order[static_cast<size_t>(i)] = i;
   }
   const auto total = static_cast<size_t>(samples_per_rank(dataset_size, options) *
-                                         options.num_replicas());
+                                         options.num_replicas);
   if (total <= order.size()) {
     order.resize(total);  // drop_last (or already a multiple of R)
   } else {
@@ -71,8 +71,8 @@ std::vector<int64_t> rank_indices(int64_t dataset_size, const DistributedSampler
   const std::vector<int64_t> order = epoch_order(dataset_size, options, epoch);
   std::vector<int64_t> mine;
   mine.reserve(static_cast<size_t>(samples_per_rank(dataset_size, options)));
-  for (size_t i = static_cast<size_t>(options.rank()); i < order.size();
-       i += static_cast<size_t>(options.num_replicas())) {
+  for (size_t i = static_cast<size_t>(options.rank); i < order.size();
+       i += static_cast<size_t>(options.num_replicas)) {
     mine.push_back(order[i]);
   }
   return mine;
@@ -91,7 +91,7 @@ int64_t convert_start_index(const SamplerState& state, int64_t num_replicas) {
 struct DistributedSampler::State {
   State(int64_t size, DistributedSamplerOptions opts) : dataset_size(size), options(opts) {}
 
-  // Computes the current epoch's order and moves to its start (Note [Sampler epoch start]).
+  // Computes the current epoch's order and moves to its start (see Note [Sampler epoch start]).
   void start_epoch() {
     indices = rank_indices(dataset_size, options, epoch);
     position = 0;
@@ -153,10 +153,10 @@ void DistributedSampler::save(torch::serialize::OutputArchive& archive) const {
     archive.write(key, torch::tensor(value, torch::kInt64), /*is_buffer=*/true);
   };
   write("dataset_size", state_->dataset_size);
-  write("num_replicas", state_->options.num_replicas());
-  write("seed", static_cast<int64_t>(state_->options.seed()));
-  write("shuffle", state_->options.shuffle() ? 1 : 0);
-  write("drop_last", state_->options.drop_last() ? 1 : 0);
+  write("num_replicas", state_->options.num_replicas);
+  write("seed", static_cast<int64_t>(state_->options.seed));
+  write("shuffle", state_->options.shuffle ? 1 : 0);
+  write("drop_last", state_->options.drop_last ? 1 : 0);
   write("epoch", state_->epoch);
   write("position", state_->current_position());
 }
@@ -167,12 +167,12 @@ void DistributedSampler::load(torch::serialize::InputArchive& archive) {
   const bool shuffle = read_int(archive, "shuffle") != 0;
   const bool drop_last = read_int(archive, "drop_last") != 0;
   const DistributedSamplerOptions& mine = options();
-  if (size != dataset_size() || static_cast<uint64_t>(seed) != mine.seed() ||
-      shuffle != mine.shuffle() || drop_last != mine.drop_last()) {
+  if (size != dataset_size() || static_cast<uint64_t>(seed) != mine.seed ||
+      shuffle != mine.shuffle || drop_last != mine.drop_last) {
     throw InvalidArgument(str(
         "DistributedSampler::load: the saved sampler has dataset size ", size, ", seed ", seed,
         ", shuffle ", shuffle, ", drop_last ", drop_last, " but this one has ", dataset_size(), ", ",
-        mine.seed(), ", ", mine.shuffle(), ", ", mine.drop_last(),
+        mine.seed, ", ", mine.shuffle, ", ", mine.drop_last,
         ": construct the sampler with the options it was saved with"));
   }
   set_state({read_int(archive, "epoch"), read_int(archive, "position"),
@@ -226,11 +226,11 @@ int64_t DistributedSampler::position() const {
 SamplerState DistributedSampler::state(std::optional<int64_t> consumed) const {
   std::lock_guard<std::mutex> lock(state_->mutex);
   const int64_t position = consumed ? *consumed : state_->current_position();
-  return {state_->epoch, position, state_->options.num_replicas()};
+  return {state_->epoch, position, state_->options.num_replicas};
 }
 
 void DistributedSampler::set_state(const SamplerState& state) {
-  const int64_t start = std::min(convert_start_index(state, options().num_replicas()), size());
+  const int64_t start = std::min(convert_start_index(state, options().num_replicas), size());
   set_epoch(state.epoch);
   set_start_index(start);
 }

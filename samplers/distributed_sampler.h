@@ -13,49 +13,23 @@
 
 namespace ddp::samplers {
 
-// Options in the manner of c10d's: construct with the required values, chain setters for the rest.
-class DistributedSamplerOptions {
- public:
-  DistributedSamplerOptions(int64_t num_replicas, int64_t rank)
-      : num_replicas_(num_replicas), rank_(rank) {}
+// DistributedSampler's options: a plain struct (c10d's style), constructed with the two values every
+// sampler needs:
+//   ddp::samplers::DistributedSamplerOptions options(pg->size(), pg->rank());
+//   options.seed = 42;
+struct DistributedSamplerOptions {
+  DistributedSamplerOptions() = default;
+  DistributedSamplerOptions(int64_t num_replicas, int64_t rank) : num_replicas(num_replicas), rank(rank) {}
 
-  DistributedSamplerOptions& num_replicas(int64_t value) {
-    num_replicas_ = value;
-    return *this;
-  }
-  DistributedSamplerOptions& rank(int64_t value) {
-    rank_ = value;
-    return *this;
-  }
-  // Shuffle with a permutation drawn from seed + epoch (default true); false keeps 0, 1, 2, ...
-  DistributedSamplerOptions& shuffle(bool value) {
-    shuffle_ = value;
-    return *this;
-  }
-  // Must be the same on every rank (default 0).
-  DistributedSamplerOptions& seed(uint64_t value) {
-    seed_ = value;
-    return *this;
-  }
+  int64_t num_replicas = 1;
+  int64_t rank = 0;
+  // Shuffle with a permutation drawn from seed + epoch; false keeps 0, 1, 2, ...
+  bool shuffle = true;
+  // Must be the same on every rank.
+  uint64_t seed = 0;
   // Drop the tail so that every rank gets floor(n / R) samples, instead of padding by wrapping
-  // around to ceil(n / R) (default false).
-  DistributedSamplerOptions& drop_last(bool value) {
-    drop_last_ = value;
-    return *this;
-  }
-
-  int64_t num_replicas() const { return num_replicas_; }
-  int64_t rank() const { return rank_; }
-  bool shuffle() const { return shuffle_; }
-  uint64_t seed() const { return seed_; }
-  bool drop_last() const { return drop_last_; }
-
- private:
-  int64_t num_replicas_;
-  int64_t rank_;
-  bool shuffle_ = true;
-  uint64_t seed_ = 0;
-  bool drop_last_ = false;
+  // around to ceil(n / R).
+  bool drop_last = false;
 };
 
 // Where a sampler stands: what a checkpoint stores to resume mid-epoch (see ddp/checkpoint.h).
@@ -81,6 +55,7 @@ std::vector<int64_t> rank_indices(int64_t dataset_size, const DistributedSampler
 int64_t samples_per_rank(int64_t dataset_size, const DistributedSamplerOptions& options);
 
 // Note [Sampler copies share state]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // LibTorch's make_data_loader takes the sampler by value and calls reset() on its own copy at every
 // begin(); with LibTorch's samplers a set_epoch() on the object the user kept therefore changes
 // nothing (pytorch issue 73141). A DistributedSampler is a handle: copies share one state (options,
@@ -97,6 +72,7 @@ int64_t samples_per_rank(int64_t dataset_size, const DistributedSamplerOptions& 
 // thread and the training loop may use copies concurrently.
 //
 // Note [Sampler epoch start]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The order of an epoch is computed when it starts: at reset() (the loader's begin()) or, when the
 // sampler is used on its own, at the first next() after set_epoch()/set_start_index(). The epoch
 // starts at the start index given by set_start_index() for that epoch, else at 0; the start index is
@@ -107,7 +83,7 @@ class DistributedSampler : public torch::data::samplers::Sampler<> {
   // num_replicas < 1 or a rank outside [0, num_replicas).
   DistributedSampler(int64_t dataset_size, const DistributedSamplerOptions& options);
 
-  // Starts the epoch's order again from its start index (Note [Sampler epoch start]); a new_size
+  // Starts the epoch's order again from its start index (see Note [Sampler epoch start]); a new_size
   // changes the dataset size.
   void reset(std::optional<size_t> new_size = std::nullopt) override;
   // The next up to batch_size of this rank's indices; nullopt when the epoch is exhausted.

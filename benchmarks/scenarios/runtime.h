@@ -17,6 +17,7 @@
 
 #include "benchmarks/harness.h"
 
+#include "ddp/base/process_memory.h"
 #include "ddp/process_group.h"
 
 namespace ddp::bench {
@@ -24,18 +25,29 @@ namespace ddp::bench {
 // True when a launcher (ddp_launch, torchrun) started this process (it sets WORLD_SIZE).
 inline bool under_launcher() { return std::getenv("WORLD_SIZE") != nullptr; }
 
-// The launcher's group (env://), or a group of one over a file store when started alone.
-inline std::shared_ptr<ProcessGroup> bench_process_group() {
-  if (under_launcher()) return init_process_group(InitOptions().set_backend("gloo"));
+// A group of one (Gloo, or NCCL on one GPU) over a file store, for a benchmark started without a launcher.
+inline std::shared_ptr<ProcessGroup> single_process_group(const std::string& backend = "gloo") {
   const auto path = std::filesystem::temp_directory_path() / ("ddp_bench_store_" + std::to_string(::getpid()));
   std::filesystem::remove(path);
-  auto group = init_process_group(
-      InitOptions().set_backend("gloo").set_init_method("file://" + path.string()).set_rank(0).set_world_size(1));
+  InitOptions init;
+  init.backend = backend;
+  init.init_method = "file://" + path.string();
+  init.rank = 0;
+  init.world_size = 1;
+  auto group = init_process_group(init);
   std::filesystem::remove(path);
   return group;
 }
 
-// init_process_group already shares the cores out among local ranks (Note [Threads per rank] in
+// The launcher's group (env://), or a group of one over a file store when started alone.
+inline std::shared_ptr<ProcessGroup> bench_process_group() {
+  if (!under_launcher()) return single_process_group();
+  InitOptions init;
+  init.backend = "gloo";
+  return init_process_group(init);
+}
+
+// init_process_group already shares the cores out among local ranks (see Note [Threads per rank] in
 // ddp/process_group.cpp) or applies OMP_NUM_THREADS; --threads overrides both. Returns the count in use.
 inline int configure_threads(int requested) {
   if (requested > 0) torch::set_num_threads(requested);

@@ -1,7 +1,7 @@
 // Scenario "train": model x mode x batch size training steps, each configuration warm-up then timed
 // iterations, with the step split into data, forward, backward compute, communication wait and
-// optimizer. The models are the examples' (examples/models); the data is synthetic (Note [Synthetic
-// data]) or Fashion-MNIST through the examples' pipeline (Note [Real data]).
+// optimizer. The models are the examples' (examples/models); the data is synthetic (see Note [Synthetic
+// data]) or Fashion-MNIST through the examples' pipeline (see Note [Real data]).
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -29,6 +29,7 @@ namespace ddp::bench {
 namespace {
 
 // Note [Synthetic data]
+// ~~~~~~~~~~~~~~~~~~~~~
 // Each configuration keeps --pool-batches batches of uint8 images in memory, shaped like the real sets
 // (Fashion-MNIST 1x28x28 for lenet, CIFAR-10 3x32x32 for resnet18), and cycles through them. The
 // "data" phase does what the examples' loader does per batch: slice, convert to float, normalise. The
@@ -67,6 +68,7 @@ struct SyntheticData : BatchSource {
 };
 
 // Note [Real data]
+// ~~~~~~~~~~~~~~~~
 // --data fashion-mnist trains LeNet on Debian's dataset-fashion-mnist (--data-dir) exactly as
 // examples/train_fashion_mnist feeds it: the examples' ImageDataset (uint8 in memory; per batch index,
 // convert to float, scale, normalise) behind a DistributedSampler (rank r of the world takes its
@@ -77,7 +79,7 @@ using FashionLoader = torch::data::StatelessDataLoader<examples::data::ImageData
 struct FashionMnistData : BatchSource {
   FashionMnistData(const examples::data::ImageSet& set, int64_t batch_, int world, int rank)
       : dataset(set, examples::data::fashion_mnist_normalization()),
-        sampler(set.count, samplers::DistributedSamplerOptions(world, rank).seed(0)),
+        sampler(set.count, samplers::DistributedSamplerOptions(world, rank)),
         batch(batch_) {}
   std::pair<torch::Tensor, torch::Tensor> next(torch::Device device) override {
     if (!loader || *position == loader->end()) {
@@ -170,10 +172,10 @@ Measurement train_loop(Forward&& forward, std::vector<torch::Tensor> parameters,
 
 DdpOptions ddp_options(const BenchOptions& options) {
   DdpOptions ddp;
-  ddp.set_bucket_cap_mb(options.bucket_cap_mb)
-      .set_gradient_as_bucket_view(options.gradient_as_bucket_view)
-      .set_broadcast_buffers(options.broadcast_buffers)
-      .set_comm_hook(*parse_comm_hook(options.comm_hook));  // the harness accepted only known names
+  ddp.bucket_cap_bytes = mebibytes(options.bucket_cap_mb);
+  ddp.gradient_as_bucket_view = options.gradient_as_bucket_view;
+  ddp.broadcast_buffers = options.broadcast_buffers;
+  ddp.comm_hook = *parse_comm_hook(options.comm_hook);  // the harness accepted only known names
   return ddp;
 }
 
@@ -227,7 +229,7 @@ int run_train(const BenchOptions& options) {
   const bool real = options.data == "fashion-mnist";
   std::optional<examples::data::ImageSet> real_data;
   if (real) {
-    real_data = examples::data::load_fashion_mnist(options.data_dir, examples::data::Split::train);
+    real_data = examples::data::load_fashion_mnist(options.data_dir, examples::data::Split::kTrain);
   }
   Table table(kColumns);
   std::map<std::string, double> single_rate;  // "model/batch" -> samples/s of mode single

@@ -22,11 +22,11 @@ Normalization fashion_mnist_normalization() { return {{0.2860f}, {0.3530f}}; }
 Normalization cifar10_normalization() { return {{0.4914f, 0.4822f, 0.4465f}, {0.2470f, 0.2435f, 0.2616f}}; }
 
 SampleAugmentation sample_augmentation(const AugmentOptions& options, int64_t epoch, uint64_t index) {
-  uint64_t bits = splitmix64(splitmix64(splitmix64(options.seed()) ^ static_cast<uint64_t>(epoch)) ^ index);
+  uint64_t bits = splitmix64(splitmix64(splitmix64(options.seed) ^ static_cast<uint64_t>(epoch)) ^ index);
   SampleAugmentation a;
-  a.flip = options.flip() && (bits & 1) != 0;
-  if (options.crop_padding() > 0) {
-    const auto range = static_cast<uint64_t>(2 * options.crop_padding() + 1);
+  a.flip = options.flip && (bits & 1) != 0;
+  if (options.crop_padding > 0) {
+    const auto range = static_cast<uint64_t>(2 * options.crop_padding + 1);
     a.dy = static_cast<int64_t>((bits >> 8) % range);
     a.dx = static_cast<int64_t>((bits >> 32) % range);
   } else {
@@ -52,8 +52,8 @@ torch::data::Example<> ImageDataset::get_batch(c10::ArrayRef<size_t> indices) {
   std::vector<int64_t> rows(indices.begin(), indices.end());
   const torch::Tensor index = torch::tensor(rows, torch::kInt64);
   torch::Tensor images = images_.index_select(0, index);
-  if (augment_.flip() || augment_.crop_padding() > 0) {
-    const int64_t pad = augment_.crop_padding();
+  if (augment_.flip || augment_.crop_padding > 0) {
+    const int64_t pad = augment_.crop_padding;
     const int64_t h = images.size(2), w = images.size(3);
     const torch::Tensor padded = pad > 0 ? torch::constant_pad_nd(images, {pad, pad, pad, pad}, 0) : images;
     std::vector<torch::Tensor> out;

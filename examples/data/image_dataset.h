@@ -19,14 +19,15 @@ Normalization fashion_mnist_normalization();  // mean 0.2860, std 0.3530
 Normalization cifar10_normalization();        // per channel (R, G, B)
 
 // Note [Seeded augmentation]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The random flip and crop of a sample are a pure function of (seed, epoch, sample index), not a draw
 // from a generator that advances as batches go by. So a sample is augmented the same way whichever rank
 // or batch it lands in (DDP on R ranks and single on R*B samples see identical inputs), whichever loader
 // thread builds it, and after --resume: there is no augmentation state to checkpoint.
 struct AugmentOptions {
-  TORCH_ARG(bool, flip) = false;            // horizontal flip with probability 1/2
-  TORCH_ARG(int64_t, crop_padding) = 0;     // random crop of the original size after zero padding
-  TORCH_ARG(uint64_t, seed) = 0;
+  bool flip = false;          // horizontal flip with probability 1/2
+  int64_t crop_padding = 0;   // random crop of the original size after zero padding
+  uint64_t seed = 0;
 };
 
 // The flip and the crop offsets of one sample; see Note [Seeded augmentation].

@@ -5,7 +5,7 @@
 
 namespace ddp::examples::data {
 
-enum class Split { train, test };
+enum class Split { kTrain, kTest };
 
 // count images of channels x height x width bytes each, channel-major (CHW) per image.
 struct ImageSet {

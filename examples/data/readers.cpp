@@ -10,7 +10,7 @@
 namespace ddp::examples::data {
 namespace {
 
-const char* split_name(Split split) { return split == Split::train ? "train" : "test"; }
+const char* split_name(Split split) { return split == Split::kTrain ? "train" : "test"; }
 
 // The gzip file when present, else the plain one; an error naming both when neither exists.
 std::string find_idx_file(const std::string& dir, const std::string& stem) {
@@ -42,7 +42,7 @@ void ImageSet::truncate(int64_t n) {
 }
 
 ImageSet load_fashion_mnist(const std::string& dir, Split split) {
-  const std::string prefix = split == Split::train ? "train" : "t10k";
+  const std::string prefix = split == Split::kTrain ? "train" : "t10k";
   const std::string images_file = find_idx_file(dir, prefix + "-images-idx3-ubyte");
   const std::string labels_file = find_idx_file(dir, prefix + "-labels-idx1-ubyte");
   IdxArray images = read_idx(images_file, 3);
@@ -67,7 +67,7 @@ ImageSet load_fashion_mnist(const std::string& dir, Split split) {
 }
 
 std::vector<std::string> cifar10_files(Split split) {
-  if (split == Split::test) return {"test_batch.bin"};
+  if (split == Split::kTest) return {"test_batch.bin"};
   std::vector<std::string> files;
   for (int i = 1; i <= 5; ++i) files.push_back(str("data_batch_", i, ".bin"));
   return files;

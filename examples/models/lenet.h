@@ -6,14 +6,16 @@
 namespace ddp::examples::models {
 
 // Note [LeNet on 28x28 inputs]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Without padding a 28x28 image leaves 16x4x4 = 256 features after the second pool, not the 400 of the
 // 32x32 network. Like LeNet-5 on MNIST, the one-channel variant pads the first convolution by 2, so
 // both variants have exactly the same layers and parameter count; only conv1's input channels differ.
+// A plain struct (c10d's style), constructed with the two values every LeNet needs.
 struct LeNetOptions {
-  LeNetOptions(int64_t in_channels, int64_t image_size) : in_channels_(in_channels), image_size_(image_size) {}
-  TORCH_ARG(int64_t, in_channels);
-  TORCH_ARG(int64_t, image_size);  // 32 (CIFAR-10) or 28 (Fashion-MNIST, see Note [LeNet on 28x28 inputs])
-  TORCH_ARG(int64_t, num_classes) = 10;
+  LeNetOptions(int64_t in_channels, int64_t image_size) : in_channels(in_channels), image_size(image_size) {}
+  int64_t in_channels;
+  int64_t image_size;  // 32 (CIFAR-10) or 28 (Fashion-MNIST, see Note [LeNet on 28x28 inputs])
+  int64_t num_classes = 10;
 };
 
 class LeNetImpl : public torch::nn::Cloneable<LeNetImpl> {

@@ -10,7 +10,10 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "benchmarks/harness.h"
+#include "ddp/base/process_memory.h"
 
 using namespace ddp::bench;
 
@@ -33,8 +36,8 @@ BenchOptions parse(std::vector<std::string> args) {
 std::string usage_error(std::vector<std::string> args) {
   try {
     parse(std::move(args));
-  } catch (const UsageError& error) {
-    return error.message;
+  } catch (const ddp::UsageError& error) {
+    return error.what();
   }
   return "";
 }
@@ -87,9 +90,15 @@ TEST_CASE("Table writes CSV (quoted where needed, header once when appending), J
 
   TempFile json("ddp_bench_test_json_");
   table.write_json(json.path, {{"scenario", "x\"y"}});
-  CHECK(read(json.path) ==
-        "{\n  \"meta\": {\"scenario\": \"x\\\"y\"},\n  \"rows\": [\n    {\"name\": \"a,b\", \"value\": 1.23},\n"
-        "    {\"name\": \"plain\", \"value\": \"\"}\n  ]\n}\n");
+  const auto document = nlohmann::json::parse(read(json.path));
+  CHECK(document["meta"] == nlohmann::json{{"scenario", "x\"y"}});
+  REQUIRE(document["rows"].size() == 2);
+  CHECK(document["rows"][0]["name"] == "a,b");
+  CHECK(document["rows"][0]["value"].is_number());  // numeric cells are JSON numbers
+  CHECK(document["rows"][0]["value"] == 1.23);
+  CHECK(document["rows"][1] == nlohmann::json{{"name", "plain"}, {"value", ""}});
+  // Columns keep the table's order.
+  CHECK(read(json.path).find("\"name\": \"a,b\",\n      \"value\": 1.23") != std::string::npos);
 
   std::ostringstream md;
   table.write_markdown(md);
@@ -146,5 +155,95 @@ TEST_CASE("parse_options: DDP's options, PyTorch's defaults unless given") {
 }
 
 TEST_CASE("peak_rss_bytes reads VmHWM") {
-  CHECK(peak_rss_bytes() > 0);
+  CHECK(ddp::peak_rss_bytes() > 0);
+}
+
+namespace {
+
+// A command line of the shape every benchmark builds: its own flags, then the harness's.
+std::string command_line_error(std::vector<std::string> args) {
+  args.insert(args.begin(), "bench");
+  std::vector<char*> argv;
+  for (auto& arg : args) argv.push_back(arg.data());
+  CommandLine cli("bench", "test");
+  cli.add("model", "", "lenet");
+  cli.add("numel", "", "161");
+  cli.add("batch", "", "8,16");
+  cli.add_harness_flags(TimingOptions{3, 7}, "reps");
+  try {
+    cli.parse(static_cast<int>(argv.size()), argv.data());
+    cli.choice("model", {"lenet", "resnet18"});
+    cli.integer("numel", 1, 1000);
+    cli.integers("batch", 1);
+    cli.timing();
+  } catch (const ddp::UsageError& error) {
+    return error.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("CommandLine: the harness's flags, the benchmark's own, and one-line usage errors") {
+  std::vector<std::string> args{"bench", "--numel", "5", "--reps", "4", "--json", "out.json", "--no-markdown"};
+  std::vector<char*> argv;
+  for (auto& arg : args) argv.push_back(arg.data());
+  CommandLine cli("bench", "test");
+  cli.add("numel", "", "161");
+  cli.add_switch("fast", "");
+  cli.add_harness_flags(TimingOptions{3, 7}, "reps");
+  cli.parse(static_cast<int>(argv.size()), argv.data());
+  CHECK(cli.integer("numel", 1) == 5);
+  CHECK_FALSE(cli.given("fast"));
+  CHECK(cli.timing().warmup == 3);
+  CHECK(cli.timing().iters == 4);
+  CHECK(cli.output().json == "out.json");
+  CHECK(cli.output().csv.empty());
+  CHECK_FALSE(cli.output().markdown);
+
+  CHECK(command_line_error({}).empty());
+  CHECK_THAT(command_line_error({"--model", "vgg"}), Catch::Contains("--model: unknown value 'vgg'"));
+  CHECK_THAT(command_line_error({"--model", "lenet,resnet18"}), Catch::Contains("--model takes one value"));
+  CHECK_THAT(command_line_error({"--numel", "0"}), Catch::Contains("--numel must be >= 1, got 0"));
+  CHECK_THAT(command_line_error({"--numel", "2000"}), Catch::Contains("--numel must be <= 1000"));
+  CHECK_THAT(command_line_error({"--numel", "12x"}), Catch::Contains("'12x' is not an integer"));
+  CHECK_THAT(command_line_error({"--numel", "99999999999999999999"}), Catch::Contains("is not an integer"));
+  CHECK_THAT(command_line_error({"--batch", "8,-1"}), Catch::Contains("--batch: '-1'"));
+  CHECK_THAT(command_line_error({"--reps", "0"}), Catch::Contains("--reps must be >= 1"));
+  CHECK_THAT(command_line_error({"--iters", "3"}), Catch::Contains("iters"));  // this benchmark calls it --reps
+  CHECK_THAT(command_line_error({"stray"}), Catch::Contains("unexpected argument 'stray'"));
+}
+
+TEST_CASE("with_usage: a usage error is one line and kUsageExitCode, --help is 0, other errors propagate") {
+  CHECK(with_usage("bench", [] { return 7; }) == 7);
+  CHECK(with_usage("bench", []() -> int { throw ddp::UsageError("--x is bad"); }) == ddp::kUsageExitCode);
+  CHECK(with_usage("bench", []() -> int { throw HelpShown{}; }) == 0);
+  CHECK_THROWS_AS(with_usage("bench", []() -> int { throw ddp::IoError("disk"); }), ddp::IoError);
+}
+
+TEST_CASE("time_iterations and time_loop run the warm-up first, then the timed iterations") {
+  int calls = 0;
+  const auto samples = time_iterations(TimingOptions{2, 5}, [&] { ++calls; });
+  CHECK(calls == 7);
+  CHECK(samples.size() == 5);
+  for (double s : samples) CHECK(s >= 0);
+  calls = 0;
+  CHECK(time_loop(TimingOptions{1, 3}, [&] { ++calls; }) >= 0);
+  CHECK(calls == 4);
+}
+
+TEST_CASE("Table writers replace a planted symlink instead of writing through it") {
+  TempFile victim("ddp_bench_test_victim_"), csv("ddp_bench_test_link_csv_"), json("ddp_bench_test_link_json_");
+  { std::ofstream(victim.path) << "precious\n"; }
+  std::filesystem::create_symlink(victim.path, csv.path);
+  std::filesystem::create_symlink(victim.path, json.path);
+  Table table({"a"});
+  table.add_row();
+  table.set("a", "1");
+  table.write_csv(csv.path, /*append=*/false);
+  table.write_json(json.path, {});
+  CHECK(read(victim.path) == "precious\n");
+  CHECK_FALSE(std::filesystem::is_symlink(csv.path));
+  CHECK(read(csv.path) == "a\n1\n");
+  CHECK_FALSE(std::filesystem::is_symlink(json.path));
 }

@@ -209,3 +209,60 @@ TEST_CASE("bad flags: one line, exit code 2") {
   CHECK(first.find("unknown value 'vgg'") != std::string::npos);
   CHECK_FALSE(std::getline(err, second));
 }
+
+TEST_CASE("collective_log_bench, ddp_micro_bench, launch_startup_bench: the harness's table, correct OK") {
+  TempDir dir;
+  const std::string csv = dir / "log.csv", json = dir / "log.json";
+  REQUIRE(run(kBin + "/collective_log_bench --iters 2000 --warmup 10 --no-markdown --csv " + csv + " --json " + json) == 0);
+  auto rows = read_csv(csv);
+  REQUIRE(rows.size() == 3);  // header, the ring buffer's record, the all-reduce
+  for (std::size_t r = 1; r < rows.size(); ++r) {
+    CHECK(cell(rows, r, "correct") == "OK");
+    CHECK(positive_number(cell(rows, r, "ns_per_op")));
+  }
+  check_json(json, csv);
+
+  const std::string micro = dir / "micro.csv";
+  REQUIRE(run(kBin + "/ddp_launch --nproc_per_node 2 --master_port 0 " + kBin +
+              "/ddp_micro_bench overlap --layers 3 --width 32 --batch 4 --iters 2 --rounds 1 --registration reversed "
+              "--no-markdown --csv " + micro + " > /dev/null 2>&1") == 0);
+  rows = read_csv(micro);
+  REQUIRE(rows.size() == 3);  // header, static and rebuilt buckets
+  for (std::size_t r = 1; r < rows.size(); ++r) {
+    CHECK(cell(rows, r, "correct") == "OK");  // both layouts reach the same loss
+    CHECK(positive_number(cell(rows, r, "step_ms")));
+  }
+
+  // launch_startup_bench needs torchrun: the venv's, where there is one.
+  std::string python = DDP_TEST_PYTHON;
+  const std::string torchrun = python.empty() ? "" : std::filesystem::path(python).parent_path() / "torchrun";
+  if (torchrun.empty() || ::access(torchrun.c_str(), X_OK) != 0) return;
+  const std::string startup = dir / "startup.csv";
+  REQUIRE(run(kBin + "/launch_startup_bench --reps 1 --warmup 0 --nproc 1 --torchrun " + torchrun +
+              " --no-markdown --csv " + startup + " > /dev/null") == 0);
+  rows = read_csv(startup);
+  REQUIRE(rows.size() == 3);  // header, ddp_launch, torchrun
+  CHECK(cell(rows, 1, "launcher") == "ddp_launch");
+  CHECK(cell(rows, 1, "correct") == "OK");
+  CHECK(cell(rows, 2, "correct") == "OK");
+}
+
+TEST_CASE("bad flags of the harness's other programs: one line naming the flag, exit code 2") {
+  TempDir dir;
+  const auto one_line = [&](const std::string& command, const std::string& expected) {
+    const std::string err = dir / "err.txt";
+    CHECK(run(command + " > /dev/null 2> " + err) == 2);
+    std::ifstream in(err);
+    std::string first, second;
+    std::getline(in, first);
+    CHECK_THAT(first, Catch::Contains(expected));
+    CHECK_FALSE(std::getline(in, second));
+  };
+  one_line(kBin + "/collective_log_bench --numel 0", "--numel must be >= 1");
+  one_line(kBin + "/collective_log_bench --iters x", "--iters: 'x' is not an integer");
+  one_line(kBin + "/ddp_micro_bench overlap --registration sideways", "--registration: unknown value 'sideways'");
+  one_line(kBin + "/ddp_micro_bench warp", "unknown benchmark 'warp'");
+  one_line(kBin + "/launch_startup_bench --nproc 0", "--nproc must be >= 1");
+  one_line(kBin + "/launch_startup_bench --torchrun /nonexistent/torchrun", "no torchrun at /nonexistent/torchrun");
+  one_line(kBin + "/gpu_bench --mode warp", "--mode: unknown value 'warp'");
+}

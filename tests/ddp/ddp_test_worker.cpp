@@ -11,7 +11,7 @@
 //   collectives  init through --init-method, all-reduce, broadcast, allgather, barrier, main_process_first
 //   eval_on_rank0  rank 0 alone runs no-grad forwards between steps: no hang, same parameters
 //   fail       rank 1 throws: run_main writes the launcher's error file
-//   average    the averaged gradient is PyTorch's bit for bit (Note [Dividing on the copy])
+//   average    the averaged gradient is PyTorch's bit for bit (see Note [Dividing on the copy])
 #include <torch/torch.h>
 
 #include <cmath>
@@ -91,7 +91,7 @@ struct CnnImpl : torch::nn::Module {
 TORCH_MODULE(Cnn);
 
 // Registered head first, stem last, but used stem -> mid -> head: backward readies the head's
-// gradients first, the opposite of reverse registration order (Note [Bucket rebuild]).
+// gradients first, the opposite of reverse registration order (see Note [Bucket rebuild]).
 struct ShuffledImpl : torch::nn::Module {
   ShuffledImpl()
       : head(register_module("head", torch::nn::Linear(16, 4))),
@@ -137,6 +137,7 @@ std::string layer_order(const std::vector<std::vector<std::string>>& layout, boo
 }
 
 // Note [Equivalence reference]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Rank r trains on rows [r*B, (r+1)*B) of each global batch; rank 0 also trains a plain copy of
 // the model (initialised like rank 0's, whose parameters DDP broadcasts) on the global batch.
 // MLP: one forward over the concatenated batch. Models whose forward depends on the rank's chunk
@@ -155,12 +156,12 @@ int run_train(const Args& args, ddp::ProcessGroup& pg, Model ddp_net, Model ref_
   const bool chunked = model_name != "mlp";
 
   ddp::DdpOptions options;
-  options.set_bucket_cap_bytes(get_int(args, "bucket-cap-bytes", 25 << 20))
-      .set_first_bucket_cap_bytes(get_int(args, "first-bucket-bytes", 1 << 20))
-      .set_find_unused_parameters(args.count("find-unused") > 0)
-      .set_gradient_as_bucket_view(args.count("grad-view") > 0)
-      .set_comm_hook(*ddp::parse_comm_hook(get(args, "hook", "allreduce")))
-      .set_rebuild_buckets(args.count("no-rebuild") == 0);
+  options.bucket_cap_bytes = static_cast<std::size_t>(get_int(args, "bucket-cap-bytes", 25 << 20));
+  options.first_bucket_cap_bytes = static_cast<std::size_t>(get_int(args, "first-bucket-bytes", 1 << 20));
+  options.find_unused_parameters = args.count("find-unused") > 0;
+  options.gradient_as_bucket_view = args.count("grad-view") > 0;
+  options.comm_hook = *ddp::parse_comm_hook(get(args, "hook", "allreduce"));
+  options.rebuild_buckets = args.count("no-rebuild") == 0;
   ddp::DistributedDataParallel<Model> model(ddp_net, std::shared_ptr<ddp::ProcessGroup>(&pg, [](auto*) {}), options);
   const auto initial_layout = model.bucket_parameter_names();
   torch::optim::SGD optimizer(model.parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
@@ -206,7 +207,7 @@ int run_train(const Args& args, ddp::ProcessGroup& pg, Model ddp_net, Model ref_
     pg.broadcast(root, 0);
     if (!torch::equal(mine, root)) return fail("parameters differ from rank 0's after training");
   }
-  // Bucket layouts (Note [Bucket rebuild]): the same on every rank; before and after training the
+  // Bucket layouts (see Note [Bucket rebuild]): the same on every rank; before and after training the
   // layers follow --initial-order and --final-order (module prefixes in launch order).
   const auto final_layout = model.bucket_parameter_names();
   auto layout_hash = torch::tensor({static_cast<std::int64_t>(std::hash<std::string>{}(layer_order(final_layout, true)) >> 1)});
@@ -305,7 +306,7 @@ int train(const Args& args, ddp::ProcessGroup& pg) {
   return fail("unknown --model " + model);
 }
 
-// Note [Dividing on the copy] (ddp/distributed_data_parallel.cpp): the averaged gradient is
+// See Note [Dividing on the copy] (ddp/reducer.cpp): the averaged gradient is
 // PyTorch's, bit for bit. float32; only rank 0's loss counts (the others' is multiplied by 0), so the
 // all-reduce adds exact zeros in whatever order and the result is rank 0's division alone:
 // g * float(1 / n) where the gradient is copied into its bucket, g / n where it already is one
@@ -318,8 +319,10 @@ int average(const Args& args, ddp::ProcessGroup& pg) {
   torch::nn::Linear net(64, 256);
   torch::manual_seed(11);
   torch::nn::Linear reference(64, 256);  // rank 0's initial parameters, on every rank
-  ddp::DistributedDataParallel<torch::nn::Linear> model(
-      net, std::shared_ptr<ddp::ProcessGroup>(&pg, [](auto*) {}), ddp::DdpOptions().set_gradient_as_bucket_view(view));
+  ddp::DdpOptions options;
+  options.gradient_as_bucket_view = view;
+  ddp::DistributedDataParallel<torch::nn::Linear> model(net, std::shared_ptr<ddp::ProcessGroup>(&pg, [](auto*) {}),
+                                                        options);
   torch::manual_seed(5);
   const auto x = torch::randn({8, 64});  // rank 0's batch (every rank draws it; only rank 0's loss counts)
   for (int step = 0; step < 2; ++step) {
@@ -511,17 +514,22 @@ int worker_main(int argc, char** argv) {
   }
   if (command == "timeout") {
     // This rank is told the world has 2 ranks, but nobody else comes.
-    return expect_init_error(args, ddp::InitOptions().set_world_size(2), "timeout", {"rank 1", "WORLD_SIZE=2"});
+    ddp::InitOptions options;
+    options.world_size = 2;
+    return expect_init_error(args, options, "timeout", {"rank 1", "WORLD_SIZE=2"});
   }
   if (command == "unreachable") {
-    return expect_init_error(args, ddp::InitOptions().set_rank(1).set_world_size(2), "communication",
+    ddp::InitOptions options;
+    options.rank = 1;
+    options.world_size = 2;
+    return expect_init_error(args, options, "communication",
                              {"127.0.0.1:" + std::string(std::getenv("MASTER_PORT")), "could not reach"});
   }
   if (command == "world") {
     const char* rank = std::getenv("RANK");
     const bool liar = rank != nullptr && std::string(rank) == "1";
     ddp::InitOptions options;
-    if (liar) options.set_world_size(3);
+    if (liar) options.world_size = 3;
     return expect_init_error(args, options, "mismatch", {"inconsistent world size", "WORLD_SIZE=3"});
   }
   ddp::InitOptions options;

@@ -268,7 +268,10 @@ int run_convert(ddp::ProcessGroup& pg) {
 int run(int argc, char** argv) {
   if (argc < 2) throw ddp::InvalidArgument("usage: sync_bn_worker module|ddp|convert [--rows-base B]");
   const std::string command = argv[1];
-  auto pg = ddp::init_process_group(ddp::InitOptions().set_backend("gloo").set_timeout(std::chrono::seconds(30)));
+  ddp::InitOptions init;
+  init.backend = "gloo";
+  init.timeout = std::chrono::seconds(30);
+  auto pg = ddp::init_process_group(init);
   try {
     if (command == "module") return run_module(*pg, std::stoll(arg(argc, argv, "rows-base", "2")));
     if (command == "ddp") return run_ddp(*pg);

@@ -75,7 +75,7 @@ struct Trainer {
         net(make_net()),
         model(net, pg),
         optimizer(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9)),
-        sampler(kSamples, ddp::samplers::DistributedSamplerOptions(pg->size(), pg->rank()).seed(3)) {
+        sampler(kSamples, [&] { ddp::samplers::DistributedSamplerOptions o(pg->size(), pg->rank()); o.seed = 3; return o; }()) {
     torch::manual_seed(7);  // the same data on every rank
     inputs = torch::randn({kSamples, 3}, torch::kDouble);
     targets = inputs.sum(1, /*keepdim=*/true).sin();
@@ -193,8 +193,10 @@ int worker_main(int argc, char** argv) {
   const fs::path dir = argv[2];
   const int64_t steps = argc > 3 ? std::stoll(argv[3]) : 16;
   const int64_t save_at = argc > 4 ? std::stoll(argv[4]) : 7;
-  auto group = ddp::init_process_group(
-      ddp::InitOptions().set_backend("gloo").set_timeout(std::chrono::seconds(30)));
+  ddp::InitOptions init;
+  init.backend = "gloo";
+  init.timeout = std::chrono::seconds(30);
+  auto group = ddp::init_process_group(init);
   try {
     if (mode == "run") {
       run(group, dir, steps, save_at);

@@ -250,11 +250,11 @@ TEST_CASE("error file JSON escapes control characters") {
 }
 
 TEST_CASE("communication hooks") {
-  REQUIRE(ddp::parse_comm_hook("fp16") == ddp::CommHook::fp16_compress);
-  REQUIRE(ddp::parse_comm_hook("bf16_compress") == ddp::CommHook::bf16_compress);
+  REQUIRE(ddp::parse_comm_hook("fp16") == ddp::CommHook::kFp16Compress);
+  REQUIRE(ddp::parse_comm_hook("bf16_compress") == ddp::CommHook::kBf16Compress);
   REQUIRE_FALSE(ddp::parse_comm_hook("int8").has_value());
-  REQUIRE(ddp::wire_dtype(ddp::CommHook::fp16_compress, kFloat) == c10::ScalarType::Half);
-  REQUIRE(ddp::wire_dtype(ddp::CommHook::bf16_compress, c10::ScalarType::Double) == c10::ScalarType::BFloat16);
-  REQUIRE_FALSE(ddp::wire_dtype(ddp::CommHook::allreduce, kFloat).has_value());
-  REQUIRE_FALSE(ddp::wire_dtype(ddp::CommHook::fp16_compress, c10::ScalarType::Long).has_value());
+  REQUIRE(ddp::wire_dtype(ddp::CommHook::kFp16Compress, kFloat) == c10::ScalarType::Half);
+  REQUIRE(ddp::wire_dtype(ddp::CommHook::kBf16Compress, c10::ScalarType::Double) == c10::ScalarType::BFloat16);
+  REQUIRE_FALSE(ddp::wire_dtype(ddp::CommHook::kAllreduce, kFloat).has_value());
+  REQUIRE_FALSE(ddp::wire_dtype(ddp::CommHook::kFp16Compress, c10::ScalarType::Long).has_value());
 }

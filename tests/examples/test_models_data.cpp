@@ -64,7 +64,9 @@ TEST_CASE("ImageDataset normalises and augments each sample from (seed, epoch, i
   CHECK(batch.data[1][1][0][7].item<float>() == Approx((raw / 255.0 - 0.4822) / 0.2435).epsilon(1e-5));
 
   data::AugmentOptions augment;
-  augment.flip(true).crop_padding(4).seed(7);
+  augment.flip = true;
+  augment.crop_padding = 4;
+  augment.seed = 7;
   data::ImageDataset augmented(set, data::cifar10_normalization(), augment);
   augmented.set_epoch(3);
   // A sample looks the same whatever batch it is in and whichever other samples come with it.
@@ -99,7 +101,9 @@ TEST_CASE("DataParallel over several CPU devices computes the module's outputs a
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < model->parameters().size(); ++i) model->parameters()[i].copy_(reference->parameters()[i]);
   }
-  ddp::DataParallel<models::LeNet> dp(model, ddp::DataParallelOptions().devices({torch::kCPU, torch::kCPU, torch::kCPU}));
+  ddp::DataParallelOptions options;
+  options.devices = std::vector<torch::Device>{torch::kCPU, torch::kCPU, torch::kCPU};
+  ddp::DataParallel<models::LeNet> dp(model, options);
   CHECK(dp.devices().size() == 3);
   const torch::Tensor x = torch::randn({7, 1, 28, 28});  // 7 does not split evenly: chunks 3, 2, 2
   const torch::Tensor y = torch::randint(0, 10, {7}, torch::kInt64);
@@ -120,7 +124,9 @@ TEST_CASE("DataParallel over several CPU devices computes the module's outputs a
 TEST_CASE("DataParallel keeps BatchNorm's running statistics of the first replica", "[data_parallel]") {
   torch::manual_seed(2);
   torch::nn::BatchNorm2d bn(3);
-  ddp::DataParallel<torch::nn::BatchNorm2d> dp(bn, ddp::DataParallelOptions().devices({torch::kCPU, torch::kCPU}));
+  ddp::DataParallelOptions options;
+  options.devices = std::vector<torch::Device>{torch::kCPU, torch::kCPU};
+  ddp::DataParallel<torch::nn::BatchNorm2d> dp(bn, options);
   const torch::Tensor x = torch::randn({4, 3, 5, 5}) * 3 + 1;
   dp(x);
   torch::nn::BatchNorm2d alone(3);

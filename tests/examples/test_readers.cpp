@@ -82,8 +82,8 @@ TEST_CASE("the real Fashion-MNIST files read as 60000 + 10000 labelled 28x28 ima
   if (!fs::exists(std::string(kFashionMnistDefaultDir) + "/train-images-idx3-ubyte.gz")) {
     FAIL("Debian's dataset-fashion-mnist is not installed: run scripts/setup.sh");
   }
-  const ImageSet train = load_fashion_mnist(kFashionMnistDefaultDir, Split::train);
-  const ImageSet test = load_fashion_mnist(kFashionMnistDefaultDir, Split::test);
+  const ImageSet train = load_fashion_mnist(kFashionMnistDefaultDir, Split::kTrain);
+  const ImageSet test = load_fashion_mnist(kFashionMnistDefaultDir, Split::kTest);
   CHECK(train.count == 60000);
   CHECK(test.count == 10000);
   CHECK(train.channels == 1);
@@ -106,8 +106,8 @@ TEST_CASE("plain and gzip IDX files read the same", "[readers]") {
   TempDir plain, gz;
   write_small_fashion_mnist(plain.path, 20, false);
   write_small_fashion_mnist(gz.path, 20, true);
-  const ImageSet a = load_fashion_mnist(plain.path.string(), Split::train);
-  const ImageSet b = load_fashion_mnist(gz.path.string(), Split::test);
+  const ImageSet a = load_fashion_mnist(plain.path.string(), Split::kTrain);
+  const ImageSet b = load_fashion_mnist(gz.path.string(), Split::kTest);
   CHECK(a.count == 20);
   CHECK(a.pixels == b.pixels);
   CHECK(a.labels == b.labels);
@@ -120,7 +120,7 @@ TEST_CASE("broken Fashion-MNIST files give an error naming the file and the prob
   write_small_fashion_mnist(dir.path, 10, false);
   const std::string images = (dir.path / "train-images-idx3-ubyte").string();
   const std::string labels = (dir.path / "train-labels-idx1-ubyte").string();
-  const auto load = [&] { load_fashion_mnist(dir.path.string(), Split::train); };
+  const auto load = [&] { load_fashion_mnist(dir.path.string(), Split::kTrain); };
 
   SECTION("missing") {
     fs::remove(labels);
@@ -195,9 +195,9 @@ TEST_CASE("the CIFAR-10 reader reads records of 1 label and 3072 CHW pixel bytes
     }
     write_bytes(dir.path / names[static_cast<size_t>(f)], bytes);
   }
-  CHECK(cifar10_files(Split::train) == std::vector<std::string>(names.begin(), names.begin() + 5));
+  CHECK(cifar10_files(Split::kTrain) == std::vector<std::string>(names.begin(), names.begin() + 5));
 
-  const ImageSet train = load_cifar10(dir.path.string(), Split::train);
+  const ImageSet train = load_cifar10(dir.path.string(), Split::kTrain);
   REQUIRE(train.count == 15);
   CHECK(train.channels == 3);
   CHECK(train.height == 32);
@@ -208,18 +208,18 @@ TEST_CASE("the CIFAR-10 reader reads records of 1 label and 3072 CHW pixel bytes
     // Green channel, row 1, column 2 of image i.
     CHECK(train.pixels[static_cast<size_t>(i) * 3072 + 1024 + 32 + 2] == (f * 7 + r + 1024 + 32 + 2) % 251);
   }
-  const ImageSet test = load_cifar10(dir.path.string(), Split::test);
+  const ImageSet test = load_cifar10(dir.path.string(), Split::kTest);
   REQUIRE(test.count == 3);
   CHECK(test.labels[1] == 6);
 
   SECTION("missing file") {
     fs::remove(dir.path / "data_batch_4.bin");
-    CHECK_THAT(error_of([&] { load_cifar10(dir.path.string(), Split::train); }),
+    CHECK_THAT(error_of([&] { load_cifar10(dir.path.string(), Split::kTrain); }),
                Contains((dir.path / "data_batch_4.bin").string()) && Contains("missing"));
   }
   SECTION("truncated file") {
     fs::resize_file(dir.path / "test_batch.bin", 3 * 3073 - 1);
-    CHECK_THAT(error_of([&] { load_cifar10(dir.path.string(), Split::test); }),
+    CHECK_THAT(error_of([&] { load_cifar10(dir.path.string(), Split::kTest); }),
                Contains((dir.path / "test_batch.bin").string()) && Contains("truncated") && Contains("3073"));
   }
   SECTION("label out of range") {
@@ -228,7 +228,7 @@ TEST_CASE("the CIFAR-10 reader reads records of 1 label and 3072 CHW pixel bytes
     bytes.insert(bytes.end(), second.begin(), second.end());
     bytes[3073] = 200;
     write_bytes(dir.path / "data_batch_2.bin", bytes);
-    CHECK_THAT(error_of([&] { load_cifar10(dir.path.string(), Split::train); }),
+    CHECK_THAT(error_of([&] { load_cifar10(dir.path.string(), Split::kTrain); }),
                Contains("data_batch_2.bin") && Contains("label 200 of record 1 is out of range 0..9"));
   }
 }

@@ -147,8 +147,10 @@ int train(const std::map<std::string, std::string>& flags) {
                              ".pid"))
         << ::getpid() << "\n";
   }
-  auto group = ddp::init_process_group(ddp::InitOptions().set_backend("gloo").set_timeout(
-      std::chrono::milliseconds(flag_int(flags, "timeout-ms", 30000))));
+  ddp::InitOptions init;
+  init.backend = "gloo";
+  init.timeout = std::chrono::milliseconds(flag_int(flags, "timeout-ms", 30000));
+  auto group = ddp::init_process_group(init);
   const int rank = group->rank();
   NetHolder net;
   ddp::DistributedDataParallel<NetHolder> model(net, group);

@@ -130,9 +130,9 @@ Outcome idx_entry(const uint8_t* data, size_t size, const fs::path& scratch) {
 }
 
 Outcome cifar10_entry(const uint8_t* data, size_t size, const fs::path& scratch) {
-  write_input(data, size, scratch / "cifar10", cifar10_files(Split::test).front());
+  write_input(data, size, scratch / "cifar10", cifar10_files(Split::kTest).front());
   try {
-    const ImageSet set = load_cifar10((scratch / "cifar10").string(), Split::test);
+    const ImageSet set = load_cifar10((scratch / "cifar10").string(), Split::kTest);
     check(set.count > 0, "a parsed split holds images");
     check(set.image_bytes() == kCifar10RecordBytes - 1, "images are 3x32x32");
     check(set.pixels.size() == static_cast<size_t>(set.count * set.image_bytes()), "pixels fit the count");

@@ -56,7 +56,10 @@ std::string arg(int argc, char** argv, const std::string& name, const std::strin
   return fallback;
 }
 std::shared_ptr<ddp::ProcessGroup> init(const std::string& backend) {
-  return ddp::init_process_group(ddp::InitOptions().set_backend(backend).set_timeout(std::chrono::seconds(60)));
+  ddp::InitOptions init;
+  init.backend = backend;
+  init.timeout = std::chrono::seconds(60);
+  return ddp::init_process_group(init);
 }
 void deterministic() {
   at::globalContext().setDeterministicCuDNN(true);
@@ -150,7 +153,10 @@ int equivalence(const std::string& backend) {
   net->to(device, torch::kDouble);
   reference->to(device, torch::kDouble);
   ddp::convert_sync_batchnorm(net.ptr(), pg);  // gives the declared SyncBatchNorm the group
-  ddp::DistributedDataParallel<Mlp> model(net, pg, ddp::DdpOptions().set_bucket_cap_bytes(512).set_first_bucket_cap_bytes(256));
+  ddp::DdpOptions options;
+  options.bucket_cap_bytes = 512;
+  options.first_bucket_cap_bytes = 256;
+  ddp::DistributedDataParallel<Mlp> model(net, pg, options);
   torch::optim::SGD optimizer(model.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
   torch::optim::SGD ref_optimizer(reference->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
   for (int step = 0; step < 10; ++step) {
@@ -189,7 +195,7 @@ int data_parallel(int gpus) {
   auto net = make_dp_net();
   auto plain = make_dp_net();
   plain->to(devices.front());
-  ddp::DataParallel<torch::nn::Sequential> dp(net, ddp::DataParallelOptions().devices(devices));
+  ddp::DataParallel<torch::nn::Sequential> dp(net, ddp::DataParallelOptions{devices, {}});
   torch::optim::SGD optimizer(dp.parameters(), torch::optim::SGDOptions(0.1));
   torch::optim::SGD plain_optimizer(plain->parameters(), torch::optim::SGDOptions(0.1));
   for (int step = 0; step < 5; ++step) {

@@ -32,11 +32,19 @@ std::vector<int64_t> drain(DistributedSampler& sampler, size_t batch_size) {
 }
 
 // One sampler per rank, all at `epoch`; each rank's indices of that epoch.
+// options with the fields set() sets (DistributedSamplerOptions is a plain struct).
+template <class Set>
+DistributedSamplerOptions with(DistributedSamplerOptions options, Set set) {
+  set(options);
+  return options;
+}
+
 std::vector<std::vector<int64_t>> all_ranks(int64_t n, DistributedSamplerOptions options,
                                             int64_t epoch, size_t batch_size = 3) {
   std::vector<std::vector<int64_t>> result;
-  for (int64_t r = 0; r < options.num_replicas(); ++r) {
-    DistributedSampler sampler(n, options.rank(r));
+  for (int64_t r = 0; r < options.num_replicas; ++r) {
+    options.rank = r;
+    DistributedSampler sampler(n, options);
     sampler.set_epoch(epoch);
     result.push_back(drain(sampler, batch_size));
   }
@@ -61,7 +69,7 @@ TEST_CASE("every sample is covered once, by exactly one rank, for many sizes", "
     for (int64_t n : {0, 1, 2, 3, 5, 6, 7, 13, 64, 100}) {
       for (bool shuffle : {true, false}) {
         INFO("n=" << n << " R=" << replicas << " shuffle=" << shuffle);
-        const auto options = DistributedSamplerOptions(replicas, 0).shuffle(shuffle).seed(11);
+        const auto options = with(DistributedSamplerOptions(replicas, 0), [&](auto& o) { o.shuffle = shuffle; o.seed = 11; });
         const auto ranks = all_ranks(n, options, /*epoch=*/2);
         const int64_t per_rank = (n + replicas - 1) / replicas;
         std::map<int64_t, int> seen;
@@ -85,7 +93,7 @@ TEST_CASE("every sample is covered once, by exactly one rank, for many sizes", "
 
 TEST_CASE("ranks take strided slices of one global order; padding wraps around", "[sampler]") {
   SECTION("without shuffle the slices are r, r+R, ... of 0..n-1 padded from its start") {
-    const auto ranks = all_ranks(10, DistributedSamplerOptions(4, 0).shuffle(false), 0);
+    const auto ranks = all_ranks(10, with(DistributedSamplerOptions(4, 0), [](auto& o) { o.shuffle = false; }), 0);
     // total 12: 0..9 then 0, 1
     CHECK(ranks[0] == (std::vector<int64_t>{0, 4, 8}));
     CHECK(ranks[1] == (std::vector<int64_t>{1, 5, 9}));
@@ -93,17 +101,17 @@ TEST_CASE("ranks take strided slices of one global order; padding wraps around",
     CHECK(ranks[3] == (std::vector<int64_t>{3, 7, 1}));
   }
   SECTION("padding longer than the dataset repeats it several times (n < R)") {
-    const auto order = ddp::samplers::epoch_order(2, DistributedSamplerOptions(7, 0).shuffle(false), 0);
+    const auto order = ddp::samplers::epoch_order(2, with(DistributedSamplerOptions(7, 0), [](auto& o) { o.shuffle = false; }), 0);
     CHECK(order == (std::vector<int64_t>{0, 1, 0, 1, 0, 1, 0}));
   }
   SECTION("with shuffle the padding repeats the start of the permutation") {
-    const auto options = DistributedSamplerOptions(4, 0).seed(3);
+    const auto options = with(DistributedSamplerOptions(4, 0), [](auto& o) { o.seed = 3; });
     const auto order = ddp::samplers::epoch_order(10, options, 5);
     REQUIRE(order.size() == 12);
     CHECK(order[10] == order[0]);
     CHECK(order[11] == order[1]);
     for (int64_t r = 0; r < 4; ++r) {
-      const auto mine = ddp::samplers::rank_indices(10, DistributedSamplerOptions(options).rank(r), 5);
+      const auto mine = ddp::samplers::rank_indices(10, with(options, [&](auto& o) { o.rank = r; }), 5);
       for (size_t k = 0; k < mine.size(); ++k) CHECK(mine[k] == order[static_cast<size_t>(r) + 4 * k]);
     }
   }
@@ -113,7 +121,7 @@ TEST_CASE("drop_last gives floor(n / R) per rank, disjoint, without padding", "[
   for (int64_t replicas : {1, 2, 3, 4, 8}) {
     for (int64_t n : {0, 3, 7, 10, 33}) {
       INFO("n=" << n << " R=" << replicas);
-      const auto ranks = all_ranks(n, DistributedSamplerOptions(replicas, 0).drop_last(true), 1);
+      const auto ranks = all_ranks(n, with(DistributedSamplerOptions(replicas, 0), [](auto& o) { o.drop_last = true; }), 1);
       std::set<int64_t> seen;
       for (const auto& mine : ranks) {
         CHECK(static_cast<int64_t>(mine.size()) == n / replicas);
@@ -122,19 +130,19 @@ TEST_CASE("drop_last gives floor(n / R) per rank, disjoint, without padding", "[
       CHECK(static_cast<int64_t>(seen.size()) == n / replicas * replicas);
     }
   }
-  DistributedSampler sampler(10, DistributedSamplerOptions(4, 1).drop_last(true).shuffle(false));
+  DistributedSampler sampler(10, with(DistributedSamplerOptions(4, 1), [](auto& o) { o.drop_last = true; o.shuffle = false; }));
   CHECK(sampler.size() == 2);
   CHECK(sampler.indices() == (std::vector<int64_t>{1, 5}));  // 8 and 9 are dropped
 }
 
 TEST_CASE("the order changes with the epoch and the seed, and is the same on every rank",
           "[sampler]") {
-  const auto options = DistributedSamplerOptions(3, 0).seed(42);
+  const auto options = with(DistributedSamplerOptions(3, 0), [](auto& o) { o.seed = 42; });
   const auto epoch0 = ddp::samplers::epoch_order(50, options, 0);
   const auto epoch1 = ddp::samplers::epoch_order(50, options, 1);
   CHECK(epoch0 != epoch1);
   CHECK(epoch0 == ddp::samplers::epoch_order(50, options, 0));  // deterministic
-  CHECK(epoch0 != ddp::samplers::epoch_order(50, DistributedSamplerOptions(options).seed(43), 0));
+  CHECK(epoch0 != ddp::samplers::epoch_order(50, with(options, [](auto& o) { o.seed = 43; }), 0));
   // Every rank builds the global order itself; they must agree on it for the slices to fit.
   for (int64_t epoch : {0, 1, 7}) {
     const auto ranks = all_ranks(50, options, epoch, 4);
@@ -147,7 +155,7 @@ TEST_CASE("the order changes with the epoch and the seed, and is the same on eve
 
 TEST_CASE("copies share the epoch: set_epoch on the kept sampler reaches the loader's copy",
           "[sampler]") {
-  DistributedSampler sampler(40, DistributedSamplerOptions(2, 1).seed(5));
+  DistributedSampler sampler(40, with(DistributedSamplerOptions(2, 1), [](auto& o) { o.seed = 5; }));
   sampler.set_epoch(3);
   DistributedSampler copy = sampler;  // what make_data_loader does
   CHECK(copy.epoch() == 3);
@@ -167,7 +175,7 @@ TEST_CASE("copies share the epoch: set_epoch on the kept sampler reaches the loa
 
 TEST_CASE("plugs into LibTorch's StatelessDataLoader and follows set_epoch", "[sampler]") {
   const size_t n = 23;
-  const auto options = DistributedSamplerOptions(3, 2).seed(8);
+  const auto options = with(DistributedSamplerOptions(3, 2), [](auto& o) { o.seed = 8; });
   DistributedSampler sampler(n, options);
   for (size_t workers : {0, 2}) {
     INFO("workers=" << workers);
@@ -186,7 +194,7 @@ TEST_CASE("plugs into LibTorch's StatelessDataLoader and follows set_epoch", "[s
 }
 
 TEST_CASE("mid-epoch resume skips the first k indices of this epoch only", "[sampler]") {
-  const auto options = DistributedSamplerOptions(2, 0).seed(1);
+  const auto options = with(DistributedSamplerOptions(2, 0), [](auto& o) { o.seed = 1; });
   const auto full = ddp::samplers::rank_indices(21, options, 6);  // 11 per rank
   DistributedSampler sampler(21, options);
   sampler.set_epoch(6);
@@ -219,7 +227,7 @@ TEST_CASE("mid-epoch resume skips the first k indices of this epoch only", "[sam
 }
 
 TEST_CASE("state survives save/load and converts to another world size", "[sampler]") {
-  const auto options = DistributedSamplerOptions(2, 1).seed(4);
+  const auto options = with(DistributedSamplerOptions(2, 1), [](auto& o) { o.seed = 4; });
   DistributedSampler sampler(30, options);
   sampler.set_epoch(2);
   REQUIRE(sampler.next(5).has_value());
@@ -247,7 +255,7 @@ TEST_CASE("state survives save/load and converts to another world size", "[sampl
     CHECK_THROWS_AS(other.load(in2), ddp::InvalidArgument);
   }
   SECTION("a state from 2 ranks at position 7 (14 samples) resumes at 4 of 3 ranks") {
-    DistributedSampler three(30, DistributedSamplerOptions(3, 0).seed(4));
+    DistributedSampler three(30, with(DistributedSamplerOptions(3, 0), [](auto& o) { o.seed = 4; }));
     three.set_state(sampler.state());
     CHECK(three.epoch() == 2);
     CHECK(three.position() == 4);  // 12 global samples done: none skipped
@@ -314,10 +322,10 @@ TEST_CASE("the order equals Python's torch.utils.data.DistributedSampler", "[sam
     std::istringstream numbers(line);
     std::vector<int64_t> expected;
     for (int64_t i; numbers >> i;) expected.push_back(i);
-    const auto options = DistributedSamplerOptions(c.replicas, c.rank)
-                             .seed(static_cast<uint64_t>(c.seed))
-                             .shuffle(c.shuffle)
-                             .drop_last(c.drop_last);
+    DistributedSamplerOptions options(c.replicas, c.rank);
+    options.seed = static_cast<uint64_t>(c.seed);
+    options.shuffle = c.shuffle;
+    options.drop_last = c.drop_last;
     CHECK(ddp::samplers::rank_indices(c.n, options, c.epoch) == expected);
   }
 }

@@ -20,12 +20,13 @@ int main() {
   const auto rendezvous = std::filesystem::temp_directory_path() /
                           ("ddp_consumer_rendezvous_" + std::to_string(::getpid()));
   std::filesystem::remove(rendezvous);
-  auto pg = ddp::init_process_group(ddp::InitOptions()
-                                        .set_backend("gloo")
-                                        .set_init_method("file://" + rendezvous.string())
-                                        .set_rank(0)
-                                        .set_world_size(1)
-                                        .set_timeout(std::chrono::seconds(30)));
+  ddp::InitOptions init;
+  init.backend = "gloo";
+  init.init_method = "file://" + rendezvous.string();
+  init.rank = 0;
+  init.world_size = 1;
+  init.timeout = std::chrono::seconds(30);
+  auto pg = ddp::init_process_group(init);
   auto t = torch::full({3}, 2.0f);
   pg->allreduce(t);
   pg->destroy();

@@ -1,0 +1,64 @@
+#pragma once
+// In-process ranks for unit tests: one thread per rank, every rank's ddp::ProcessGroup built over one
+// c10d::HashStore with ddp::new_process_group (see Note [Groups over an existing store] in
+// ddp/process_group.h), as c10d's and Gloo's own tests run their ranks. The collectives are real
+// Gloo ones over 127.0.0.1; no process is started.
+//
+// Catch2's assertions are not thread-safe: a rank's body returns what it observed and the test
+// checks the results on the main thread.
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ddp/base/error.h"
+#include "ddp/process_group.h"
+
+namespace ddp::testing {
+
+// Bound of every collective and of the backend's rendezvous: a rank that fails early makes the
+// others fail after this long instead of hanging the test.
+inline constexpr std::chrono::milliseconds kRankTimeout{30000};
+
+// Runs body(group) for ranks 0..world_size-1, each on its own thread, and returns each rank's
+// result (index = rank). Once every thread has ended, the lowest rank's exception, if any, is
+// rethrown as ddp::Error naming the rank.
+template <class Result>
+std::vector<Result> run_ranks(int world_size, const std::function<Result(ProcessGroup&)>& body,
+                              std::chrono::milliseconds timeout = kRankTimeout) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  store->setTimeout(timeout);
+  std::vector<Result> results(static_cast<std::size_t>(world_size));
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(world_size));
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world_size; ++rank) {
+    threads.emplace_back([&, rank] {
+      const auto r = static_cast<std::size_t>(rank);
+      try {
+        StoreGroupOptions options;
+        options.timeout = timeout;
+        auto group = new_process_group(store, rank, world_size, options);
+        results[r] = body(*group);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (int rank = 0; rank < world_size; ++rank) {
+    if (!errors[static_cast<std::size_t>(rank)]) continue;
+    try {
+      std::rethrow_exception(errors[static_cast<std::size_t>(rank)]);
+    } catch (const std::exception& error) {
+      throw Error(str("rank ", rank, " of ", world_size, ": ", error.what()));
+    }
+  }
+  return results;
+}
+
+}  // namespace ddp::testing
