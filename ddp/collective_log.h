@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "ddp/base/report_files.h"
+
 namespace ddp {
 
 enum class CollectiveState { started, completed, failed };
@@ -94,11 +96,8 @@ struct CollectiveDumpHeader {
 };
 std::string collectives_json(const CollectiveDumpHeader& header, const std::vector<CollectiveRecord>& records);
 
-// "collectives-rank<R>.json"
-std::string collectives_file_name(int rank);
-
-// Writes text to dir/collectives_file_name(rank) atomically (temporary file, then rename), creating
-// dir if needed. Returns the path, or nullopt when it cannot (the caller is already failing: a
+// Writes text to dir/collectives_file_name(rank) (ddp/base/report_files.h) atomically
+// (write_file_atomically in ddp/base/files.h), creating dir if needed. Returns the path, or nullopt when it cannot (the caller is already failing: a
 // diagnostics file must not hide the real error).
 std::optional<std::string> write_collectives_file(const std::string& dir, int rank, const std::string& text);
 

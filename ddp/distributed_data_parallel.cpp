@@ -15,7 +15,7 @@
 #include <mutex>
 #include <unordered_set>
 
-#include "ddp/base/agent_channel.h"
+#include "ddp/agent_channel.h"
 #include "ddp/bucket.h"
 #include "ddp/base/error.h"
 
@@ -133,7 +133,7 @@ struct DdpCore::Impl {
   std::int64_t forward_start_ns = 0, forward_end_ns = 0, last_ready_ns = 0;
   DdpStats sums;
 
-  // Heartbeats to ddp_launch (Note [Agent channel] in ddp/agent_channel.h): one send per iteration.
+  // Heartbeats to ddp_launch (Note [Agent channel] in ddp/base/agent_message.h): one send per iteration.
   AgentChannel agent = AgentChannel::from_environment(process_environment());
   std::int64_t last_heartbeat_ns = 0;
   std::int64_t last_comm_ns = 0;

@@ -451,7 +451,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   std::string host;
   int port = 0;
   if (method.kind == InitMethod::Kind::env) {
-    const LaunchEnvironment launch = parse_launch_environment(env, options.rank, options.world_size);
+    const WorkerEnvironment launch = parse_worker_environment(env, options.rank, options.world_size);
     info.rank = launch.rank;
     info.size = launch.world_size;
     info.local_rank = launch.local_rank;

@@ -1,11 +1,11 @@
 #pragma once
-// The launcher's end of the workers' heartbeat channel (Note [Agent channel] in ddp/agent_channel.h):
+// The launcher's end of the workers' heartbeat channel (Note [Agent channel] in ddp/base/agent_message.h):
 // a Unix-domain datagram socket in a private folder, read by the supervisor's poll loop.
 #include <functional>
 #include <memory>
 #include <string>
 
-#include "ddp/base/agent_channel.h"
+#include "ddp/base/agent_message.h"
 
 namespace ddp::launcher {
 

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "ddp/base/error.h"
+#include "ddp/base/report_files.h"
 
 namespace ddp::launcher {
 
@@ -18,9 +19,9 @@ std::string attempt_dir(const std::string& base, const std::string& run_id, int 
 WorkerFiles worker_files(const std::string& base, const std::string& run_id, int attempt, int rank) {
   WorkerFiles f;
   f.dir = attempt_dir(base, run_id, attempt) + "/" + std::to_string(rank);
-  f.stdout_log = f.dir + "/stdout.log";
-  f.stderr_log = f.dir + "/stderr.log";
-  f.error_file = f.dir + "/error.json";
+  f.stdout_log = f.dir + "/" + kStdoutLogName;
+  f.stderr_log = f.dir + "/" + kStderrLogName;
+  f.error_file = f.dir + "/" + kErrorFileName;
   return f;
 }
 

@@ -7,6 +7,7 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "ddp/base/report_files.h"
 #include "launcher/agent_socket.h"
 #include "launcher/config.h"
 #include "launcher/gpu_select.h"
@@ -48,12 +49,12 @@ bool shown_on_console(const LaunchConfig& c, int local_rank) {
 bool has_collective_logs(const std::string& dir) {
   std::error_code error;
   for (std::filesystem::recursive_directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
-    if (it->path().filename().string().rfind("collectives-rank", 0) == 0) return true;
+    if (ddp::is_collectives_file_name(it->path().filename().string())) return true;
   }
   return false;
 }
 
-int run(const LaunchConfig& c, const LaunchEnvironment& env) {
+int run(const LaunchConfig& c, const EnvironmentSnapshot& env) {
   MachineResources machine = MachineResources::of_this_machine();
   const int nproc = resolve_nproc(c, env, machine);
   const std::vector<std::string> gpus = resolve_visible_gpus(c, nproc, machine);
@@ -215,7 +216,7 @@ int main(int argc, char** argv) {
   auto logger = spdlog::stderr_logger_st("ddp_launch");
   logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [ddp_launch] [%l] %v");
   spdlog::set_default_logger(logger);
-  const LaunchEnvironment env = LaunchEnvironment::from_process();
+  const ddp::EnvironmentSnapshot env = ddp::EnvironmentSnapshot::from_process();
   try {
     const ParseResult parsed = parse_launch_args(argc, argv, env);
     if (parsed.action == ParseResult::Action::kHelp) {

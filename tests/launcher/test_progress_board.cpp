@@ -10,7 +10,7 @@
 #include <map>
 #include <thread>
 
-#include "ddp/base/agent_channel.h"
+#include "ddp/agent_channel.h"
 #include "ddp/base/error.h"
 #include "launcher/agent_socket.h"
 #include "launcher/progress_board.h"
