@@ -50,7 +50,7 @@ int bench_main(int argc, char** argv) {
     r.start_unix_us = ddp::unix_now_us();
     const auto seq = log.begin(r);
     log.attach(seq, &work);
-    log.finish(log.find_started(&work).value_or(seq), ddp::CollectiveState::completed);
+    log.finish(log.find_started(&work).value_or(seq), ddp::CollectiveState::kCompleted);
   }
   const double record_ns = ns_per(start, iters);
 

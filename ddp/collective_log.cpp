@@ -15,9 +15,9 @@ namespace ddp {
 
 const char* to_string(CollectiveState state) {
   switch (state) {
-    case CollectiveState::started: return "started";
-    case CollectiveState::completed: return "completed";
-    case CollectiveState::failed: return "failed";
+    case CollectiveState::kStarted: return "started";
+    case CollectiveState::kCompleted: return "completed";
+    case CollectiveState::kFailed: return "failed";
   }
   return "?";
 }
@@ -37,7 +37,7 @@ const CollectiveRecord* CollectiveLog::slot_of(std::int64_t seq) const {
 std::int64_t CollectiveLog::begin(CollectiveRecord record) {
   std::lock_guard<std::mutex> lock(mutex_);
   record.seq = ++last_seq_;
-  record.state = CollectiveState::started;
+  record.state = CollectiveState::kStarted;
   if (!slots_.empty()) slots_[static_cast<std::size_t>(record.seq - 1) % slots_.size()] = record;
   return record.seq;
 }
@@ -65,7 +65,7 @@ std::optional<std::int64_t> CollectiveLog::find_started(const void* work) const 
   // Newest first: a work object's address may be reused by a later one once the first is freed.
   for (std::int64_t seq = last_seq_; seq >= oldest_held(); --seq) {
     const CollectiveRecord* slot = slot_of(seq);
-    if (slot != nullptr && slot->work == work && slot->state == CollectiveState::started) return seq;
+    if (slot != nullptr && slot->work == work && slot->state == CollectiveState::kStarted) return seq;
   }
   return std::nullopt;
 }
@@ -80,7 +80,7 @@ std::optional<CollectiveRecord> CollectiveLog::find(std::int64_t seq) const {
 std::int64_t CollectiveLog::last_completed() const {
   std::lock_guard<std::mutex> lock(mutex_);
   for (std::int64_t seq = last_seq_; seq >= oldest_held(); --seq) {
-    if (slot_of(seq)->state == CollectiveState::completed) return seq;
+    if (slot_of(seq)->state == CollectiveState::kCompleted) return seq;
   }
   return 0;
 }
@@ -152,6 +152,7 @@ std::optional<std::string> write_collectives_file(const std::string& dir, int ra
 // --- Naming the ranks that did not arrive -------------------------------------------------------
 
 // Note [Naming the ranks that did not arrive]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A collective that times out says only "timed out" on the ranks that arrived: the backend does not
 // know who is missing. Asking costs nothing on the normal path: no store round trip per collective,
 // only the per-group sequence number that every collective carries anyway (CollectiveLog). When a

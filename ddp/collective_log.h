@@ -1,7 +1,7 @@
 #pragma once
 // Diagnostics of a process group's collectives: the per-rank ring buffer of the last collectives
-// (Note [Collective ring buffer]), its file, and the check that names the ranks that did not arrive
-// at a collective that timed out (Note [Naming the ranks that did not arrive]).
+// (see Note [Collective ring buffer]), its file, and the check that names the ranks that did not
+// arrive at a collective that timed out (see Note [Naming the ranks that did not arrive]).
 // Torch-free: ProcessGroup feeds it, the tests drive it directly with a map as the store.
 #include <chrono>
 #include <cstddef>
@@ -17,7 +17,7 @@
 
 namespace ddp {
 
-enum class CollectiveState { started, completed, failed };
+enum class CollectiveState { kStarted, kCompleted, kFailed };
 const char* to_string(CollectiveState state);
 
 // One collective of one rank. The strings are static (literals, c10::toString of a dtype): recording
@@ -32,11 +32,12 @@ struct CollectiveRecord {
   std::int64_t bytes = 0;
   std::int64_t start_unix_us = 0;   // wall clock (comparable between the ranks of one host)
   std::int64_t end_unix_us = 0;     // 0 while started
-  CollectiveState state = CollectiveState::started;
+  CollectiveState state = CollectiveState::kStarted;
   const void* work = nullptr;       // identity of the backend's work object (never dereferenced)
 };
 
 // Note [Collective ring buffer]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Each process group keeps its last `capacity` collectives (64 by default) in a fixed ring: begin()
 // overwrites the oldest slot, so the cost per collective is one short lock and a copy of a small
 // struct, and memory never grows. Sequence numbers are assigned whatever the capacity (0 included,
@@ -136,7 +137,7 @@ struct ArrivalStore {
   std::function<std::optional<std::string>(const std::string& key)> get;  // nullopt: not there (yet)
 };
 
-// Publishes this rank's collective and collects the others' within `window` (polling); see
+// Publishes this rank's collective and collects the others' within `window` (polling). See
 // Note [Naming the ranks that did not arrive]. `linger`: stay for the whole window even when every
 // rank has reported (the rank that hosts the store, so that the others can still read it).
 // Returns within window + 1 s whatever the store does.

@@ -188,7 +188,7 @@ std::optional<int> listen_on_loopback(const std::string& host, int port) {
 
 c10::intrusive_ptr<c10d::Store> make_store(const InitMethod& method, const std::string& host, int port,
                                            int rank, int world_size, milliseconds timeout) {
-  if (method.kind == InitMethod::Kind::file) {
+  if (method.kind == InitMethod::Kind::kFile) {
     try {
       return c10::make_intrusive<c10d::FileStore>(method.path, world_size);
     } catch (const std::exception& error) {
@@ -309,7 +309,7 @@ void ProcessGroup::wait_collective(std::int64_t seq, const c10::intrusive_ptr<c1
   } catch (const std::exception& error) {
     fail_collective(seq, what, timeout, &error);
   }
-  if (seq > 0) collectives_.finish(seq, CollectiveState::completed);
+  if (seq > 0) collectives_.finish(seq, CollectiveState::kCompleted);
 }
 
 void ProcessGroup::fail_collective(std::int64_t seq, const char* what, milliseconds timeout,
@@ -318,7 +318,7 @@ void ProcessGroup::fail_collective(std::int64_t seq, const char* what, milliseco
   const bool timed_out = error == nullptr || mentions_timeout(cause);
   std::optional<CollectiveRecord> record;
   if (seq > 0) {
-    collectives_.finish(seq, CollectiveState::failed);
+    collectives_.finish(seq, CollectiveState::kFailed);
     record = collectives_.find(seq);
   }
   std::string name = seq > 0 ? str(what, " #", seq) : std::string(what);
@@ -450,7 +450,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   info.log_dir = diagnostics_dir(env);
   std::string host;
   int port = 0;
-  if (method.kind == InitMethod::Kind::env) {
+  if (method.kind == InitMethod::Kind::kEnv) {
     const WorkerEnvironment launch = parse_worker_environment(env, options.rank, options.world_size);
     info.rank = launch.rank;
     info.size = launch.world_size;
@@ -476,7 +476,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
     if (auto value = env("LOCAL_WORLD_SIZE")) {
       info.local_size = parse_int(*value, "LOCAL_WORLD_SIZE", 1, 1 << 20);
     }
-    host = method.kind == InitMethod::Kind::tcp ? method.host : std::string("127.0.0.1");
+    host = method.kind == InitMethod::Kind::kTcp ? method.host : std::string("127.0.0.1");
     port = method.port;
   }
 

@@ -1,6 +1,6 @@
 #pragma once
 // Note [Error file]
-// ~~~~~~~~~~~~~~~~~~
+// ~~~~~~~~~~~~~~~~~
 // torchrun-compatible launchers (ddp_launch, torchrun) set TORCHELASTIC_ERROR_FILE for each worker
 // and, when a worker fails, print the message found in that file in their failure summary.
 // run_main writes it when main throws, in torchrun's format:

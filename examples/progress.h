@@ -8,6 +8,7 @@
 namespace ddp::examples {
 
 // Note [Progress on a terminal and in a log]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // On a terminal the line is redrawn in place (carriage return) at most ten times a second. When the
 // output is a file or a pipe (CI, ddp_launch's log redirection) carriage returns would pile up into one
 // giant line, so a full line is printed instead every `log_interval` (and at the end).

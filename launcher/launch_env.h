@@ -23,7 +23,7 @@ struct SlurmInfo {
 std::optional<SlurmInfo> slurm_info(const EnvironmentSnapshot& env);
 
 // Note [Slurm default port]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
 // Under Slurm, without --master_port, every node of a job must agree on a port without talking to
 // each other, and two jobs sharing a node should not collide: port = 10000 + SLURM_JOB_ID % 50000
 // (always in 10000..59999, below the usual ephemeral range 32768.. only in part; collisions need two

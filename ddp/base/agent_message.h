@@ -10,7 +10,7 @@
 namespace ddp {
 
 // Note [Agent channel]
-// ~~~~~~~~~~~~~~~~~~~~~
+// ~~~~~~~~~~~~~~~~~~~~
 // Workers never wait for the launcher: the socket is non-blocking and a datagram that does not fit
 // (EAGAIN) or has no reader is dropped, because a heartbeat is only worth something when it is
 // fresh. DistributedDataParallel sends one datagram (one send syscall) per synchronized iteration;
@@ -23,11 +23,10 @@ namespace ddp {
 // one machine) and versioned by kAgentMagic. The wire format is torch-free and shared (ddp/base);
 // the sender lives in the ddp library only, so the launcher never sees a class it cannot use.
 struct AgentMessage {
-  enum Flags : std::uint16_t {
-    kHasStep = 1,     // step, step_time_s, comm_time_s are set (DDP's per-iteration heartbeat)
-    kHasSamples = 2,  // samples is set (cumulative samples this rank trained)
-    kHasLoss = 4,     // loss is set
-  };
+  // Bits of `flags`: which fields are set.
+  static constexpr std::uint16_t kHasStep = 1;     // step, step_time_s, comm_time_s (DDP's heartbeat)
+  static constexpr std::uint16_t kHasSamples = 2;  // samples (cumulative samples this rank trained)
+  static constexpr std::uint16_t kHasLoss = 4;     // loss
   std::uint16_t flags = 0;
   std::int32_t rank = 0;
   std::int32_t pid = 0;

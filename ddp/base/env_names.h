@@ -31,7 +31,7 @@ inline constexpr char kRestartCount[] = "TORCHELASTIC_RESTART_COUNT";
 inline constexpr char kMaxRestarts[] = "TORCHELASTIC_MAX_RESTARTS";
 inline constexpr char kRunId[] = "TORCHELASTIC_RUN_ID";
 inline constexpr char kErrorFile[] = "TORCHELASTIC_ERROR_FILE";  // see Note [Error file] in run_main.h
-// ddp_launch's own: the heartbeat socket (Note [Agent channel]) and the attempt's log folder.
+// ddp_launch's own: the heartbeat socket (see Note [Agent channel] in ddp/base/agent_message.h) and the attempt's log folder.
 inline constexpr char kAgentSocket[] = "DDP_AGENT_SOCKET";
 inline constexpr char kLogDir[] = "DDP_LOG_DIR";
 // Devices and threads.

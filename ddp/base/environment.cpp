@@ -141,7 +141,7 @@ InitMethod parse_init_method(const std::string& url) {
   };
   if (url == "env://" || url.empty()) return out;
   if (url.rfind("tcp://", 0) == 0) {
-    out.kind = InitMethod::Kind::tcp;
+    out.kind = InitMethod::Kind::kTcp;
     const std::string rest = url.substr(6);
     std::size_t colon = std::string::npos;
     if (!rest.empty() && rest.front() == '[') {  // [ipv6]:port
@@ -160,7 +160,7 @@ InitMethod parse_init_method(const std::string& url) {
     return out;
   }
   if (url.rfind("file://", 0) == 0) {
-    out.kind = InitMethod::Kind::file;
+    out.kind = InitMethod::Kind::kFile;
     out.path = url.substr(7);
     if (out.path.empty() || out.path.front() != '/') throw bad("the path must be absolute");
     return out;

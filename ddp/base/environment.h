@@ -65,8 +65,8 @@ std::string diagnostics_dir(const EnvLookup& env);
 
 // A parsed init_method URL.
 struct InitMethod {
-  enum class Kind { env, tcp, file };
-  Kind kind = Kind::env;
+  enum class Kind { kEnv, kTcp, kFile };
+  Kind kind = Kind::kEnv;
   std::string host;  // tcp
   int port = 0;      // tcp
   std::string path;  // file

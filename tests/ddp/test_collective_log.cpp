@@ -86,7 +86,7 @@ TEST_CASE("the collective ring buffer keeps the last N collectives in order", "[
     const auto held = log.snapshot();
     CHECK(seqs(held) == std::vector<std::int64_t>{1, 2});
     CHECK(std::string(held[0].what) == "a");
-    CHECK(held[1].state == ddp::CollectiveState::started);
+    CHECK(held[1].state == ddp::CollectiveState::kStarted);
     CHECK(held[1].end_unix_us == 0);
   }
   SECTION("wrap-around: the oldest are overwritten, the order stays oldest first") {
@@ -98,14 +98,14 @@ TEST_CASE("the collective ring buffer keeps the last N collectives in order", "[
     CHECK(held.front().numel == 7);
     CHECK(std::string(held.back().what) == "odd");
     CHECK_FALSE(log.find(6));
-    CHECK_FALSE(log.finish(6, ddp::CollectiveState::completed));  // overwritten: nothing to mark
+    CHECK_FALSE(log.finish(6, ddp::CollectiveState::kCompleted));  // overwritten: nothing to mark
     REQUIRE(log.find(7));
-    CHECK(log.finish(7, ddp::CollectiveState::completed));
-    CHECK(log.find(7)->state == ddp::CollectiveState::completed);
+    CHECK(log.finish(7, ddp::CollectiveState::kCompleted));
+    CHECK(log.find(7)->state == ddp::CollectiveState::kCompleted);
     CHECK(log.find(7)->end_unix_us >= log.find(7)->start_unix_us);
     CHECK(log.last_completed() == 7);
-    CHECK(log.finish(10, ddp::CollectiveState::failed));
-    CHECK(log.snapshot().back().state == ddp::CollectiveState::failed);
+    CHECK(log.finish(10, ddp::CollectiveState::kFailed));
+    CHECK(log.snapshot().back().state == ddp::CollectiveState::kFailed);
     CHECK_FALSE(log.find(11));
     CHECK_FALSE(log.find(0));
   }
@@ -116,7 +116,7 @@ TEST_CASE("the collective ring buffer keeps the last N collectives in order", "[
     CHECK(log.begin(record("b")) == 2);
     CHECK(log.last_seq() == 2);
     CHECK(log.snapshot().empty());
-    CHECK_FALSE(log.finish(2, ddp::CollectiveState::completed));
+    CHECK_FALSE(log.finish(2, ddp::CollectiveState::kCompleted));
     log.attach(2, &log);
     CHECK_FALSE(log.find_started(&log));
     CHECK(log.last_completed() == 0);
@@ -135,7 +135,7 @@ TEST_CASE("the collective ring buffer keeps the last N collectives in order", "[
     log.attach(s2, &work_b);
     CHECK(log.find_started(&work_a) == s1);
     CHECK(log.find_started(&work_b) == s2);
-    log.finish(s1, ddp::CollectiveState::completed);
+    log.finish(s1, ddp::CollectiveState::kCompleted);
     CHECK_FALSE(log.find_started(&work_a));  // completed: a reused address must not match it
     const auto s3 = log.begin(record("c"));
     log.attach(s3, &work_a);  // the same address again, for a later collective
@@ -149,7 +149,7 @@ TEST_CASE("the ring buffer file is JSON, one collective per line, oldest first",
     auto r = record("gradient all-reduce", 100 + i);
     r.bucket = i % 2;
     const auto seq = log.begin(r);
-    if (i < 4) log.finish(seq, ddp::CollectiveState::completed);
+    if (i < 4) log.finish(seq, ddp::CollectiveState::kCompleted);
   }
   ddp::CollectiveDumpHeader header;
   header.rank = 1;
@@ -328,7 +328,7 @@ TEST_CASE("every collective of a process group is numbered and recorded", "[coll
   group->allgather(torch::ones({2}, torch::kDouble));
   group->barrier();
   auto work = group->allreduce_async(t, "gradient all-reduce", 3);
-  CHECK(group->recent_collectives().back().state == ddp::CollectiveState::started);
+  CHECK(group->recent_collectives().back().state == ddp::CollectiveState::kStarted);
   group->wait(work, "gradient all-reduce");
 
   const auto held = group->recent_collectives();
@@ -338,7 +338,7 @@ TEST_CASE("every collective of a process group is numbered and recorded", "[coll
   const std::vector<std::string> ops{"allreduce", "broadcast", "allgather", "barrier", "allreduce"};
   for (std::size_t i = 0; i < held.size(); ++i) {
     CHECK(held[i].op == ops[i]);
-    CHECK(held[i].state == ddp::CollectiveState::completed);
+    CHECK(held[i].state == ddp::CollectiveState::kCompleted);
     CHECK(held[i].end_unix_us >= held[i].start_unix_us);
   }
   CHECK(std::string(held[1].what) == "buffer broadcast");

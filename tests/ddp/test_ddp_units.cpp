@@ -203,16 +203,16 @@ TEST_CASE("environment: errors name the variable and say what to do") {
 
 TEST_CASE("init methods") {
   using Kind = ddp::InitMethod::Kind;
-  REQUIRE(ddp::parse_init_method("env://").kind == Kind::env);
+  REQUIRE(ddp::parse_init_method("env://").kind == Kind::kEnv);
   const auto tcp = ddp::parse_init_method("tcp://10.0.0.1:23456");
-  REQUIRE(tcp.kind == Kind::tcp);
+  REQUIRE(tcp.kind == Kind::kTcp);
   REQUIRE(tcp.host == "10.0.0.1");
   REQUIRE(tcp.port == 23456);
   const auto v6 = ddp::parse_init_method("tcp://[::1]:80");
   REQUIRE(v6.host == "::1");
   REQUIRE(v6.port == 80);
   const auto file = ddp::parse_init_method("file:///tmp/rendezvous");
-  REQUIRE(file.kind == Kind::file);
+  REQUIRE(file.kind == Kind::kFile);
   REQUIRE(file.path == "/tmp/rendezvous");
   REQUIRE_THROWS_AS(ddp::parse_init_method("tcp://host"), ddp::InvalidArgument);
   REQUIRE_THROWS_AS(ddp::parse_init_method("tcp://:12"), ddp::InvalidArgument);
