@@ -133,6 +133,22 @@ WorkerEnvironment parse_worker_environment(const EnvLookup& env, int rank_overri
   return out;
 }
 
+LocalPlacement parse_local_placement(const EnvLookup& env, int rank, int world_size) {
+  LocalPlacement out;
+  out.local_rank = rank;
+  out.local_world_size = world_size;
+  if (auto value = env(env::kLocalRank)) out.local_rank = parse_int(*value, env::kLocalRank, 0, 1 << 20);
+  if (auto value = env(env::kLocalWorldSize)) {
+    out.local_world_size = parse_int(*value, env::kLocalWorldSize, 1, 1 << 20);
+  }
+  return out;
+}
+
+std::optional<int> parse_omp_num_threads(const EnvLookup& env) {
+  if (auto value = env(env::kOmpNumThreads)) return parse_int(*value, env::kOmpNumThreads, 1, 4096);
+  return std::nullopt;
+}
+
 InitMethod parse_init_method(const std::string& url) {
   InitMethod out;
   const auto bad = [&](const std::string& why) {

@@ -58,6 +58,17 @@ struct WorkerEnvironment {
 WorkerEnvironment parse_worker_environment(const EnvLookup& env, int rank_override = -1,
                                            int world_size_override = -1);
 
+// Where a worker sits on its node when the init method names rank and world size explicitly
+// (tcp://, file://): LOCAL_RANK / LOCAL_WORLD_SIZE when set, else the whole world is local.
+struct LocalPlacement {
+  int local_rank = 0;
+  int local_world_size = 1;
+};
+LocalPlacement parse_local_placement(const EnvLookup& env, int rank, int world_size);
+
+// OMP_NUM_THREADS, when set (1..4096); nullopt when unset. Throws ddp::InvalidArgument when malformed.
+std::optional<int> parse_omp_num_threads(const EnvLookup& env);
+
 // The folder a rank writes diagnostics to (its collectives-rank<R>.json on a collective's failure):
 // DDP_LOG_DIR (set by ddp_launch --log_dir to the attempt's folder), else the folder of
 // TORCHELASTIC_ERROR_FILE (torchrun, or ddp_launch without --log_dir), else "" (nowhere).

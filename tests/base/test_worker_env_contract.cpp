@@ -135,3 +135,18 @@ TEST_CASE("an environment snapshot looks up what it holds, and its lookup outliv
   const auto process = ddp::EnvironmentSnapshot::from_process();
   CHECK(process.get("PATH") == ddp::process_environment()("PATH"));
 }
+
+TEST_CASE("tcp:// and file:// workers take their local placement from LOCAL_* when set", "[env_contract]") {
+  const auto none = ddp::parse_local_placement(lookup_of({}), 3, 4);
+  CHECK(none.local_rank == 3);
+  CHECK(none.local_world_size == 4);
+  const auto set = ddp::parse_local_placement(lookup_of({{ddp::env::kLocalRank, "1"}, {ddp::env::kLocalWorldSize, "2"}}), 3, 4);
+  CHECK(set.local_rank == 1);
+  CHECK(set.local_world_size == 2);
+  CHECK_THROWS_WITH(ddp::parse_local_placement(lookup_of({{ddp::env::kLocalWorldSize, "0"}}), 0, 1),
+                    Catch::Contains("LOCAL_WORLD_SIZE='0'"));
+  CHECK_FALSE(ddp::parse_omp_num_threads(lookup_of({})));
+  CHECK(ddp::parse_omp_num_threads(lookup_of({{ddp::env::kOmpNumThreads, "8"}})) == 8);
+  CHECK_THROWS_WITH(ddp::parse_omp_num_threads(lookup_of({{ddp::env::kOmpNumThreads, "many"}})),
+                    Catch::Contains("OMP_NUM_THREADS='many'"));
+}

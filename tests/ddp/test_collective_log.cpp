@@ -298,11 +298,7 @@ TEST_CASE("check_arrivals publishes this rank's number and waits a bounded time 
 
 TEST_CASE("diagnostics go to DDP_LOG_DIR, else next to the error file", "[collective_log][environment]") {
   const auto env = [](std::map<std::string, std::string> vars) {
-    return [vars](const std::string& name) -> std::optional<std::string> {
-      auto it = vars.find(name);
-      if (it == vars.end()) return std::nullopt;
-      return it->second;
-    };
+    return ddp::EnvironmentSnapshot::from_map(std::move(vars)).lookup();
   };
   CHECK(ddp::diagnostics_dir(env({})).empty());
   CHECK(ddp::diagnostics_dir(env({{"TORCHELASTIC_ERROR_FILE", "/runs/x/attempt_0/1/error.json"}})) ==

@@ -37,11 +37,7 @@ void require_partition(const Buckets& buckets, std::size_t n) {
 }
 
 ddp::EnvLookup env_of(std::map<std::string, std::string> values) {
-  return [values](const std::string& name) -> std::optional<std::string> {
-    auto it = values.find(name);
-    if (it == values.end()) return std::nullopt;
-    return it->second;
-  };
+  return ddp::EnvironmentSnapshot::from_map(std::move(values)).lookup();
 }
 
 }  // namespace

@@ -22,11 +22,7 @@ using Catch::Matchers::Contains;
 namespace {
 
 ddp::EnvLookup env_of(std::map<std::string, std::string> vars) {
-  return [vars](const std::string& name) -> std::optional<std::string> {
-    auto it = vars.find(name);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
+  return ddp::EnvironmentSnapshot::from_map(std::move(vars)).lookup();
 }
 
 ddp::AgentMessage heartbeat(int rank, int pid, std::int64_t step) {
