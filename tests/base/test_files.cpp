@@ -50,14 +50,23 @@ std::set<std::string> names_in(const std::string& dir) {
   return names;
 }
 
+// Another user's file `victim` in dir, and a symlink `name` to it planted where the job will write.
+struct PlantedLink {
+  std::string victim;
+  std::string link;
+};
+PlantedLink plant_link(const TempDir& dir, const std::string& name) {
+  PlantedLink planted{dir / "victim", dir / name};
+  put(planted.victim, "precious");
+  REQUIRE(::symlink(planted.victim.c_str(), planted.link.c_str()) == 0);
+  return planted;
+}
+
 }  // namespace
 
 TEST_CASE("create_new_file never follows a planted symlink and refuses an existing name", "[files]") {
   TempDir dir;
-  const std::string victim = dir / "victim";
-  put(victim, "precious");
-  const std::string link = dir / "report.json";
-  REQUIRE(::symlink(victim.c_str(), link.c_str()) == 0);
+  const auto [victim, link] = plant_link(dir, "report.json");
 
   CHECK_THROWS_AS(ddp::create_new_file(link), ddp::IoError);
   CHECK(slurp(victim) == "precious");
@@ -89,10 +98,7 @@ TEST_CASE("create_new_file never follows a planted symlink and refuses an existi
 
 TEST_CASE("write_file_atomically replaces a planted symlink, never what it points to", "[files]") {
   TempDir dir;
-  const std::string victim = dir / "victim";
-  put(victim, "precious");
-  const std::string link = dir / "error.json";
-  REQUIRE(::symlink(victim.c_str(), link.c_str()) == 0);
+  const auto [victim, link] = plant_link(dir, "error.json");
 
   ddp::write_file_atomically(link, "new contents");
   CHECK(slurp(victim) == "precious");
@@ -197,10 +203,7 @@ TEST_CASE("read_file reads a regular file within its cap and refuses anything el
 
 TEST_CASE("remove_file_if_present removes a link, not its target, and ignores a missing name", "[files]") {
   TempDir dir;
-  const std::string victim = dir / "victim";
-  put(victim, "precious");
-  const std::string link = dir / "link";
-  REQUIRE(::symlink(victim.c_str(), link.c_str()) == 0);
+  const auto [victim, link] = plant_link(dir, "link");
   ddp::remove_file_if_present(link);
   CHECK_FALSE(fs::is_symlink(link));
   CHECK(slurp(victim) == "precious");
