@@ -6,11 +6,38 @@ install(TARGETS ddp EXPORT ddpTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-# Public headers keep their project-root paths: #include "ddp/..." and "samplers/...".
-install(DIRECTORY ${PROJECT_SOURCE_DIR}/ddp ${PROJECT_SOURCE_DIR}/samplers
-  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
-  FILES_MATCHING PATTERN "*.h"
-  PATTERN "detail" EXCLUDE)
+# Note [Installed headers]
+# ~~~~~~~~~~~~~~~~~~~~~~~~
+# Only the public API is installed: the headers a user includes, and the headers those include (the
+# package test checks that every #include "ddp/..." of an installed header is installed too). The
+# library's internals (bucket.h, cuda_support.h, ddp/base/files.h, json_text.h, error_file.h, ...)
+# stay in the source tree, so that they can change without breaking anyone. A new public header is
+# added here. Headers keep their project-root paths: #include "ddp/..." and "samplers/...".
+set(DDP_PUBLIC_HEADERS
+  # What a training program includes.
+  ddp/process_group.h
+  ddp/distributed_data_parallel.h
+  ddp/data_parallel.h
+  ddp/checkpoint.h
+  ddp/sync_batch_norm.h
+  ddp/comm_hooks.h
+  ddp/run_main.h
+  ddp/agent_channel.h          # ProgressReporter
+  ddp/log.h
+  ddp/version.h
+  ddp/ddp_stats.h
+  samplers/distributed_sampler.h
+  ddp/base/error.h
+  ddp/base/str.h
+  # What those include.
+  ddp/collective_log.h         # process_group.h
+  ddp/base/report_files.h      # collective_log.h
+  ddp/base/agent_message.h     # agent_channel.h
+  ddp/base/environment.h)      # agent_channel.h
+foreach(header IN LISTS DDP_PUBLIC_HEADERS)
+  get_filename_component(folder ${header} DIRECTORY)
+  install(FILES ${PROJECT_SOURCE_DIR}/${header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/${folder})
+endforeach()
 install(EXPORT ddpTargets NAMESPACE ddp:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ddp)
 
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/ddpConfig.cmake.in

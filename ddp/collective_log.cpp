@@ -4,11 +4,11 @@
 #include <condition_variable>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <thread>
 
-#include "ddp/json.h"
+#include "ddp/base/files.h"
+#include "ddp/base/json_text.h"
 #include "ddp/base/str.h"
 
 namespace ddp {
@@ -123,43 +123,36 @@ std::string format_bytes(std::int64_t bytes) {
 }
 
 std::string collectives_json(const CollectiveDumpHeader& header, const std::vector<CollectiveRecord>& records) {
+  // The layout (a header of three lines, one collective per line) is the documented format; the
+  // values come from nlohmann-json (see Note [JSON through nlohmann-json] in ddp/base/json_text.h).
   std::string out = str("{\"rank\": ", header.rank, ", \"world_size\": ", header.world_size,
-                        ", \"backend\": \"", json_escape(header.backend), "\", \"last_seq\": ", header.last_seq,
+                        ", \"backend\": ", json_string(header.backend), ", \"last_seq\": ", header.last_seq,
                         ", \"capacity\": ", header.capacity, ", \"written_unix_us\": ", unix_now_us(),
-                        ",\n \"reason\": \"", json_escape(header.reason), "\",\n \"collectives\": [");
+                        ",\n \"reason\": ", json_string(header.reason), ",\n \"collectives\": [");
   for (std::size_t i = 0; i < records.size(); ++i) {
     const CollectiveRecord& r = records[i];
-    out += str(i == 0 ? "\n" : ",\n", "  {\"seq\": ", r.seq, ", \"op\": \"", json_escape(r.op), "\", \"what\": \"",
-               json_escape(r.what), "\", \"bucket\": ", r.bucket, ", \"numel\": ", r.numel, ", \"dtype\": \"",
-               json_escape(r.dtype), "\", \"bytes\": ", r.bytes, ", \"start_unix_us\": ", r.start_unix_us,
-               ", \"end_unix_us\": ", r.end_unix_us, ", \"state\": \"", to_string(r.state), "\"}");
+    out += str(i == 0 ? "\n" : ",\n", "  {\"seq\": ", r.seq, ", \"op\": ", json_string(r.op),
+               ", \"what\": ", json_string(r.what), ", \"bucket\": ", r.bucket, ", \"numel\": ", r.numel,
+               ", \"dtype\": ", json_string(r.dtype), ", \"bytes\": ", r.bytes,
+               ", \"start_unix_us\": ", r.start_unix_us, ", \"end_unix_us\": ", r.end_unix_us,
+               ", \"state\": ", json_string(to_string(r.state)), "}");
   }
   out += records.empty() ? "]}\n" : "\n ]}\n";
   return out;
 }
 
-std::string collectives_file_name(int rank) { return str("collectives-rank", rank, ".json"); }
-
 std::optional<std::string> write_collectives_file(const std::string& dir, int rank, const std::string& text) {
-  namespace fs = std::filesystem;
   std::error_code error;
-  fs::create_directories(dir, error);
-  const fs::path path = fs::path(dir) / collectives_file_name(rank);
-  const fs::path tmp = fs::path(dir) / (collectives_file_name(rank) + ".tmp");
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return std::nullopt;
-    out << text;
-    if (!out.flush()) return std::nullopt;
-  }
-  fs::rename(tmp, path, error);
-  if (error) return std::nullopt;
-  return path.string();
+  std::filesystem::create_directories(dir, error);
+  const std::string path = (std::filesystem::path(dir) / collectives_file_name(rank)).string();
+  if (!try_write_file_atomically(path, text, kReportFileMode)) return std::nullopt;
+  return path;
 }
 
 // --- Naming the ranks that did not arrive -------------------------------------------------------
 
 // Note [Naming the ranks that did not arrive]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A collective that times out says only "timed out" on the ranks that arrived: the backend does not
 // know who is missing. Asking costs nothing on the normal path: no store round trip per collective,
 // only the per-group sequence number that every collective carries anyway (CollectiveLog). When a

@@ -1,7 +1,7 @@
 #pragma once
 // Diagnostics of a process group's collectives: the per-rank ring buffer of the last collectives
-// (Note [Collective ring buffer]), its file, and the check that names the ranks that did not arrive
-// at a collective that timed out (Note [Naming the ranks that did not arrive]).
+// (see Note [Collective ring buffer]), its file, and the check that names the ranks that did not
+// arrive at a collective that timed out (see Note [Naming the ranks that did not arrive]).
 // Torch-free: ProcessGroup feeds it, the tests drive it directly with a map as the store.
 #include <chrono>
 #include <cstddef>
@@ -12,6 +12,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "ddp/base/report_files.h"
 
 namespace ddp {
 
@@ -35,6 +37,7 @@ struct CollectiveRecord {
 };
 
 // Note [Collective ring buffer]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Each process group keeps its last `capacity` collectives (64 by default) in a fixed ring: begin()
 // overwrites the oldest slot, so the cost per collective is one short lock and a copy of a small
 // struct, and memory never grows. Sequence numbers are assigned whatever the capacity (0 included,
@@ -94,11 +97,8 @@ struct CollectiveDumpHeader {
 };
 std::string collectives_json(const CollectiveDumpHeader& header, const std::vector<CollectiveRecord>& records);
 
-// "collectives-rank<R>.json"
-std::string collectives_file_name(int rank);
-
-// Writes text to dir/collectives_file_name(rank) atomically (temporary file, then rename), creating
-// dir if needed. Returns the path, or nullopt when it cannot (the caller is already failing: a
+// Writes text to dir/collectives_file_name(rank) (ddp/base/report_files.h) atomically
+// (write_file_atomically in ddp/base/files.h), creating dir if needed. Returns the path, or nullopt when it cannot (the caller is already failing: a
 // diagnostics file must not hide the real error).
 std::optional<std::string> write_collectives_file(const std::string& dir, int rank, const std::string& text);
 
@@ -137,7 +137,7 @@ struct ArrivalStore {
   std::function<std::optional<std::string>(const std::string& key)> get;  // nullopt: not there (yet)
 };
 
-// Publishes this rank's collective and collects the others' within `window` (polling); see
+// Publishes this rank's collective and collects the others' within `window` (polling). See
 // Note [Naming the ranks that did not arrive]. `linger`: stay for the whole window even when every
 // rank has reported (the rank that hosts the store, so that the others can still read it).
 // Returns within window + 1 s whatever the store does.

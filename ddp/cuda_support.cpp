@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "ddp/base/env_names.h"
 #include "ddp/base/error.h"
 #include "ddp/base/str.h"
 
@@ -46,7 +47,7 @@ int local_device_index(int local_rank, int local_world_size, int visible_device_
 }
 
 torch::Device bind_local_device(int local_rank, int local_world_size, const EnvLookup& env) {
-  const int index = local_device_index(local_rank, local_world_size, device_count(), env("CUDA_VISIBLE_DEVICES"));
+  const int index = local_device_index(local_rank, local_world_size, device_count(), env(env::kCudaVisibleDevices));
 #ifdef DDP_WITH_CUDA
   c10::cuda::set_device(static_cast<c10::DeviceIndex>(index));
 #endif

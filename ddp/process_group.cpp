@@ -191,7 +191,7 @@ std::optional<int> listen_on_loopback(const std::string& host, int port) {
 
 c10::intrusive_ptr<c10d::Store> make_store(const InitMethod& method, const std::string& host, int port,
                                            int rank, int world_size, milliseconds timeout) {
-  if (method.kind == InitMethod::Kind::file) {
+  if (method.kind == InitMethod::Kind::kFile) {
     try {
       return c10::make_intrusive<c10d::FileStore>(method.path, world_size);
     } catch (const std::exception& error) {
@@ -233,8 +233,8 @@ c10::intrusive_ptr<c10d::Store> make_store(const InitMethod& method, const std::
 // it), is applied to LibTorch's intra-op pool; otherwise the cores are shared out among local ranks.
 void set_threads_per_rank(const EnvLookup& env, int local_size, const Logger& logger) {
   int threads = 0;
-  if (auto value = env("OMP_NUM_THREADS")) {
-    threads = parse_int(*value, "OMP_NUM_THREADS", 1, 4096);
+  if (auto value = parse_omp_num_threads(env)) {
+    threads = *value;
   } else if (local_size > 1) {
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     threads = std::max(1, cores / local_size);
@@ -478,8 +478,8 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   info.log_dir = diagnostics_dir(env);
   std::string host;
   int port = 0;
-  if (method.kind == InitMethod::Kind::env) {
-    const LaunchEnvironment launch = parse_launch_environment(env, options.rank, options.world_size);
+  if (method.kind == InitMethod::Kind::kEnv) {
+    const WorkerEnvironment launch = parse_worker_environment(env, options.rank, options.world_size);
     info.rank = launch.rank;
     info.size = launch.world_size;
     info.local_rank = launch.local_rank;
@@ -498,13 +498,10 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
     }
     info.rank = options.rank;
     info.size = options.world_size;
-    info.local_rank = info.rank;
-    info.local_size = info.size;
-    if (auto value = env("LOCAL_RANK")) info.local_rank = parse_int(*value, "LOCAL_RANK", 0, 1 << 20);
-    if (auto value = env("LOCAL_WORLD_SIZE")) {
-      info.local_size = parse_int(*value, "LOCAL_WORLD_SIZE", 1, 1 << 20);
-    }
-    host = method.kind == InitMethod::Kind::tcp ? method.host : std::string("127.0.0.1");
+    const LocalPlacement local = parse_local_placement(env, info.rank, info.size);
+    info.local_rank = local.local_rank;
+    info.local_size = local.local_world_size;
+    host = method.kind == InitMethod::Kind::kTcp ? method.host : std::string("127.0.0.1");
     port = method.port;
   }
 

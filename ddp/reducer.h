@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/base/agent_channel.h"
+#include "ddp/agent_channel.h"
 #include "ddp/base/environment.h"
 #include "ddp/distributed_data_parallel.h"
 
@@ -85,7 +85,7 @@ struct Reducer {
   std::int64_t forward_start_ns = 0, forward_end_ns = 0, last_ready_ns = 0;
   DdpStats sums;
 
-  // Heartbeats to ddp_launch (see Note [Agent channel] in ddp/base/agent_channel.h): one send per iteration.
+  // Heartbeats to ddp_launch (see Note [Agent channel] in ddp/base/agent_message.h): one send per iteration.
   AgentChannel agent = AgentChannel::from_environment(process_environment());
   std::int64_t last_heartbeat_ns = 0;
   std::int64_t last_comm_ns = 0;

@@ -3,16 +3,15 @@
 #include <cxxabi.h>
 
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <stdexcept>
 #include <typeinfo>
 
-#include "ddp/json.h"
-#include "ddp/base/str.h"
+#include "ddp/base/env_names.h"
+#include "ddp/base/environment.h"
+#include "ddp/base/error_file.h"
 
 namespace ddp {
 namespace {
@@ -25,20 +24,33 @@ std::string demangled_type(const std::exception& error) {
   return status == 0 && name ? std::string(name.get()) : std::string(mangled);
 }
 
+WorkerError worker_error(const std::string& type, const std::string& what, long long unix_seconds) {
+  WorkerError error;
+  error.message = what;
+  error.callstack = type + ": " + what;
+  error.timestamp = unix_seconds;
+  return error;
+}
+
+// Logs the failure and writes the error file when the launcher asked for one.
+int report_failure(const std::exception& error) {
+  if (const auto path = process_environment()(env::kErrorFile); path && !path->empty()) {
+    write_error_file(*path, error);
+  }
+  return 1;
+}
+
 }  // namespace
 
 std::string error_file_json(const std::string& type, const std::string& what, long long unix_seconds) {
-  return torchelastic_error_json(what, type + ": " + what, unix_seconds);
+  return format_error_json(worker_error(type, what, unix_seconds));
 }
 
 bool write_error_file(const std::string& path, const std::exception& error) {
   const auto now = std::chrono::duration_cast<std::chrono::seconds>(
                        std::chrono::system_clock::now().time_since_epoch())
                        .count();
-  std::ofstream out(path, std::ios::trunc);
-  out << error_file_json(demangled_type(error), error.what(), now);
-  out.close();
-  if (!out) {
+  if (!write_error_file(path, worker_error(demangled_type(error), error.what(), now))) {
     std::cerr << "could not write the error file " << path << "\n";
     return false;
   }
@@ -50,16 +62,10 @@ int run_main(int argc, char** argv, std::function<int(int, char**)> main_fn) {
     return main_fn(argc, argv);
   } catch (const std::exception& error) {
     std::cerr << "error: " << error.what() << "\n";
-    if (const char* path = std::getenv("TORCHELASTIC_ERROR_FILE"); path != nullptr && *path != '\0') {
-      write_error_file(path, error);
-    }
-    return 1;
+    return report_failure(error);
   } catch (...) {
     std::cerr << "error: unknown exception\n";
-    if (const char* path = std::getenv("TORCHELASTIC_ERROR_FILE"); path != nullptr && *path != '\0') {
-      write_error_file(path, std::runtime_error("unknown exception (not derived from std::exception)"));
-    }
-    return 1;
+    return report_failure(std::runtime_error("unknown exception (not derived from std::exception)"));
   }
 }
 

@@ -1,10 +1,13 @@
 #pragma once
 // Note [Error file]
+// ~~~~~~~~~~~~~~~~~
 // torchrun-compatible launchers (ddp_launch, torchrun) set TORCHELASTIC_ERROR_FILE for each worker
 // and, when a worker fails, print the message found in that file in their failure summary.
 // run_main writes it when main throws, in torchrun's format:
 //   {"message": {"message": "<what>", "extraInfo": {"py_callstack": "<type>: <what>",
 //                                                   "timestamp": "<unix seconds>"}}}
+// atomically (a launcher that reads it while the worker dies sees all of it or nothing); the format,
+// the writer and the reader live in ddp/base/error_file.h, the variable's name in ddp/base/env_names.h.
 #include <exception>
 #include <functional>
 #include <string>
@@ -18,7 +21,7 @@ int run_main(int argc, char** argv, std::function<int(int, char**)> main_fn);
 // The JSON document run_main writes for an exception of (demangled) type `type` and message `what`.
 std::string error_file_json(const std::string& type, const std::string& what, long long unix_seconds);
 
-// Writes error_file_json to `path`; returns false (and says why on stderr) when it cannot.
+// Writes error_file_json to `path` atomically; returns false (and says why on stderr) when it cannot.
 bool write_error_file(const std::string& path, const std::exception& error);
 
 }  // namespace ddp

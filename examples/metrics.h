@@ -27,7 +27,7 @@ struct RunMetrics {
 };
 
 std::string to_json(const RunMetrics& metrics);
-// Writes the JSON to path through a temporary file and a rename. Throws ddp::IoError.
+// Writes the JSON to path atomically (write_file_atomically, ddp/base/files.h). Throws ddp::IoError.
 void write_metrics(const RunMetrics& metrics, const std::string& path);
 // The process's peak resident set size: ddp/base/process_memory.h.
 using ddp::peak_rss_bytes;

@@ -14,7 +14,7 @@
 #include <memory>
 #include <thread>
 
-#include "ddp/base/agent_channel.h"
+#include "ddp/agent_channel.h"
 #include "ddp/checkpoint.h"
 #include "ddp/data_parallel.h"
 #include "ddp/distributed_data_parallel.h"

@@ -269,7 +269,7 @@ SplitArgs split_launcher_args(int argc, const char* const* argv) {
   return split;
 }
 
-ParseResult parse_launch_args(int argc, const char* const* argv, const LaunchEnvironment& env) {
+ParseResult parse_launch_args(int argc, const char* const* argv, const EnvironmentSnapshot& env) {
   const SplitArgs split = split_launcher_args(argc, argv);
 
   cxxopts::Options options("ddp_launch",
@@ -323,7 +323,7 @@ ParseResult parse_launch_args(int argc, const char* const* argv, const LaunchEnv
   auto text = [&](const char* name) { return opts[name].as<std::string>(); };
 
   LaunchConfig& c = result.config;
-  const std::optional<SlurmInfo> slurm = env.slurm();
+  const std::optional<SlurmInfo> slurm = slurm_info(env);
 
   // Topology: flags first, then Slurm's variables, then defaults.
   if (given("nnodes")) {

@@ -101,7 +101,7 @@ struct ParseResult {
 
 // Parses argv (argv[0] is the launcher) against the launcher's environment. Throws UsageError.
 // Does not touch the machine beyond looking up the worker binary (PATH search like execvp).
-ParseResult parse_launch_args(int argc, const char* const* argv, const LaunchEnvironment& env);
+ParseResult parse_launch_args(int argc, const char* const* argv, const EnvironmentSnapshot& env);
 
 // Splits argv into the launcher's own flags (normalised: '-' -> '_' in long names) and the worker
 // command (from the first positional argument on, verbatim). Exposed for tests.

@@ -1,12 +1,8 @@
 #include "launcher/launch_env.h"
 
-#include <cstdlib>
-#include <cstring>
-
-#include "launcher/hostlist.h"
+#include "ddp/base/env_names.h"
 #include "ddp/base/error.h"
-
-extern char** environ;
+#include "launcher/hostlist.h"
 
 namespace ddp::launcher {
 namespace {
@@ -28,40 +24,18 @@ long long parse_env_integer(const std::string& name, const std::string& text, lo
 
 }  // namespace
 
-LaunchEnvironment LaunchEnvironment::from_process() {
-  LaunchEnvironment env;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    const char* eq = std::strchr(*e, '=');
-    if (eq == nullptr) continue;
-    env.vars.emplace(std::string(*e, static_cast<size_t>(eq - *e)), std::string(eq + 1));
-  }
-  return env;
-}
-
-LaunchEnvironment LaunchEnvironment::from_map(std::map<std::string, std::string> vars) {
-  LaunchEnvironment env;
-  env.vars = std::move(vars);
-  return env;
-}
-
-std::optional<std::string> LaunchEnvironment::get(const std::string& name) const {
-  auto it = vars.find(name);
-  if (it == vars.end()) return std::nullopt;
-  return it->second;
-}
-
-std::optional<SlurmInfo> LaunchEnvironment::slurm() const {
-  const auto nodelist = get("SLURM_JOB_NODELIST");
-  const auto nnodes = get("SLURM_NNODES");
-  const auto node_id = get("SLURM_NODEID");
+std::optional<SlurmInfo> slurm_info(const EnvironmentSnapshot& env) {
+  const auto nodelist = env.get(env::kSlurmJobNodelist);
+  const auto nnodes = env.get(env::kSlurmNnodes);
+  const auto node_id = env.get(env::kSlurmNodeId);
   if (!nodelist || !nnodes || !node_id) return std::nullopt;
   SlurmInfo info;
-  info.nnodes = static_cast<int>(parse_env_integer("SLURM_NNODES", *nnodes, 1));
-  info.node_id = static_cast<int>(parse_env_integer("SLURM_NODEID", *node_id, 0));
+  info.nnodes = static_cast<int>(parse_env_integer(env::kSlurmNnodes, *nnodes, 1));
+  info.node_id = static_cast<int>(parse_env_integer(env::kSlurmNodeId, *node_id, 0));
   info.hosts = expand_hostlist(*nodelist);
-  if (auto job = get("SLURM_JOB_ID")) info.job_id = parse_env_integer("SLURM_JOB_ID", *job, 0);
+  if (auto job = env.get(env::kSlurmJobId)) info.job_id = parse_env_integer(env::kSlurmJobId, *job, 0);
   if (info.node_id >= info.nnodes) {
-    throw UsageError(ddp::str("SLURM_NODEID=", info.node_id, " is not below SLURM_NNODES=",
+    throw UsageError(ddp::str(env::kSlurmNodeId, "=", info.node_id, " is not below ", env::kSlurmNnodes, "=",
                               info.nnodes));
   }
   return info;

@@ -9,6 +9,7 @@
 
 #include "ddp/base/error.h"
 #include "ddp/base/files.h"
+#include "ddp/base/report_files.h"
 
 namespace ddp::launcher {
 
@@ -34,9 +35,9 @@ std::string attempt_dir(const std::string& run_folder, int attempt) {
 WorkerFiles worker_files(const std::string& run_folder, int attempt, int rank) {
   WorkerFiles f;
   f.dir = attempt_dir(run_folder, attempt) + "/" + std::to_string(rank);
-  f.stdout_log = f.dir + "/stdout.log";
-  f.stderr_log = f.dir + "/stderr.log";
-  f.error_file = f.dir + "/error.json";
+  f.stdout_log = f.dir + "/" + kStdoutLogName;
+  f.stderr_log = f.dir + "/" + kStderrLogName;
+  f.error_file = f.dir + "/" + kErrorFileName;
   return f;
 }
 

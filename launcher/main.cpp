@@ -8,6 +8,7 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "ddp/base/report_files.h"
 #include "launcher/agent_socket.h"
 #include "launcher/config.h"
 #include "launcher/gpu_select.h"
@@ -43,7 +44,7 @@ std::string shell_quote(const std::string& s) {
 bool has_collective_logs(const std::string& dir) {
   std::error_code error;
   for (std::filesystem::recursive_directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
-    if (it->path().filename().string().rfind("collectives-rank", 0) == 0) return true;
+    if (ddp::is_collectives_file_name(it->path().filename().string())) return true;
   }
   return false;
 }
@@ -72,7 +73,7 @@ void print_dry_run(const LaunchConfig& c, const NodeAssignment& node, const Loca
 // removed at the end unless it holds something the user needs (logs, collective diagnostics).
 class RunFolder {
  public:
-  RunFolder(const LaunchConfig& c, const LaunchEnvironment& env) : temporary_(c.log_dir.empty()) {
+  RunFolder(const LaunchConfig& c, const EnvironmentSnapshot& env) : temporary_(c.log_dir.empty()) {
     if (temporary_) {
       std::string tmp = env.get("TMPDIR").value_or("");
       if (tmp.empty()) tmp = "/tmp";
@@ -106,7 +107,7 @@ class RunFolder {
   std::string path_;
 };
 
-int run(const LaunchConfig& c, const LaunchEnvironment& env) {
+int run(const LaunchConfig& c, const EnvironmentSnapshot& env) {
   MachineResources machine = MachineResources::of_this_machine();
   LocalWorkers local;
   local.nproc = resolve_nproc(c, env, machine);
@@ -194,7 +195,7 @@ int main(int argc, char** argv) {
   auto logger = spdlog::stderr_logger_st("ddp_launch");
   logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [ddp_launch] [%l] %v");
   spdlog::set_default_logger(logger);
-  const LaunchEnvironment env = LaunchEnvironment::from_process();
+  const ddp::EnvironmentSnapshot env = ddp::EnvironmentSnapshot::from_process();
   try {
     const ParseResult parsed = parse_launch_args(argc, argv, env);
     if (parsed.action == ParseResult::Action::kHelp) {

@@ -1,6 +1,6 @@
 #pragma once
 // What the launcher knows about its local workers' progress (from their heartbeats, see
-// Note [Agent channel] in ddp/base/agent_channel.h): the hang watchdog's facts and the Prometheus
+// Note [Agent channel] in ddp/base/agent_message.h): the hang watchdog's facts and the Prometheus
 // series. Thread-safe: the supervisor writes, the metrics server's thread reads snapshots.
 #include <sys/types.h>
 
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/base/agent_channel.h"
+#include "ddp/base/agent_message.h"
 #include "launcher/agent_socket.h"
 #include "launcher/gpu_select.h"
 

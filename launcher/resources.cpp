@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "ddp/base/env_names.h"
 #include "launcher/nvml_provider.h"
 
 namespace ddp::launcher {
@@ -22,8 +23,8 @@ std::vector<int> usable_cpus() {
   return cpus;
 }
 
-int visible_gpu_count(const LaunchEnvironment& env, MachineResources& machine) {
-  if (auto cvd = env.get("CUDA_VISIBLE_DEVICES")) {
+int visible_gpu_count(const EnvironmentSnapshot& env, MachineResources& machine) {
+  if (auto cvd = env.get(env::kCudaVisibleDevices)) {
     if (cvd->empty()) return 0;
     return static_cast<int>(std::count(cvd->begin(), cvd->end(), ',')) + 1;
   }
@@ -44,7 +45,7 @@ const std::vector<GpuInfo>& MachineResources::gpus() {
   return *gpus_;
 }
 
-int resolve_nproc(const LaunchConfig& c, const LaunchEnvironment& env, MachineResources& machine) {
+int resolve_nproc(const LaunchConfig& c, const EnvironmentSnapshot& env, MachineResources& machine) {
   switch (c.nproc.kind) {
     case NprocRequest::Kind::kNumber:
       return c.nproc.number;

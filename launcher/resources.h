@@ -40,7 +40,7 @@ class MachineResources {
 
 // The number of workers: the number given, the CPU count, or the visible GPUs (CUDA_VISIBLE_DEVICES
 // when set, else all GPUs); auto = GPUs if any (and a driver), else CPUs.
-int resolve_nproc(const LaunchConfig& config, const LaunchEnvironment& env, MachineResources& machine);
+int resolve_nproc(const LaunchConfig& config, const EnvironmentSnapshot& env, MachineResources& machine);
 
 // CUDA_VISIBLE_DEVICES of each local rank (empty without --gpus). Throws UsageError.
 std::vector<std::string> resolve_visible_gpus(const LaunchConfig& config, int nproc, MachineResources& machine);

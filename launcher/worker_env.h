@@ -40,7 +40,7 @@ std::vector<std::pair<std::string, std::string>> launcher_variables(const NodeAs
 bool needs_omp_default(const std::map<std::string, std::string>& inherited, int nproc_per_node);
 
 // OMP_NUM_THREADS the launcher adds for a worker, if any: unset by the user and pinned (--cpu_bind):
-// its CPU count (Note [CPU binding]); else 1 when needs_omp_default().
+// its CPU count (see Note [CPU binding] in launcher/resources.h); else 1 when needs_omp_default().
 std::optional<std::string> omp_threads_default(const std::map<std::string, std::string>& inherited,
                                                int nproc_per_node, const WorkerSlot& slot);
 

@@ -1,21 +1,38 @@
 #pragma once
-// The launch environment of a training process, parsed and validated in one place.
+// The environment of a process, read in one way (EnvLookup), and the worker side of the
+// launcher-worker contract: what a launcher told this process, parsed and validated in one place.
+// The variable names are in ddp/base/env_names.h (see Note [Worker environment contract]).
 // Torch-free, so that it is cheap to compile and to unit-test.
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 
 namespace ddp {
 
-// Looks up one environment variable; nullopt when it is not set. Tests pass a map instead of the
-// process environment.
+// Looks up one environment variable; nullopt when it is not set. The one way this project reads
+// its environment: the process's (process_environment), or a snapshot (EnvironmentSnapshot, which
+// the launcher takes once and tests build from a map).
 using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
 
 // The real process environment (std::getenv).
 EnvLookup process_environment();
 
-// What a launcher (ddp_launch, torchrun, srun) told this process.
-struct LaunchEnvironment {
+// A copy of a set of environment variables: ddp_launch reads environ once into one (everything it
+// reads comes from there, and `vars` is what its workers inherit); tests build one from a map.
+struct EnvironmentSnapshot {
+  std::map<std::string, std::string> vars;
+
+  static EnvironmentSnapshot from_process();  // reads environ
+  static EnvironmentSnapshot from_map(std::map<std::string, std::string> vars);
+
+  std::optional<std::string> get(const std::string& name) const;
+  // An EnvLookup over a copy of `vars` (it does not refer to this snapshot).
+  EnvLookup lookup() const;
+};
+
+// What a launcher (ddp_launch, torchrun, srun) told this worker.
+struct WorkerEnvironment {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
@@ -24,14 +41,33 @@ struct LaunchEnvironment {
   int master_port = 0;
   // "torchrun" when RANK/WORLD_SIZE were set, "slurm" when they came from SLURM_PROCID/SLURM_NTASKS.
   std::string source;
+  // The node (GROUP_RANK, GROUP_WORLD_SIZE; 0 and 1 when unset) and the attempt
+  // (TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS: 0 when unset; TORCHELASTIC_RUN_ID).
+  int group_rank = 0;
+  int group_world_size = 1;
+  int restart_count = 0;
+  int max_restarts = 0;
+  std::string run_id;
 };
 
 // Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, falling back to
-// SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE for the first four.
+// SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE for the first four, and the
+// optional GROUP_* and TORCHELASTIC_* variables.
 // Throws ddp::InvalidArgument naming the missing or malformed variable.
 // rank_override / world_size_override (>= 0) replace RANK / WORLD_SIZE (explicit arguments win).
-LaunchEnvironment parse_launch_environment(const EnvLookup& env, int rank_override = -1,
+WorkerEnvironment parse_worker_environment(const EnvLookup& env, int rank_override = -1,
                                            int world_size_override = -1);
+
+// Where a worker sits on its node when the init method names rank and world size explicitly
+// (tcp://, file://): LOCAL_RANK / LOCAL_WORLD_SIZE when set, else the whole world is local.
+struct LocalPlacement {
+  int local_rank = 0;
+  int local_world_size = 1;
+};
+LocalPlacement parse_local_placement(const EnvLookup& env, int rank, int world_size);
+
+// OMP_NUM_THREADS, when set (1..4096); nullopt when unset. Throws ddp::InvalidArgument when malformed.
+std::optional<int> parse_omp_num_threads(const EnvLookup& env);
 
 // The folder a rank writes diagnostics to (its collectives-rank<R>.json on a collective's failure):
 // DDP_LOG_DIR (set by ddp_launch --log_dir to the attempt's folder), else the folder of
@@ -40,8 +76,8 @@ std::string diagnostics_dir(const EnvLookup& env);
 
 // A parsed init_method URL.
 struct InitMethod {
-  enum class Kind { env, tcp, file };
-  Kind kind = Kind::env;
+  enum class Kind { kEnv, kTcp, kFile };
+  Kind kind = Kind::kEnv;
   std::string host;  // tcp
   int port = 0;      // tcp
   std::string path;  // file
@@ -51,7 +87,7 @@ struct InitMethod {
 // Throws ddp::InvalidArgument for anything else.
 InitMethod parse_init_method(const std::string& url);
 
-// Where heartbeats go (see Note [Agent channel] in ddp/agent_channel.h): DDP_AGENT_SOCKET, set by
+// Where heartbeats go (see Note [Agent channel] in ddp/base/agent_message.h): DDP_AGENT_SOCKET, set by
 // ddp_launch with --hang_timeout or --metrics_port, and this process's RANK (0 when unset).
 struct AgentEnvironment {
   std::string socket_path;

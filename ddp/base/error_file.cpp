@@ -1,28 +1,33 @@
 #include "ddp/base/error_file.h"
 
-#include "ddp/json.h"
-#include "ddp/json_reader.h"
+#include <nlohmann/json.hpp>
 
-#include <cstdio>
-#include <fstream>
-#include <map>
-#include <memory>
-#include <sstream>
-#include <vector>
+#include <cmath>
+
+#include "ddp/base/error.h"
+#include "ddp/base/files.h"
+#include "ddp/base/json_text.h"
+#include "ddp/base/report_files.h"
 
 namespace ddp {
 namespace {
 
-using ddp::Json;
-using ddp::JsonParser;
+using Json = nlohmann::json;
 
-std::optional<long long> to_timestamp(const Json* j) {
-  if (j == nullptr || (j->type != Json::Type::kString && j->type != Json::Type::kNumber)) return std::nullopt;
+std::optional<long long> whole_seconds(double seconds) {
+  if (!(std::fabs(seconds) < 9e18)) return std::nullopt;  // NaN, or beyond long long
+  return static_cast<long long>(seconds);
+}
+
+// torchrun writes the timestamp as a string of seconds; a number is accepted too.
+std::optional<long long> to_timestamp(const Json& value) {
+  if (value.is_number()) return whole_seconds(value.get<double>());
+  if (!value.is_string()) return std::nullopt;
   try {
-    size_t used = 0;
-    const double v = std::stod(j->text, &used);
+    std::size_t used = 0;
+    const double seconds = std::stod(value.get_ref<const std::string&>(), &used);
     if (used == 0) return std::nullopt;
-    return static_cast<long long>(v);
+    return whole_seconds(seconds);
   } catch (const std::exception&) {
     return std::nullopt;
   }
@@ -31,49 +36,48 @@ std::optional<long long> to_timestamp(const Json* j) {
 }  // namespace
 
 std::optional<WorkerError> parse_error_json(const std::string& text) {
-  Json root;
-  if (!JsonParser(text).parse(root)) return std::nullopt;
-  const Json* message = root.field("message");
-  if (message == nullptr) return std::nullopt;
+  const Json root = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!root.is_object()) return std::nullopt;  // discarded (not JSON) or not an object
+  const auto message = root.find("message");
+  if (message == root.end()) return std::nullopt;
   WorkerError error;
-  if (message->type == Json::Type::kString) {
-    error.message = message->text;
+  if (message->is_string()) {
+    error.message = message->get<std::string>();
     return error;
   }
-  if (message->type != Json::Type::kObject) return std::nullopt;
-  const Json* inner = message->field("message");
-  if (inner == nullptr || inner->type != Json::Type::kString) return std::nullopt;
-  error.message = inner->text;
-  if (const Json* extra = message->field("extraInfo")) {
-    if (const Json* stack = extra->field("py_callstack"); stack && stack->type == Json::Type::kString) {
-      error.callstack = stack->text;
+  if (!message->is_object()) return std::nullopt;
+  const auto inner = message->find("message");
+  if (inner == message->end() || !inner->is_string()) return std::nullopt;
+  error.message = inner->get<std::string>();
+  if (const auto extra = message->find("extraInfo"); extra != message->end() && extra->is_object()) {
+    if (const auto stack = extra->find("py_callstack"); stack != extra->end() && stack->is_string()) {
+      error.callstack = stack->get<std::string>();
     }
-    error.timestamp = to_timestamp(extra->field("timestamp"));
+    if (const auto stamp = extra->find("timestamp"); stamp != extra->end()) error.timestamp = to_timestamp(*stamp);
   }
   return error;
 }
 
 std::optional<WorkerError> read_error_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  return parse_error_json(buf.str());
+  try {
+    return parse_error_json(read_file(path, kMaxErrorFileBytes));
+  } catch (const IoError&) {
+    return std::nullopt;
+  }
 }
 
 std::string format_error_json(const WorkerError& error) {
-  return ddp::torchelastic_error_json(error.message, error.callstack, error.timestamp.value_or(0));
+  return str("{\"message\": {\"message\": ", json_string(error.message), ", \"extraInfo\": {\"py_callstack\": ",
+             json_string(error.callstack), ", \"timestamp\": ", json_string(std::to_string(error.timestamp.value_or(0))),
+             "}}}\n");
 }
 
-bool write_error_file(const std::string& path, const WorkerError& error) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return false;
-    out << format_error_json(error);
-    if (!out.flush()) return false;
+bool write_error_file(const std::string& path, const WorkerError& error) noexcept {
+  try {
+    return try_write_file_atomically(path, format_error_json(error), kReportFileMode);
+  } catch (...) {
+    return false;  // formatting ran out of memory: the caller is failing already
   }
-  return std::rename(tmp.c_str(), path.c_str()) == 0;
 }
 
 }  // namespace ddp

@@ -126,7 +126,9 @@ std::string make_private_dir(const std::string& parent, const std::string& prefi
 }
 
 std::string read_file(const std::string& path, std::size_t max_bytes) {
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: opening a FIFO nobody writes to would wait forever; it is refused below instead
+  // (the flag changes nothing for a regular file).
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
   if (!fd.valid()) throw_errno("cannot open", path);
   struct stat info {};
   if (::fstat(fd.get(), &info) != 0) throw_errno("cannot stat", path);

@@ -1,6 +1,7 @@
 // Collective diagnostics (ddp/collective_log.h): the ring buffer, its file, the arrival check with a
 // map as the store, and a one-rank process group's recent_collectives().
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -14,7 +15,6 @@
 
 #include "ddp/collective_log.h"
 #include "ddp/base/environment.h"
-#include "ddp/json_reader.h"
 #include "ddp/process_group.h"
 #include "launcher/net.h"
 #include "tests/support/temp_dir.h"
@@ -160,30 +160,30 @@ TEST_CASE("the ring buffer file is JSON, one collective per line, oldest first",
   header.capacity = log.capacity();
   const std::string text = ddp::collectives_json(header, log.snapshot());
   CHECK(std::count(text.begin(), text.end(), '\n') == 3 + 3 + 1);  // 3 header lines, one per record, the end
-  const auto root = ddp::parse_json(text);
-  REQUIRE(root);
-  CHECK(root->field("rank")->text == "1");
-  CHECK(root->field("world_size")->text == "2");
-  CHECK(root->field("last_seq")->text == "5");
-  CHECK(root->field("capacity")->text == "3");
-  CHECK(root->field("reason")->text == header.reason);
-  const auto& items = root->field("collectives")->array;
+  const auto root = nlohmann::json::parse(text, nullptr, false);
+  REQUIRE_FALSE(root.is_discarded());
+  CHECK(root.at("rank") == 1);
+  CHECK(root.at("world_size") == 2);
+  CHECK(root.at("last_seq") == 5);
+  CHECK(root.at("capacity") == 3);
+  CHECK(root.at("reason") == header.reason);
+  const auto& items = root.at("collectives");
   REQUIRE(items.size() == 3);
-  CHECK(items[0].field("seq")->text == "3");
-  CHECK(items[2].field("seq")->text == "5");
-  CHECK(items[2].field("state")->text == "started");
-  CHECK(items[1].field("state")->text == "completed");
-  CHECK(items[2].field("op")->text == "allreduce");
-  CHECK(items[2].field("what")->text == "gradient all-reduce");
-  CHECK(items[2].field("bucket")->text == "0");
-  CHECK(items[2].field("numel")->text == "104");
-  CHECK(items[2].field("bytes")->text == "416");
-  CHECK(items[2].field("dtype")->text == "Float");
+  CHECK(items[0].at("seq") == 3);
+  CHECK(items[2].at("seq") == 5);
+  CHECK(items[2].at("state") == "started");
+  CHECK(items[1].at("state") == "completed");
+  CHECK(items[2].at("op") == "allreduce");
+  CHECK(items[2].at("what") == "gradient all-reduce");
+  CHECK(items[2].at("bucket") == 0);
+  CHECK(items[2].at("numel") == 104);
+  CHECK(items[2].at("bytes") == 416);
+  CHECK(items[2].at("dtype") == "Float");
 
   SECTION("an empty ring is valid JSON too") {
-    const auto empty = ddp::parse_json(ddp::collectives_json(header, {}));
-    REQUIRE(empty);
-    CHECK(empty->field("collectives")->array.empty());
+    const auto empty = nlohmann::json::parse(ddp::collectives_json(header, {}), nullptr, false);
+    REQUIRE_FALSE(empty.is_discarded());
+    CHECK(empty.at("collectives").empty());
   }
   SECTION("written atomically to <dir>/collectives-rank<R>.json, creating the folder") {
     ddp::testing::TempDir dir;
@@ -298,11 +298,7 @@ TEST_CASE("check_arrivals publishes this rank's number and waits a bounded time 
 
 TEST_CASE("diagnostics go to DDP_LOG_DIR, else next to the error file", "[collective_log][environment]") {
   const auto env = [](std::map<std::string, std::string> vars) {
-    return [vars](const std::string& name) -> std::optional<std::string> {
-      auto it = vars.find(name);
-      if (it == vars.end()) return std::nullopt;
-      return it->second;
-    };
+    return ddp::EnvironmentSnapshot::from_map(std::move(vars)).lookup();
   };
   CHECK(ddp::diagnostics_dir(env({})).empty());
   CHECK(ddp::diagnostics_dir(env({{"TORCHELASTIC_ERROR_FILE", "/runs/x/attempt_0/1/error.json"}})) ==

@@ -37,11 +37,7 @@ void require_partition(const Buckets& buckets, std::size_t n) {
 }
 
 ddp::EnvLookup env_of(std::map<std::string, std::string> values) {
-  return [values](const std::string& name) -> std::optional<std::string> {
-    auto it = values.find(name);
-    if (it == values.end()) return std::nullopt;
-    return it->second;
-  };
+  return ddp::EnvironmentSnapshot::from_map(std::move(values)).lookup();
 }
 
 }  // namespace
@@ -154,7 +150,7 @@ TEST_CASE("buckets: a ready order that is not a permutation is rejected") {
 }
 
 TEST_CASE("environment: torchrun variables") {
-  const auto env = ddp::parse_launch_environment(env_of({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"},
+  const auto env = ddp::parse_worker_environment(env_of({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"},
                                                          {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "node7"},
                                                          {"MASTER_PORT", "29500"}}));
   REQUIRE(env.rank == 3);
@@ -167,14 +163,14 @@ TEST_CASE("environment: torchrun variables") {
 }
 
 TEST_CASE("environment: Slurm fallback and explicit overrides") {
-  const auto env = ddp::parse_launch_environment(env_of({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "6"},
+  const auto env = ddp::parse_worker_environment(env_of({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "6"},
                                                          {"SLURM_LOCALID", "2"}, {"MASTER_ADDR", "a"},
                                                          {"MASTER_PORT", "1234"}}));
   REQUIRE(env.rank == 5);
   REQUIRE(env.world_size == 6);
   REQUIRE(env.local_rank == 2);
   REQUIRE(env.source == "slurm");
-  const auto overridden = ddp::parse_launch_environment(
+  const auto overridden = ddp::parse_worker_environment(
       env_of({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "a"}, {"MASTER_PORT", "1"}}), 1, 2);
   REQUIRE(overridden.rank == 1);
   REQUIRE(overridden.world_size == 2);
@@ -183,7 +179,7 @@ TEST_CASE("environment: Slurm fallback and explicit overrides") {
 TEST_CASE("environment: errors name the variable and say what to do") {
   const auto message = [](std::map<std::string, std::string> values) {
     try {
-      ddp::parse_launch_environment(env_of(std::move(values)));
+      ddp::parse_worker_environment(env_of(std::move(values)));
     } catch (const ddp::InvalidArgument& error) {
       return std::string(error.what());
     }
@@ -203,16 +199,16 @@ TEST_CASE("environment: errors name the variable and say what to do") {
 
 TEST_CASE("init methods") {
   using Kind = ddp::InitMethod::Kind;
-  REQUIRE(ddp::parse_init_method("env://").kind == Kind::env);
+  REQUIRE(ddp::parse_init_method("env://").kind == Kind::kEnv);
   const auto tcp = ddp::parse_init_method("tcp://10.0.0.1:23456");
-  REQUIRE(tcp.kind == Kind::tcp);
+  REQUIRE(tcp.kind == Kind::kTcp);
   REQUIRE(tcp.host == "10.0.0.1");
   REQUIRE(tcp.port == 23456);
   const auto v6 = ddp::parse_init_method("tcp://[::1]:80");
   REQUIRE(v6.host == "::1");
   REQUIRE(v6.port == 80);
   const auto file = ddp::parse_init_method("file:///tmp/rendezvous");
-  REQUIRE(file.kind == Kind::file);
+  REQUIRE(file.kind == Kind::kFile);
   REQUIRE(file.path == "/tmp/rendezvous");
   REQUIRE_THROWS_AS(ddp::parse_init_method("tcp://host"), ddp::InvalidArgument);
   REQUIRE_THROWS_AS(ddp::parse_init_method("tcp://:12"), ddp::InvalidArgument);

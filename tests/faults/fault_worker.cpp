@@ -31,7 +31,7 @@
 #include <string>
 #include <thread>
 
-#include "ddp/base/agent_channel.h"
+#include "ddp/agent_channel.h"
 #include "ddp/checkpoint.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/base/error.h"

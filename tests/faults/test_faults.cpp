@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -20,7 +21,6 @@
 #include <vector>
 
 #include "tests/faults/fault_job.h"
-#include "ddp/json_reader.h"
 #include "tests/launcher/process_harness.h"
 
 namespace fs = std::filesystem;
@@ -377,22 +377,24 @@ namespace {
 // The "collectives" array of a ring buffer file, and its header's last_seq.
 struct RingFile {
   std::int64_t last_seq = 0;
-  std::vector<ddp::Json> collectives;
+  std::vector<nlohmann::json> collectives;
 };
 
 RingFile read_ring_file(const std::string& path) {
   const std::string text = read_text(path);
   INFO(path << ":\n" << text);
-  const auto root = ddp::parse_json(text);
-  REQUIRE(root);
-  REQUIRE(root->field("last_seq"));
-  REQUIRE(root->field("collectives"));
-  return {std::stoll(root->field("last_seq")->text), root->field("collectives")->array};
+  const auto root = nlohmann::json::parse(text, nullptr, false);
+  REQUIRE(root.is_object());
+  REQUIRE(root.contains("last_seq"));
+  REQUIRE(root.contains("collectives"));
+  return {root.at("last_seq").get<std::int64_t>(), root.at("collectives").get<std::vector<nlohmann::json>>()};
 }
 
-std::string text_of(const ddp::Json& item, const std::string& key) {
-  const ddp::Json* value = item.field(key);
-  return value == nullptr ? std::string("<missing>") : value->text;
+// A field as text: a string's value, a number's literal.
+std::string text_of(const nlohmann::json& item, const std::string& key) {
+  const auto value = item.find(key);
+  if (value == item.end()) return "<missing>";
+  return value->is_string() ? value->get<std::string>() : value->dump();
 }
 
 // nproc ranks of fault_worker with --log_dir logs and --run_id run_id, process group timeout 2 s.
@@ -424,7 +426,7 @@ TEST_CASE("a hung rank is named by the ranks that timed out, which write their l
   for (const int rank : {0, 2}) {
     const RingFile ring = read_ring_file(attempt + "collectives-rank" + std::to_string(rank) + ".json");
     REQUIRE_FALSE(ring.collectives.empty());
-    const ddp::Json& failed = ring.collectives.back();
+    const nlohmann::json& failed = ring.collectives.back();
     CHECK(text_of(failed, "seq") == std::to_string(ring.last_seq));
     CHECK(text_of(failed, "state") == "failed");
     CHECK(text_of(failed, "what") == "gradient all-reduce");

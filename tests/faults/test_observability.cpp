@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "ddp/base/agent_channel.h"
+#include "ddp/agent_channel.h"
 #include "launcher/net.h"
 #include "tests/faults/fault_job.h"
 #include "tests/launcher/process_harness.h"

@@ -31,6 +31,7 @@
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/base/environment.h"
 #include "ddp/base/error.h"
+#include "ddp/base/files.h"
 #include "ddp/process_group.h"
 #include "ddp/run_main.h"
 #include "ddp/sync_batch_norm.h"
@@ -260,8 +261,7 @@ int hold(const std::string& marker_dir, int seconds) {
   memory.fill_(1);
   ddp::cuda::synchronize(memory.device());
   const auto marker = std::filesystem::path(marker_dir) / std::to_string(::getpid());
-  std::ofstream(marker.string() + ".tmp") << ::getpid() << "\n";
-  std::filesystem::rename(marker.string() + ".tmp", marker);
+  ddp::write_file_atomically(marker.string(), std::to_string(::getpid()) + "\n", 0644);
   std::this_thread::sleep_for(std::chrono::seconds(seconds));
   return 0;
 }

@@ -17,11 +17,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "ddp/base/env_names.h"
 #include "ddp/base/error_file.h"
+#include "ddp/base/files.h"
 
 extern char** environ;
 
@@ -60,8 +62,8 @@ void sleep_seconds(double s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  g_rank = std::atoi(env_or("RANK", "-1").c_str());
-  const int restart = std::atoi(env_or("TORCHELASTIC_RESTART_COUNT", "0").c_str());
+  g_rank = std::atoi(env_or(ddp::env::kRank, "-1").c_str());
+  const int restart = std::atoi(env_or(ddp::env::kRestartCount, "0").c_str());
   std::vector<std::string> args(argv + 1, argv + argc);
   auto value_of = [&](const std::string& flag) {
     std::vector<std::string> values;
@@ -84,14 +86,11 @@ int main(int argc, char** argv) {
   if (has("--ignore-sigterm")) signal(SIGTERM, SIG_IGN);
   if (has("--mark-sigterm")) signal(SIGTERM, on_sigterm);
   for (const auto& dir : value_of("--out")) {
-    const std::string path = dir + "/rank" + std::to_string(g_rank) + ".attempt" + std::to_string(restart);
-    {
-      std::ofstream out(path + ".tmp");
-      out << "pid=" << getpid() << "\n";
-      for (int i = 0; i < argc; ++i) out << "argv=" << argv[i] << "\n";
-      for (char** e = environ; *e != nullptr; ++e) out << "env:" << *e << "\n";
-    }
-    std::rename((path + ".tmp").c_str(), path.c_str());
+    std::ostringstream out;
+    out << "pid=" << getpid() << "\n";
+    for (int i = 0; i < argc; ++i) out << "argv=" << argv[i] << "\n";
+    for (char** e = environ; *e != nullptr; ++e) out << "env:" << *e << "\n";
+    ddp::write_file_atomically(dir + "/rank" + std::to_string(g_rank) + ".attempt" + std::to_string(restart), out.str());
   }
   for (const auto& t : value_of("--print")) std::printf("%s\n", t.c_str());
   for (const auto& t : value_of("--eprint")) std::fprintf(stderr, "%s\n", t.c_str());
@@ -105,7 +104,7 @@ int main(int argc, char** argv) {
         ddp::WorkerError error;
         error.message = v;
         error.timestamp = static_cast<long long>(std::time(nullptr));
-        ddp::write_error_file(env_or("TORCHELASTIC_ERROR_FILE", "/dev/null"), error);
+        if (const std::string path = env_or(ddp::env::kErrorFile, ""); !path.empty()) ddp::write_error_file(path, error);
       }
     }
   }

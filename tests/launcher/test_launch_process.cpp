@@ -485,6 +485,17 @@ TEST_CASE("a binary the kernel cannot execute: exit 127 with the errno", "[proce
   CHECK_THAT(outcome.err, Catch::Contains("[rank 0]: ddp_launch: execve failed (errno " + std::to_string(ENOEXEC) + ")"));
 }
 
+TEST_CASE("an error file replaced by a FIFO does not stop the failure summary", "[process][failure]") {
+  // The summary reads the error file with ddp::read_error_file, which refuses anything but a regular
+  // file without opening it for a blocking read (a FIFO nobody writes to would hang the launcher).
+  const auto outcome = run_launcher({"--nproc_per_node", "1", "--master_port", "0", "/bin/sh", "-c",
+                                     "mkfifo \"$TORCHELASTIC_ERROR_FILE\" && exit 3"},
+                                    {}, 10s);
+  INFO(outcome.err);
+  CHECK(outcome.exit_code == 3);
+  CHECK_THAT(outcome.err, Catch::Contains("message   : <the worker wrote no error file"));
+}
+
 TEST_CASE("--gpus 0,3,5 gives each local worker one GPU", "[process][env]") {
   TempDir dir;
   const auto outcome = run_launcher(with_worker({"--gpus", "0,3,5", "--master_port", "0"}, {"--out", dir.path()}));

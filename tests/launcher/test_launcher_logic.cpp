@@ -18,6 +18,7 @@
 #include "launcher/worker_env.h"
 
 using namespace ddp::launcher;
+using ddp::EnvironmentSnapshot;
 using ddp::UsageError;
 using ddp::WorkerError;
 using ddp::parse_error_json;
@@ -27,18 +28,18 @@ using ddp::write_error_file;
 
 namespace {
 
-LaunchEnvironment plain_env(std::map<std::string, std::string> extra = {}) {
+EnvironmentSnapshot plain_env(std::map<std::string, std::string> extra = {}) {
   extra.emplace("PATH", "/usr/bin:/bin");
-  return LaunchEnvironment::from_map(std::move(extra));
+  return EnvironmentSnapshot::from_map(std::move(extra));
 }
 
-LaunchConfig parse(std::vector<std::string> args, const LaunchEnvironment& env = plain_env()) {
+LaunchConfig parse(std::vector<std::string> args, const EnvironmentSnapshot& env = plain_env()) {
   std::vector<const char*> argv{"ddp_launch"};
   for (const auto& a : args) argv.push_back(a.c_str());
   return parse_launch_args(static_cast<int>(argv.size()), argv.data(), env).config;
 }
 
-std::string usage_error(std::vector<std::string> args, const LaunchEnvironment& env = plain_env()) {
+std::string usage_error(std::vector<std::string> args, const EnvironmentSnapshot& env = plain_env()) {
   try {
     parse(std::move(args), env);
   } catch (const UsageError& e) {

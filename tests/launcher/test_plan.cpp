@@ -18,7 +18,7 @@ LaunchConfig parse(std::vector<std::string> args) {
   for (const auto& a : args) argv.push_back(a.c_str());
   argv.push_back("/bin/true");
   return parse_launch_args(static_cast<int>(argv.size()), argv.data(),
-                           LaunchEnvironment::from_map({{"PATH", "/usr/bin:/bin"}}))
+                           ddp::EnvironmentSnapshot::from_map({{"PATH", "/usr/bin:/bin"}}))
       .config;
 }
 

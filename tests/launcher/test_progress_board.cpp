@@ -14,7 +14,7 @@
 #include <map>
 #include <thread>
 
-#include "ddp/base/agent_channel.h"
+#include "ddp/agent_channel.h"
 #include "ddp/base/error.h"
 #include "launcher/agent_socket.h"
 #include "launcher/progress_board.h"
@@ -26,11 +26,7 @@ using Catch::Matchers::Contains;
 namespace {
 
 ddp::EnvLookup env_of(std::map<std::string, std::string> vars) {
-  return [vars](const std::string& name) -> std::optional<std::string> {
-    auto it = vars.find(name);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
+  return ddp::EnvironmentSnapshot::from_map(std::move(vars)).lookup();
 }
 
 ddp::AgentMessage heartbeat(int rank, int pid, std::int64_t step) {

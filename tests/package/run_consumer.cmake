@@ -14,6 +14,33 @@ run_step("install" ${CMAKE_COMMAND} --install "${DDP_BUILD_DIR}" --prefix "${pre
 if(NOT EXISTS "${prefix}/lib/cmake/ddp/ddpConfig.cmake")
   message(FATAL_ERROR "install did not produce lib/cmake/ddp/ddpConfig.cmake under ${prefix}")
 endif()
+# The installed headers are closed: every project header an installed header includes is installed
+# (see Note [Installed headers] in cmake/DdpInstall.cmake), and none includes nlohmann-json.
+file(GLOB_RECURSE installed_headers RELATIVE "${prefix}/include" "${prefix}/include/*.h")
+if(NOT installed_headers)
+  message(FATAL_ERROR "no headers installed under ${prefix}/include")
+endif()
+foreach(header IN LISTS installed_headers)
+  file(STRINGS "${prefix}/include/${header}" includes REGEX "^#include [\"<]")
+  foreach(line IN LISTS includes)
+    if(line MATCHES "^#include \"((ddp|samplers)/[^\"]+)\"")
+      set(included "${CMAKE_MATCH_1}")  # set by MATCHES, so read in a second step
+      if(NOT EXISTS "${prefix}/include/${included}")
+        message(FATAL_ERROR "installed ${header} includes ${included}, which is not installed: "
+                            "add it to DDP_PUBLIC_HEADERS in cmake/DdpInstall.cmake, or move the include to a .cpp")
+      endif()
+    endif()
+    if(line MATCHES "nlohmann/")
+      message(FATAL_ERROR "installed ${header} includes nlohmann-json, which users need not have: ${line}")
+    endif()
+  endforeach()
+endforeach()
+foreach(internal ddp/base/files.h ddp/base/json_text.h ddp/bucket.h)
+  if(EXISTS "${prefix}/include/${internal}")
+    message(FATAL_ERROR "the internal header ${internal} was installed: only the public API is")
+  endif()
+endforeach()
+
 run_step("configure consumer" ${CMAKE_COMMAND} -S "${CONSUMER_SOURCE_DIR}" -B "${WORK_DIR}/build"
   -G "${GENERATOR}" -DCMAKE_BUILD_TYPE=Release
   "-DCMAKE_PREFIX_PATH=${prefix}" "-DTorch_DIR=${TORCH_DIR}")

@@ -1,10 +1,10 @@
-#include "ddp/base/agent_channel.h"
+#include "ddp/agent_channel.h"
 
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <chrono>
+#include <cstring>
 #include <utility>
 
 namespace ddp {
@@ -53,10 +53,6 @@ void AgentChannel::send(const AgentMessage& message) noexcept {
   unsigned char bytes[kAgentMessageBytes];
   encode_agent_message(message, bytes);
   [[maybe_unused]] const ssize_t n = ::send(fd_, bytes, sizeof bytes, MSG_DONTWAIT | MSG_NOSIGNAL);
-}
-
-double wall_seconds_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 ProgressReporter::ProgressReporter(const EnvLookup& env) {

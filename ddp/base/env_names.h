@@ -1,0 +1,53 @@
+#pragma once
+// The names of the environment variables of the launcher-worker contract: what ddp_launch (and
+// torchrun, and srun) set for a worker, and what a worker reads. The writer is
+// launcher/worker_env.cpp, the reader and validator ddp/base/environment.cpp; nothing else spells
+// these names. See Note [Worker environment contract].
+namespace ddp::env {
+
+// Note [Worker environment contract]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A worker learns where it sits in the job only from its environment, so the names below are the
+// whole interface between ddp_launch and the ddp library: they are torchrun's names (a worker
+// started by torchrun runs unchanged) plus three of ours (DDP_AGENT_SOCKET, DDP_LOG_DIR and
+// CUDA_DEVICE_ORDER's default). Keeping them in one header means a rename cannot reach one side
+// only; the round trip (launcher_variables, then parse_worker_environment) is tested in
+// tests/base/test_worker_env_contract.cpp.
+
+// Where the worker sits (torchrun's names).
+inline constexpr char kRank[] = "RANK";
+inline constexpr char kLocalRank[] = "LOCAL_RANK";
+inline constexpr char kWorldSize[] = "WORLD_SIZE";
+inline constexpr char kLocalWorldSize[] = "LOCAL_WORLD_SIZE";
+inline constexpr char kGroupRank[] = "GROUP_RANK";             // the node's rank
+inline constexpr char kGroupWorldSize[] = "GROUP_WORLD_SIZE";  // the number of nodes
+inline constexpr char kRoleRank[] = "ROLE_RANK";
+inline constexpr char kRoleWorldSize[] = "ROLE_WORLD_SIZE";
+// Rank 0's rendezvous address (env:// init method).
+inline constexpr char kMasterAddr[] = "MASTER_ADDR";
+inline constexpr char kMasterPort[] = "MASTER_PORT";
+// The attempt (torchelastic's names).
+inline constexpr char kRestartCount[] = "TORCHELASTIC_RESTART_COUNT";
+inline constexpr char kMaxRestarts[] = "TORCHELASTIC_MAX_RESTARTS";
+inline constexpr char kRunId[] = "TORCHELASTIC_RUN_ID";
+inline constexpr char kErrorFile[] = "TORCHELASTIC_ERROR_FILE";  // see Note [Error file] in run_main.h
+// ddp_launch's own: the heartbeat socket (see Note [Agent channel] in ddp/base/agent_message.h) and the attempt's log folder.
+inline constexpr char kAgentSocket[] = "DDP_AGENT_SOCKET";
+inline constexpr char kLogDir[] = "DDP_LOG_DIR";
+// Devices and threads.
+inline constexpr char kCudaVisibleDevices[] = "CUDA_VISIBLE_DEVICES";
+inline constexpr char kCudaDeviceOrder[] = "CUDA_DEVICE_ORDER";
+inline constexpr char kOmpNumThreads[] = "OMP_NUM_THREADS";
+
+// Slurm (srun): a worker falls back to these when RANK and WORLD_SIZE are unset...
+inline constexpr char kSlurmProcId[] = "SLURM_PROCID";                 // -> RANK
+inline constexpr char kSlurmNtasks[] = "SLURM_NTASKS";                 // -> WORLD_SIZE
+inline constexpr char kSlurmLocalId[] = "SLURM_LOCALID";               // -> LOCAL_RANK
+inline constexpr char kSlurmNtasksPerNode[] = "SLURM_NTASKS_PER_NODE";  // -> LOCAL_WORLD_SIZE
+// ... and ddp_launch reads these to place its node in a Slurm allocation.
+inline constexpr char kSlurmJobNodelist[] = "SLURM_JOB_NODELIST";
+inline constexpr char kSlurmNnodes[] = "SLURM_NNODES";
+inline constexpr char kSlurmNodeId[] = "SLURM_NODEID";
+inline constexpr char kSlurmJobId[] = "SLURM_JOB_ID";
+
+}  // namespace ddp::env
