@@ -14,6 +14,7 @@
 #include <memory>
 #include <thread>
 
+#include "ddp/base/env_names.h"
 #include "ddp/agent_channel.h"
 #include "ddp/checkpoint.h"
 #include "ddp/data_parallel.h"
@@ -51,15 +52,15 @@ struct Runtime {
 Runtime make_runtime(const TrainOptions& options) {
   Runtime rt;
   switch (options.mode) {
-    case Mode::single:
+    case Mode::kSingle:
       rt.device = torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
       rt.devices = {rt.device};
       break;
-    case Mode::dp:
+    case Mode::kDp:
       rt.devices = visible_devices();
       rt.device = rt.devices.front();
       break;
-    case Mode::ddp:
+    case Mode::kDdp:
       // Rank, world size and rendez-vous from the environment ddp_launch sets (env://).
       rt.group = init_process_group();
       rt.rank = rt.group->rank();
@@ -135,11 +136,11 @@ template <class Holder>
 Trainee wrap(Holder model, const TrainOptions& options, const Runtime& rt) {
   Trainee t;
   t.module = model.ptr();
-  if (options.mode == Mode::dp) {
+  if (options.mode == Mode::kDp) {
     auto dp = std::make_shared<DataParallel<Holder>>(model, DataParallelOptions{rt.devices, {}});
     t.forward = [dp](const torch::Tensor& x) { return dp->forward(x); };
     t.evaluate = t.forward;
-  } else if (options.mode == Mode::ddp) {
+  } else if (options.mode == Mode::kDdp) {
     model->to(rt.device);
     auto ddp = std::make_shared<DistributedDataParallel<Holder>>(model, rt.group);
     t.forward = [ddp](const torch::Tensor& x) { return ddp->forward(x); };
@@ -209,7 +210,7 @@ std::string percent(double fraction) { return str(static_cast<double>(static_cas
 void set_threads(const TrainOptions& options, int local_processes) {
   if (options.threads > 0) {
     torch::set_num_threads(static_cast<int>(options.threads));
-  } else if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+  } else if (std::getenv(env::kOmpNumThreads) == nullptr) {
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     torch::set_num_threads(std::max(1, cores / std::max(1, local_processes)));
   }
@@ -412,18 +413,18 @@ int train_main(int argc, char** argv, const ProgramSpec& spec) {
   std::optional<TrainOptions> options;
   try {
     options = parse_train_options(argc, argv, spec);
-  } catch (const InvalidArgument& e) {
+  } catch (const UsageError& e) {
     std::cerr << spec.name << ": error: " << e.what() << std::endl;
-    return 2;
+    return kUsageExitCode;
   }
   if (!options) return 0;
   // run_main prints any other error in one line and leaves it in ddp_launch's error file.
   return run_main(argc, argv, [&](int, char**) {
     try {
       return train(spec, *options);
-    } catch (const InvalidArgument& e) {
+    } catch (const InvalidArgument& e) {  // bad input found while setting up (data folder, checkpoint flags)
       std::cerr << spec.name << ": error: " << e.what() << std::endl;
-      return 2;
+      return kUsageExitCode;
     }
   });
 }

@@ -11,9 +11,9 @@ namespace ddp::examples {
 
 const char* mode_name(Mode mode) {
   switch (mode) {
-    case Mode::single: return "single";
-    case Mode::dp: return "dp";
-    case Mode::ddp: return "ddp";
+    case Mode::kSingle: return "single";
+    case Mode::kDp: return "dp";
+    case Mode::kDdp: return "ddp";
   }
   return "?";
 }
@@ -25,7 +25,7 @@ constexpr const char* kDebugGroup = "debug";
 template <typename T>
 T positive(const cxxopts::ParseResult& result, const std::string& flag, T minimum) {
   const T value = result[flag].as<T>();
-  if (value < minimum) throw InvalidArgument(str("--", flag, " must be at least ", minimum, ", not ", value));
+  if (value < minimum) throw UsageError(str("--", flag, " must be at least ", minimum, ", not ", value));
   return value;
 }
 
@@ -64,10 +64,10 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, const Pro
   try {
     result = cli.parse(argc, argv);
   } catch (const cxxopts::exceptions::exception& e) {
-    throw InvalidArgument(str(e.what(), " (see --help)"));
+    throw UsageError(str(e.what(), " (see --help)"));
   }
   if (!result.unmatched().empty()) {
-    throw InvalidArgument(str("unexpected argument '", result.unmatched().front(), "' (see --help)"));
+    throw UsageError(str("unexpected argument '", result.unmatched().front(), "' (see --help)"));
   }
   if (result.count("help")) {
     std::cout << cli.help({""}) << std::flush;
@@ -77,39 +77,39 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, const Pro
   try {
     const std::string mode = result["mode"].as<std::string>();
     if (mode == "single") {
-      o.mode = Mode::single;
+      o.mode = Mode::kSingle;
     } else if (mode == "dp") {
-      o.mode = Mode::dp;
+      o.mode = Mode::kDp;
     } else if (mode == "ddp") {
-      o.mode = Mode::ddp;
+      o.mode = Mode::kDdp;
     } else {
-      throw InvalidArgument(str("--mode must be single, dp or ddp, not '", mode, "'"));
+      throw UsageError(str("--mode must be single, dp or ddp, not '", mode, "'"));
     }
     o.model = result["model"].as<std::string>();
     if (std::find(spec.models.begin(), spec.models.end(), o.model) == spec.models.end()) {
-      throw InvalidArgument(str("--model must be ", join(spec.models, " or "), ", not '", o.model, "'"));
+      throw UsageError(str("--model must be ", join(spec.models, " or "), ", not '", o.model, "'"));
     }
     o.epochs = positive<int64_t>(result, "epochs", 1);
     o.batch_size = positive<int64_t>(result, "batch-size", 1);
     o.lr = result["lr"].as<double>();
-    if (!(o.lr > 0)) throw InvalidArgument(str("--lr must be positive, not ", o.lr));
+    if (!(o.lr > 0)) throw UsageError(str("--lr must be positive, not ", o.lr));
     const std::string schedule = result["lr-schedule"].as<std::string>();
     if (schedule != "cosine" && schedule != "constant") {
-      throw InvalidArgument(str("--lr-schedule must be cosine or constant, not '", schedule, "'"));
+      throw UsageError(str("--lr-schedule must be cosine or constant, not '", schedule, "'"));
     }
     o.cosine_lr = schedule == "cosine";
     o.momentum = result["momentum"].as<double>();
-    if (!(o.momentum >= 0 && o.momentum < 1)) throw InvalidArgument(str("--momentum must be in [0, 1), not ", o.momentum));
+    if (!(o.momentum >= 0 && o.momentum < 1)) throw UsageError(str("--momentum must be in [0, 1), not ", o.momentum));
     o.weight_decay = positive<double>(result, "weight-decay", 0.0);
     o.seed = result["seed"].as<uint64_t>();
     o.data_dir = result["data-dir"].as<std::string>();
-    if (o.data_dir.empty()) throw InvalidArgument(str("--data-dir is required: the folder of ", spec.dataset));
+    if (o.data_dir.empty()) throw UsageError(str("--data-dir is required: the folder of ", spec.dataset));
     o.checkpoint_dir = result["checkpoint-dir"].as<std::string>();
     o.checkpoint_every = positive<int64_t>(result, "checkpoint-every", 0);
     o.resume = result.count("resume") > 0;
-    if (o.resume && o.checkpoint_dir.empty()) throw InvalidArgument("--resume needs --checkpoint-dir");
+    if (o.resume && o.checkpoint_dir.empty()) throw UsageError("--resume needs --checkpoint-dir");
     o.allow_fresh_start = result.count("allow-fresh-start") > 0;
-    if (o.allow_fresh_start && !o.resume) throw InvalidArgument("--allow-fresh-start needs --resume");
+    if (o.allow_fresh_start && !o.resume) throw UsageError("--allow-fresh-start needs --resume");
     o.grad_accum = positive<int64_t>(result, "grad-accum", 1);
     o.workers = positive<int64_t>(result, "workers", 0);
     o.threads = positive<int64_t>(result, "threads", 0);
@@ -118,7 +118,7 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, const Pro
     o.save_params = result["save-params"].as<std::string>();
     o.max_steps = positive<int64_t>(result, "max-steps", 0);
   } catch (const cxxopts::exceptions::exception& e) {
-    throw InvalidArgument(str(e.what(), " (see --help)"));
+    throw UsageError(str(e.what(), " (see --help)"));
   }
   return o;
 }

@@ -7,7 +7,7 @@
 
 namespace ddp::examples {
 
-enum class Mode { single, dp, ddp };
+enum class Mode { kSingle, kDp, kDdp };
 const char* mode_name(Mode mode);
 
 // What differs between train_fashion_mnist and train_cifar10.
@@ -22,7 +22,7 @@ struct ProgramSpec {
 };
 
 struct TrainOptions {
-  Mode mode = Mode::single;
+  Mode mode = Mode::kSingle;
   std::string model;
   int64_t epochs = 5;
   int64_t batch_size = 64;  // per process in ddp, total in single and dp
@@ -45,7 +45,7 @@ struct TrainOptions {
   int64_t max_steps = 0;    // debug: stop when the global step reaches this (an interruption; 0: none)
 };
 
-// Parses argv. Returns nullopt after printing --help. Throws ddp::InvalidArgument with a one-line
+// Parses argv. Returns nullopt after printing --help. Throws ddp::UsageError with a one-line
 // message for an unknown flag, a bad value or an inconsistent combination.
 std::optional<TrainOptions> parse_train_options(int argc, char** argv, const ProgramSpec& spec);
 

@@ -8,6 +8,7 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "ddp/base/env_names.h"
 #include "ddp/base/report_files.h"
 #include "launcher/agent_socket.h"
 #include "launcher/config.h"
@@ -152,7 +153,7 @@ int run(const LaunchConfig& c, const EnvironmentSnapshot& env) {
       bound += ddp::str(lr == 0 ? "" : ", ", "local rank ", lr, ": ", format_cpu_list(local.cpu_slices[lr]));
     }
     spdlog::info("--cpu_bind exclusive: {}{}", bound,
-                 env.get("OMP_NUM_THREADS") ? "" : " (OMP_NUM_THREADS = each worker's CPU count)");
+                 env.get(ddp::env::kOmpNumThreads) ? "" : " (OMP_NUM_THREADS = each worker's CPU count)");
   } else if (needs_omp_default(env.vars, local.nproc)) {
     spdlog::warn("setting OMP_NUM_THREADS=1 for each of the {} workers to avoid overloading the machine; "
                  "set OMP_NUM_THREADS to tune it",

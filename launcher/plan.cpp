@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "ddp/base/env_names.h"
 #include "launcher/log_layout.h"
 
 namespace ddp::launcher {
@@ -59,7 +60,7 @@ std::vector<WorkerLaunch> plan_workers(const LaunchConfig& c, const NodeAssignme
     w.cpus = slot.cpus;
     w.env = worker_environment(run.inherited, node, slot);
     w.launcher_set = launcher_variables(node, slot);
-    if (auto omp = omp_threads_default(run.inherited, local.nproc, slot)) w.launcher_set.emplace_back("OMP_NUM_THREADS", *omp);
+    if (auto omp = omp_threads_default(run.inherited, local.nproc, slot)) w.launcher_set.emplace_back(ddp::env::kOmpNumThreads, *omp);
     w.dir = files.dir;
     w.error_file = files.error_file;
     const StdStreams redirected = c.redirects.for_local_rank(lr);
