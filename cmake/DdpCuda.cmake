@@ -1,4 +1,5 @@
 # Note [CUDA LibTorch builds]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~
 # The same sources build against a CPU-only LibTorch (the default, what the tests run on) and against
 # a CUDA LibTorch (scripts/build-cuda.sh; scripts/gpu-check.sh on a GPU machine). TorchConfig.cmake
 # decides which one it is: a CUDA LibTorch runs Caffe2's FindCUDA/CUDAToolkit (it needs nvcc and the

@@ -9,6 +9,7 @@ function(ddp_set_warnings target)
 endfunction()
 
 # Note [Gloo headers]
+# ~~~~~~~~~~~~~~~~~~~
 # LibTorch's wheels and zips ship libtorch_cpu with Gloo compiled in, but not Gloo's headers, which
 # c10d/ProcessGroupGloo.hpp includes. Debian's libgloo-dev provides headers that are compatible with
 # the declarations ProcessGroupGloo.hpp needs (we only pass Gloo devices around by shared_ptr). They

@@ -2,6 +2,7 @@
 # project's own targets only. scripts/test.sh --sanitize builds with it into build-asan/.
 #
 # Note [Sanitizing our targets only]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 # LibTorch, Gloo and the system libraries are not rebuilt: ASan's runtime is linked into each of our
 # executables and intercepts malloc/free process-wide, so heap errors in our code are caught also on
 # memory that LibTorch allocated; errors inside LibTorch's own code are not. The flags are set with

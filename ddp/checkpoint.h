@@ -211,7 +211,7 @@ struct CheckpointFile {
 };
 
 // Writes `files` and a MANIFEST (with `info`'s epoch, step and world size) into <root>/<name>/
-// atomically, per Note [Checkpoint layout]. If a writer throws, the temporary folder is removed, an
+// atomically, see Note [Checkpoint layout]. If a writer throws, the temporary folder is removed, an
 // existing <root>/<name> is untouched, and the exception propagates. Returns <root>/<name>.
 std::filesystem::path write_checkpoint_directory(const std::filesystem::path& root,
                                                  const std::string& name,

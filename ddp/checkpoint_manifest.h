@@ -1,6 +1,6 @@
 #pragma once
 // The MANIFEST of a checkpoint folder and the checksums it holds (see Note [Checkpoint layout] in
-// ddp/checkpoint.h and Note [MANIFEST format] below). Internal to the ddp library (and its tests
+// ddp/checkpoint.h, and see Note [MANIFEST format] below). Internal to the ddp library (and its tests
 // and fuzzers).
 #include <cstdint>
 #include <filesystem>
@@ -30,7 +30,7 @@ namespace ddp {
 // invalid (a cut one used to verify while listing no file at all). Neither is a signature: anyone
 // who can write the folder can recompute them; see Note [Checkpoint folder ownership] for that.
 // Version 1 (ddp before this format) has no end line and the project's earlier 64-bit checksum
-// (Note [Legacy checksum]); such folders still verify and load.
+// (see Note [Legacy checksum]); such folders still verify and load.
 inline constexpr const char* kManifestName = "MANIFEST";
 
 enum class ChecksumKind { kXxh3, kLegacy };

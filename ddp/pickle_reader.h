@@ -63,7 +63,7 @@ using StorageLoader =
 
 // Reads the pickle `data` (from the file `file`, named in errors; `what` says what the file should
 // hold, e.g. "state dict") into a tree. Throws ddp::IoError "<file>: not a readable <what>: ..." for
-// anything outside Note [Reading PyTorch pickles].
+// anything outside what it reads (see Note [Reading PyTorch pickles]).
 PickleValue read_pickle(const std::string& file, const std::string& what, const char* data, size_t size,
                         const StorageLoader& load_storage);
 

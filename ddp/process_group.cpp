@@ -204,7 +204,7 @@ c10::intrusive_ptr<c10d::Store> make_store(const InitMethod& method, const std::
   store_options.numWorkers = world_size;
   store_options.waitWorkers = false;
   store_options.timeout = timeout;
-  if (rank == 0) store_options.masterListenFd = listen_on_loopback(host, port);  // Note [Loopback store]
+  if (rank == 0) store_options.masterListenFd = listen_on_loopback(host, port);  // See Note [Loopback store]
   // See Note [Bounded connect to the master].
   if (rank != 0 && !wait_until_listening(host, port, std::chrono::steady_clock::now() + timeout)) {
     throw CommunicationError(str("rank ", rank, " could not reach the master at ", host, ":", port,

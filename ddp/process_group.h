@@ -48,7 +48,7 @@ class ProcessGroup {
     // Where a rank writes its last collectives on a timeout or communication error ("": nowhere);
     // see diagnostics_dir() in ddp/environment.h.
     std::string log_dir;
-    std::size_t collective_log_size = 64;  // Note [Collective ring buffer]
+    std::size_t collective_log_size = 64;  // See Note [Collective ring buffer]
   };
   ProcessGroup(Info info, c10::intrusive_ptr<c10d::Store> store,
                c10::intrusive_ptr<c10d::Backend> backend);

@@ -1,5 +1,5 @@
 #pragma once
-// The launcher's end of the workers' heartbeat channel (Note [Agent channel] in ddp/base/agent_message.h):
+// The launcher's end of the workers' heartbeat channel (see Note [Agent channel] in ddp/base/agent_message.h):
 // a Unix-domain datagram socket in a private folder, read by the supervisor's poll loop. Every
 // datagram comes with the kernel's word on who sent it: see Note [Agent sender credentials].
 #include <sys/types.h>

@@ -36,8 +36,6 @@ class GpuProvider {
 struct GpuSelectionOptions {
   int count = 1;                 // how many GPUs to pick
   bool allow_busy = false;       // accept GPUs that other processes hold
-  GpuSelectionOptions& set_count(int c) { count = c; return *this; }
-  GpuSelectionOptions& set_allow_busy(bool b) { allow_busy = b; return *this; }
 };
 
 // Picks `count` GPUs: those without processes (unless allow_busy), most free memory first, ties by

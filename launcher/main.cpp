@@ -166,7 +166,7 @@ int run(const LaunchConfig& c, const EnvironmentSnapshot& env) {
 
   const GroupFactory make_group = [&](int attempt) {
     std::vector<WorkerLaunch> group = plan_workers(c, node, local, run, attempt);
-    make_new_dir(attempt_dir(run.run_folder, attempt));  // Note [Log folders]
+    make_new_dir(attempt_dir(run.run_folder, attempt));  // See Note [Log folders]
     for (const WorkerLaunch& w : group) make_new_dir(w.dir);
     return group;
   };

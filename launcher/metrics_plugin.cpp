@@ -1,5 +1,5 @@
 // The metrics plugin: cpp-httplib serving GET /metrics (see launcher/metrics_plugin_api.h), behind
-// a gate that no slow or idle client can hold up (Note [Metrics endpoint admission]).
+// a gate that no slow or idle client can hold up (see Note [Metrics endpoint admission]).
 #include <httplib.h>
 
 #include <fcntl.h>

@@ -2,7 +2,7 @@
 // ddp_launch --metrics_port: serves the ProgressBoard (and NVML's GPU facts, when there is a
 // driver) in Prometheus text format at http://ADDR:PORT/metrics. The HTTP server lives in a
 // plugin loaded only here (see launcher/metrics_plugin_api.h); no idle or slow client can keep it
-// from answering a scrape (Note [Metrics endpoint admission] in launcher/metrics_plugin.cpp).
+// from answering a scrape (see Note [Metrics endpoint admission] in launcher/metrics_plugin.cpp).
 #include <memory>
 #include <mutex>
 #include <string>

@@ -45,8 +45,8 @@ struct RankProgress {
 // Datagrams ProgressBoard::record dropped, by reason (never reset: they count over all attempts).
 struct DroppedAgentMessages {
   std::int64_t malformed = 0;  // not a message of this version
-  std::int64_t sender = 0;     // not from a worker of this attempt (Note [Agent sender credentials])
-  std::int64_t values = 0;     // from a worker, with values that cannot be (Note [Validated progress])
+  std::int64_t sender = 0;     // not from a worker of this attempt (see Note [Agent sender credentials])
+  std::int64_t values = 0;     // from a worker, with values that cannot be (see Note [Validated progress])
 };
 
 // What ProgressBoard::record made of a datagram.
@@ -82,8 +82,8 @@ class ProgressBoard {
   // A new attempt's workers (restart count `attempt`): forgets the previous attempt's progress.
   void begin_attempt(int attempt, const std::vector<WorkerIdentity>& workers);
   // Takes a datagram received at `now`. Only a message whose sender credentials name the worker of
-  // this attempt with the message's rank and pid counts (Note [Agent sender credentials] in
-  // launcher/agent_socket.h), and only plausible values reach the series (Note [Validated
+  // this attempt with the message's rank and pid counts (see Note [Agent sender credentials] in
+  // launcher/agent_socket.h), and only plausible values reach the series (see Note [Validated
   // progress]); everything else is dropped and counted in JobProgress::dropped.
   //
   // Note [Validated progress]

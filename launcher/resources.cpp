@@ -80,7 +80,7 @@ std::vector<std::string> resolve_visible_gpus(const LaunchConfig& c, int nproc, 
     case GpuRequest::Mode::kAuto: {
       const int want = c.gpus.auto_count.value_or(nproc);
       if (want < nproc) throw UsageError(ddp::str("--gpus auto:", want, " is fewer GPUs than ", nproc, " workers"));
-      picked = select_gpus(machine.gpus(), GpuSelectionOptions().set_count(want).set_allow_busy(c.allow_busy_gpus));
+      picked = select_gpus(machine.gpus(), GpuSelectionOptions{want, c.allow_busy_gpus});
       break;
     }
   }

@@ -5,9 +5,9 @@
 #      (benchmarks/torch_ddp_reference.py under the venv's torchrun): the same models (the examples'),
 #      data, per-rank batch, ranks, threads, iterations, Gloo on the CPU; for the small CNN (lenet,
 #      batch 64) and ResNet-18.
-#      --data synthetic (default): the in-memory synthetic batches of Note [Synthetic data].
+#      --data synthetic (default): the in-memory synthetic batches (see Note [Synthetic data]).
 #      --data fashion-mnist: Debian's Fashion-MNIST through each side's real pipeline (LeNet only):
-#        C++: the examples' ImageDataset + DistributedSampler + data loader (Note [Real data]);
+#        C++: the examples' ImageDataset + DistributedSampler + data loader (see Note [Real data]);
 #        Python, two ratios: the users' idiomatic per-sample Dataset + DataLoader + DistributedSampler
 #        ("dataset"), and the whole set as one tensor indexed per batch ("tensor", Python at its best).
 #   2. ddp_launch against torchrun, start-to-exit of 8 workers (build/bin/launch_startup_bench);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Compiles and links the CUDA/NCCL code paths against a CUDA LibTorch, so that the NCCL and CUDA code paths
-# (USE_C10D_NCCL, DDP_WITH_CUDA; Note [CUDA LibTorch builds] in cmake/DdpCuda.cmake) cannot rot on a
+# (USE_C10D_NCCL, DDP_WITH_CUDA; see Note [CUDA LibTorch builds] in cmake/DdpCuda.cmake) cannot rot on a
 # machine without a GPU. Runs nothing. Creates $DDP_ROOT/.venv-cuda with torch==2.14.1 (CUDA 13, its
 # nvidia-* wheels) when missing, configures build-cuda/ (or $DDP_CUDA_BUILD_DIR) and builds the ddp
 # library, the examples, the benchmarks and the GPU tests (DDP_CUDA_TARGETS=all: every target).

@@ -2,6 +2,7 @@
 // Force-included first into every Catch test translation unit (see ddp_add_catch_test).
 //
 // Note [Catch and LibTorch CHECK]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // LibTorch's c10/util/Logging.h defines a glog-style CHECK(cond) that aborts the process. Included
 // after catch.hpp it silently replaces Catch's CHECK: a failing check then kills the test program
 // instead of being reported, and passing checks are not counted. Including Logging.h here, before

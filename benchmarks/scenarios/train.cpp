@@ -313,7 +313,7 @@ int run_train(const BenchOptions& options) {
     emit(table, options,
          {{"scenario", "train"}, {"world_size", std::to_string(world)}, {"backend", group->backend_name()},
           {"threads", std::to_string(threads)},
-          {"data", real ? "fashion-mnist from " + options.data_dir + " (Note [Real data])" : "synthetic (Note [Synthetic data])"}},
+          {"data", real ? "fashion-mnist from " + options.data_dir + " (see Note [Real data])" : "synthetic (see Note [Synthetic data])"}},
          {"ddp_bench train: world " + std::to_string(world) + ", backend " + group->backend_name() + ", " +
               std::to_string(threads) + " threads/rank, " + options.data + " data; times in ms per step (means over the timed "
               "iterations), step_ms_median over steps; peak memory per rank in rank order",

@@ -1,4 +1,4 @@
-// The launcher-worker environment contract (Note [Worker environment contract] in
+// The launcher-worker environment contract (see Note [Worker environment contract] in
 // ddp/base/env_names.h): what launcher/worker_env.cpp writes, ddp/base/environment.cpp reads back.
 #include <catch2/catch.hpp>
 #include <map>

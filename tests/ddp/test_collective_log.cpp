@@ -373,7 +373,7 @@ std::vector<std::string> listening_addresses(int port) {
 
 }  // namespace
 
-TEST_CASE("a store for a loopback master listens on loopback only (Note [Loopback store])", "[process_group]") {
+TEST_CASE("a store for a loopback master listens on loopback only (see Note [Loopback store])", "[process_group]") {
   const int port = ddp::launcher::pick_free_port("127.0.0.1");
   ddp::InitOptions init;
   init.backend = "gloo";

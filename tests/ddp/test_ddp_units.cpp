@@ -109,7 +109,7 @@ TEST_CASE("buckets: bad input is rejected") {
   REQUIRE(assign({}, 10, 10).empty());
 }
 
-// Note [Bucket rebuild]: the assignment walks a given gradient-ready order.
+// See Note [Bucket rebuild]: the assignment walks a given gradient-ready order.
 Buckets assign_in_order(const std::vector<std::size_t>& sizes, std::size_t first, std::size_t cap,
                         const std::vector<std::size_t>& order, std::vector<c10::ScalarType> dtypes = {}) {
   if (dtypes.empty()) dtypes.assign(sizes.size(), kFloat);

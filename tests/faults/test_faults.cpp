@@ -215,7 +215,7 @@ TEST_CASE("a rank that hangs in a step: the collective timeout fires on the othe
     CHECK_THAT(outcome.err, Contains("rank 1 (local_rank: 1): exitcode SIGTERM") &&
                                 Contains("(after the launcher stopped the group)"));
     const std::string message = summary_message(outcome.err);
-    // Note [Naming the ranks that did not arrive]: rank 0 names the hung rank.
+    // See Note [Naming the ranks that did not arrive]: rank 0 names the hung rank.
     CHECK_THAT(message, Contains("gradient all-reduce #") && Contains("timed out after 2 s on rank 0") &&
                             Contains("rank(s) 1 did not arrive"));
     CHECK(seconds < 2 + 2 + 3 + 5);  // timeout + report window + grace + slack

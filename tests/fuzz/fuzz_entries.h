@@ -4,6 +4,7 @@
 // tests/fuzz/regressions/<target>/ in the normal (gcc) build.
 //
 // Note [Fuzz inputs]
+// ~~~~~~~~~~~~~~~~~~
 // The first byte of an input chooses how the rest reaches the reader (a mode), the rest is the file's
 // content: the readers take paths, so each input is written into a scratch folder (tmpfs when
 // scripts/fuzz.sh runs them) and read through the same functions the programs call. An entry returns

@@ -64,7 +64,7 @@ bool wait_for_files(const std::string& dir, const std::string& prefix, size_t co
                     std::chrono::milliseconds timeout);
 
 std::vector<std::string> list_dir(const std::string& dir);
-// The folders of runs `run_id` below a --log_dir (<run_id>_<random>, Note [Log folders]), sorted.
+// The folders of runs `run_id` below a --log_dir (<run_id>_<random>, see Note [Log folders]), sorted.
 std::vector<std::string> run_folders(const std::string& log_dir, const std::string& run_id);
 // The one run folder of `run_id` below log_dir (the test fails unless there is exactly one).
 std::string run_folder(const std::string& log_dir, const std::string& run_id);

@@ -328,13 +328,13 @@ TEST_CASE("GPU selection with a fake NVML", "[launcher][gpu]") {
   fake.list = {gpu(0, 10), gpu(1, 79, {{4242, "python", 1ull << 30}}), gpu(2, 70), gpu(3, 75)};
   GpuProvider& provider = fake;
   // Busy GPU 1 is refused; most free first (3, 2), reported in index order.
-  CHECK(select_gpus(provider.gpus(), GpuSelectionOptions().set_count(2)) == std::vector<int>{2, 3});
-  CHECK(select_gpus(provider.gpus(), GpuSelectionOptions().set_count(3)) == std::vector<int>{0, 2, 3});
+  CHECK(select_gpus(provider.gpus(), GpuSelectionOptions{2, false}) == std::vector<int>{2, 3});
+  CHECK(select_gpus(provider.gpus(), GpuSelectionOptions{3, false}) == std::vector<int>{0, 2, 3});
   // With --allow_busy_gpus the busy one (most free memory) is taken.
-  CHECK(select_gpus(provider.gpus(), GpuSelectionOptions().set_count(1).set_allow_busy(true)) == std::vector<int>{1});
+  CHECK(select_gpus(provider.gpus(), GpuSelectionOptions{1, true}) == std::vector<int>{1});
   // Too few: the error lists every GPU with its free memory and its processes.
   try {
-    select_gpus(provider.gpus(), GpuSelectionOptions().set_count(4));
+    select_gpus(provider.gpus(), GpuSelectionOptions{4, false});
     FAIL("expected a UsageError");
   } catch (const UsageError& e) {
     const std::string msg = e.what();
