@@ -1,6 +1,10 @@
 #include "launcher/rdzv_client.h"
 
+#include <unistd.h>
+
 #include "ddp/base/error.h"
+#include "ddp/base/route.h"
+#include "ddp/base/str.h"
 #include "launcher/net.h"
 #include "launcher/plugin_loader.h"
 #include "launcher/rdzv_plugin_api.h"
@@ -28,9 +32,22 @@ class StoreRendezvous : public RendezvousHandler {
     release_ = plugin.symbol<ddp_rdzv_release_fn>(DDP_RDZV_RELEASE_SYMBOL);
 
     // Serve the store when the endpoint is ours: bound here to exactly its address (See Note [Dynamic
-    // rendezvous]); the store owns the socket from then on.
-    const int listen_fd = listen_on(config_.rdzv_host, config_.rdzv_port);
-    const std::string advertise = local_address_towards(config_.rdzv_host, config_.rdzv_port);
+    // rendezvous]); the store owns the socket from then on. Advertise, as rank 0's node, the address
+    // that routes to the endpoint (See Note [Advertised address] in ddp/base/route.h).
+    const RouteFacts route = look_up_route(config_.rdzv_host);
+    const bool others = config_.nnodes > 1;
+    int listen_fd = listen_on(config_.rdzv_host, config_.rdzv_port);
+    const std::string wider = store_listen_address(route, others);
+    if (listen_fd >= 0 && wider != route.master_address) {
+      ::close(listen_fd);  // the endpoint is this host's Debian name: serve every interface
+      listen_fd = listen_on_address(wider, config_.rdzv_port);
+    }
+    std::string advertise;
+    try {
+      advertise = choose_advertised_address(route, others, std::nullopt).address;
+    } catch (const ddp::Error& error) {
+      throw ddp::UsageError(ddp::str("--rdzv_endpoint ", config_.rdzv_host, ": ", error.what()));
+    }
     const int port = pick_free_port(advertise);
     ddp_rdzv_request req{config_.rdzv_host.c_str(), config_.rdzv_port, config_.rdzv_id.c_str(), config_.nnodes,
                          listen_fd, advertise.c_str(), port, config_.rdzv_timeout_s, config_.rdzv_token.c_str(),
