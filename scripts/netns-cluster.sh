@@ -11,8 +11,9 @@
 # route and no uplink, so traffic never leaves the machine. Each host has a UTS namespace with the
 # hostname hostK and an /etc/hosts as on a stock Debian host (hostK -> 127.0.1.1) plus every other
 # host's name and address. --rate/--delay/--loss shape every host's link with tc netem (e.g. 100mbit,
-# 20ms, 1%); --shape K:RATE:DELAY:LOSS one host's (empty fields: unshaped). NAME must be short
-# (at most 8 characters: interface names are 15): tests use a prefix and their pid.
+# 20ms, 1%; delay and loss need the kernel's sch_netem, a rate alone uses tbf); --shape
+# K:RATE:DELAY:LOSS shapes one host's (empty fields: unshaped). NAME (letters and digits) is unique
+# per test run: the tests use a prefix and their pid, so runs go in parallel.
 set -euo pipefail
 
 subnet=198.18.0
@@ -56,7 +57,7 @@ shape() {  # shape NAME K RATE DELAY LOSS: tbf for a rate alone, netem for delay
 up() {
   local name=$1 n=$2
   shift 2
-  [[ $name =~ ^[a-z0-9]{1,8}$ ]] || die "NAME '$name': 1 to 8 lower-case letters or digits"
+  [[ $name =~ ^[a-z0-9]{1,32}$ ]] || die "NAME '$name': 1 to 32 lower-case letters or digits"
   [[ $n =~ ^[0-9]+$ ]] && ((n >= 1 && n <= 200)) || die "N '$n': a number of hosts from 1 to 200"
   local rate="" delay="" loss="" shapes=()
   while (($#)); do
@@ -103,7 +104,7 @@ up() {
 
 down() {
   local name=$1 ns
-  [[ $name =~ ^[a-z0-9]{1,8}$ ]] || die "NAME '$name': 1 to 8 lower-case letters or digits"
+  [[ $name =~ ^[a-z0-9]{1,32}$ ]] || die "NAME '$name': 1 to 32 lower-case letters or digits"
   for ns in $(ip netns list | awk '{print $1}' | grep -E "^$name-(sw|h[0-9]+)$" || true); do
     # Processes still inside would keep the namespace's network alive: end them first.
     for pid in $(ip netns pids "$ns" 2>/dev/null || true); do kill -KILL "$pid" 2>/dev/null || true; done

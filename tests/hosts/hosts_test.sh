@@ -12,6 +12,11 @@ reason=$("$cluster" check) || {
   exit 77
 }
 
+# A run killed with SIGKILL (a CTest timeout) could not clean up: remove the hosts of runs whose
+# script is gone (the pid is in the name).
+for stale in $(ip netns list | sed -n -E 's/^hs([0-9]+)-sw.*/\1/p'); do
+  [[ -d /proc/$stale ]] && [[ $(awk '{print $3}' "/proc/$stale/stat" 2>/dev/null) != Z ]] || "$cluster" down "hs$stale"
+done
 name="hs$$"
 work=$(mktemp -d)
 pids=()
@@ -125,6 +130,7 @@ case $scenario in
     finish
     expect_in_logs 3 "OK: collectives on rank"
     no_warning_noise
+    [[ $(listeners 0 $port) == "" ]] || fail "the store still listens after the job"
     ;;
   c10d)
     # Dynamic rendezvous at host0:PORT (a name, 127.0.1.1 on host0), node ranks assigned; DDP
@@ -147,6 +153,31 @@ case $scenario in
     finish
     expect_in_logs 3 "OK: collectives on rank"
     expect_in_logs 3 "master_addr=host0 from SLURM_JOB_NODELIST"
+    ;;
+  two_interfaces)
+    # host0 has a second interface and the master is its Debian name: which address would the
+    # other hosts reach? Rank 0 says so in one line naming both; GLOO_SOCKET_IFNAME settles it.
+    on 0 ip link add eth1 type veth peer name eth1p
+    on 0 ip addr add 198.19.0.1/24 dev eth1
+    on 0 ip link set eth1 up
+    on 0 ip link set eth1p up
+    for k in 0 1 2; do
+      start $k -- --nnodes 3 --node_rank $k --nproc_per_node 1 --master_addr host0 --master_port $port \
+        "$worker" train --model mlp --timeout-s 10
+    done
+    wait "${pids[0]}" && fail "rank 0 trained although it could not tell which address to advertise"
+    for k in 1 2; do wait "${pids[$k]}" || true; done
+    pids=()
+    grep -q -F "error: no address to advertise to the other ranks: MASTER_ADDR host0 resolves to 127.0.1.1 here" \
+      "$work/host0.log" || fail "rank 0 did not say why it had no address"
+    grep -q -E "interfaces up are: .*eth0 198.18.0.1" "$work/host0.log" || fail "the line does not name eth0"
+    grep -q -E "interfaces up are: .*eth1 198.19.0.1" "$work/host0.log" || fail "the line does not name eth1"
+    for k in 0 1 2; do
+      start $k GLOO_SOCKET_IFNAME=eth0 -- --nnodes 3 --node_rank $k --nproc_per_node 1 --master_addr host0 \
+        --master_port $((port + 1)) "$worker" train --model mlp --timeout-s 10
+    done
+    finish
+    expect_in_logs 1 "OK: world 3"
     ;;
   *)
     echo "unknown scenario $scenario"
