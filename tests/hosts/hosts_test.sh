@@ -133,11 +133,11 @@ case $scenario in
     [[ $(listeners 0 $port) == "" ]] || fail "the store still listens after the job"
     ;;
   c10d)
-    # Dynamic rendezvous at host0:PORT (a name, 127.0.1.1 on host0), node ranks assigned; DDP
+    # Dynamic rendezvous at host0:PORT (a name, 127.0.1.1 on host0), node ranks assigned; DDP (a CNN)
     # equals single-process training.
     for k in 0 1 2; do
       start $k -- --nnodes 3 --nproc_per_node 1 --rdzv_endpoint "host0:29400" --rdzv_id hosts \
-        --rdzv_timeout 60 "$worker" train --model mlp
+        --rdzv_timeout 60 "$worker" train --model cnn
     done
     finish
     expect_in_logs 1 "OK: world 3"
