@@ -190,10 +190,11 @@ c10::intrusive_ptr<c10d::Store> make_store(const InitMethod& method, const std::
                                  " (is rank 0 running, and are MASTER_ADDR/MASTER_PORT right?)"));
   }
   try {
-    // Note [Quiet store connect]: c10d warns when the reverse lookup of a socket's address fails
-    // ("The hostname of the client socket cannot be retrieved"), as it does on hosts whose own
-    // network address has no name (no reverse DNS, Debian's /etc/hosts): noise, the store works.
-    // Only c10's errors are shown while the store connects, unless TORCH_CPP_LOG_LEVEL asks.
+    // Note [Quiet store connect]
+    // c10d warns when the reverse lookup of a socket's address fails ("The hostname of the client
+    // socket cannot be retrieved"), as it does on hosts whose own network address has no name (no
+    // reverse DNS, Debian's /etc/hosts): noise, the store works. Only c10's errors are shown while
+    // the store connects, unless TORCH_CPP_LOG_LEVEL asks for more.
     struct RestoreLogLevel {
       int level = FLAGS_caffe2_log_level;
       ~RestoreLogLevel() { FLAGS_caffe2_log_level = level; }

@@ -123,6 +123,8 @@ case $scenario in
     start 0 -- --nnodes 3 --node_rank 0 --nproc_per_node 1 --master_addr host0 --master_port $port \
       "$worker" collectives
     wait_listening 0 $port
+    [[ $(listeners 0 $port) == "0.0.0.0:$port" ]] ||
+      fail "the store on host0 listens on '$(listeners 0 $port | tr '\n' ' ')', not on every interface"
     for k in 1 2; do
       start $k -- --nnodes 3 --node_rank $k --nproc_per_node 1 --master_addr host0 --master_port $port \
         "$worker" collectives
