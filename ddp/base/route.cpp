@@ -140,7 +140,9 @@ AdvertisedAddress choose_advertised_address(const RouteFacts& facts, bool peers_
     throw CommunicationError(str("no address to advertise to the other ranks: tried the route to ", tried, ": ",
                                  facts.problem, "; interfaces up: ", describe(facts.interfaces), remedy));
   }
-  if (!is_loopback_address(*facts.route_source) || !peers_on_other_hosts || names_loopback(facts.master)) {
+  // No network interface at all: the "other hosts" can only be this one (nodes simulated on one host).
+  if (!is_loopback_address(*facts.route_source) || !peers_on_other_hosts || names_loopback(facts.master) ||
+      facts.interfaces.empty()) {
     chosen.address = *facts.route_source;
     return chosen;
   }

@@ -20,7 +20,8 @@ namespace ddp {
 // - A master given as a name that resolves to loopback here (the master host's own Debian name)
 //   while peers are on other hosts: the route says loopback, which peers cannot use, so the one
 //   non-loopback interface that is up is taken; with several, the line names them and asks for
-//   GLOO_SOCKET_IFNAME or an address (there is no telling which one the peers reach).
+//   GLOO_SOCKET_IFNAME or an address (there is no telling which one the peers reach); with none,
+//   the "other hosts" can only be this one, and loopback it is.
 // - Nothing usable: one line naming what was tried (the name, its address, the route's answer,
 //   the interfaces) and what to set.
 // The master's store listens on the master address only (See Note [Loopback store] in
