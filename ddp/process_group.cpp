@@ -500,8 +500,10 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
     if (backend == "gloo") {
       auto gloo_options = c10d::ProcessGroupGloo::Options::create(info.timeout);
       // See Note [Advertised address] in ddp/base/route.h.
-      const AdvertisedAddress advertised =
-          choose_advertised_address(look_up_route(host), peers_on_other_hosts, env("GLOO_SOCKET_IFNAME"));
+      AdvertiseOptions advertise;
+      advertise.peers_on_other_hosts = peers_on_other_hosts;
+      advertise.socket_ifname = env("GLOO_SOCKET_IFNAME");
+      const AdvertisedAddress advertised = choose_advertised_address(look_up_route(host), advertise);
       for (const std::string& name : advertised.interfaces) {
         gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
       }

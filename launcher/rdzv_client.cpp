@@ -42,11 +42,15 @@ class StoreRendezvous : public RendezvousHandler {
       ::close(listen_fd);  // the endpoint is this host's Debian name: serve every interface
       listen_fd = listen_on_address(wider, config_.rdzv_port);
     }
+    AdvertiseOptions options;
+    options.peers_on_other_hosts = others;
+    options.master_name = "--rdzv_endpoint host";
+    options.remedy = "give --rdzv_endpoint as an address of the serving node that the other nodes reach";
     std::string advertise;
     try {
-      advertise = choose_advertised_address(route, others, std::nullopt).address;
+      advertise = choose_advertised_address(route, options).address;
     } catch (const ddp::Error& error) {
-      throw ddp::UsageError(ddp::str("--rdzv_endpoint ", config_.rdzv_host, ": ", error.what()));
+      throw ddp::UsageError(error.what());
     }
     const int port = pick_free_port(advertise);
     ddp_rdzv_request req{config_.rdzv_host.c_str(), config_.rdzv_port, config_.rdzv_id.c_str(), config_.nnodes,

@@ -117,9 +117,9 @@ RouteFacts look_up_route(const std::string& master) {
   return facts;
 }
 
-AdvertisedAddress choose_advertised_address(const RouteFacts& facts, bool peers_on_other_hosts,
-                                            const std::optional<std::string>& socket_ifname) {
+AdvertisedAddress choose_advertised_address(const RouteFacts& facts, const AdvertiseOptions& options) {
   AdvertisedAddress chosen;
+  const std::optional<std::string>& socket_ifname = options.socket_ifname;
   if (socket_ifname && !socket_ifname->empty()) {
     std::string rest = *socket_ifname;
     while (!rest.empty()) {
@@ -134,14 +134,14 @@ AdvertisedAddress choose_advertised_address(const RouteFacts& facts, bool peers_
     }
     return chosen;
   }
-  const std::string tried = str("MASTER_ADDR ", facts.master);
-  const std::string remedy = "; set GLOO_SOCKET_IFNAME to the interface that reaches the other hosts";
+  const std::string tried = str(options.master_name, " ", facts.master);
+  const std::string remedy = "; " + options.remedy;
   if (!facts.master_address || !facts.route_source) {
     throw CommunicationError(str("no address to advertise to the other ranks: tried the route to ", tried, ": ",
                                  facts.problem, "; interfaces up: ", describe(facts.interfaces), remedy));
   }
   // No network interface at all: the "other hosts" can only be this one (nodes simulated on one host).
-  if (!is_loopback_address(*facts.route_source) || !peers_on_other_hosts || names_loopback(facts.master) ||
+  if (!is_loopback_address(*facts.route_source) || !options.peers_on_other_hosts || names_loopback(facts.master) ||
       facts.interfaces.empty()) {
     chosen.address = *facts.route_source;
     return chosen;
@@ -153,7 +153,7 @@ AdvertisedAddress choose_advertised_address(const RouteFacts& facts, bool peers_
   throw CommunicationError(str("no address to advertise to the other ranks: ", tried, " resolves to ",
                                *facts.master_address, " here, a loopback address the other hosts cannot reach, "
                                "and the non-loopback interfaces up are: ", describe(facts.interfaces),
-                               remedy, ", or give MASTER_ADDR as this host's network address"));
+                               remedy, ", or give ", options.master_name, " as this host's network address"));
 }
 
 std::string store_listen_address(const RouteFacts& facts, bool peers_on_other_hosts) {

@@ -60,10 +60,17 @@ struct AdvertisedAddress {
   std::string address;
 };
 
-// Chooses by Note [Advertised address]; `socket_ifname` is GLOO_SOCKET_IFNAME's value (empty or
-// unset: not given). Throws CommunicationError (one line) when nothing usable is found.
-AdvertisedAddress choose_advertised_address(const RouteFacts& facts, bool peers_on_other_hosts,
-                                            const std::optional<std::string>& socket_ifname);
+// What the choice needs besides the facts; the words name the caller's own variables.
+struct AdvertiseOptions {
+  bool peers_on_other_hosts = false;
+  std::optional<std::string> socket_ifname;  // GLOO_SOCKET_IFNAME's value; empty or unset: not given
+  std::string master_name = "MASTER_ADDR";   // what the master was given as, for the error line
+  std::string remedy = "set GLOO_SOCKET_IFNAME to the interface that reaches the other hosts";
+};
+
+// Chooses by Note [Advertised address]. Throws CommunicationError (one line) when nothing usable
+// is found, InvalidArgument for a socket_ifname that names nothing.
+AdvertisedAddress choose_advertised_address(const RouteFacts& facts, const AdvertiseOptions& options);
 
 // Where the master's store listens: the master's own address, or the wildcard of its family
 // ("0.0.0.0" or "::": every interface) in the Debian-name case of Note [Advertised address].

@@ -23,9 +23,17 @@ ddp::RouteFacts facts(const std::string& master, const std::string& address, con
   return f;
 }
 
+ddp::AdvertisedAddress choose(const ddp::RouteFacts& f, bool peers_on_other_hosts,
+                              std::optional<std::string> socket_ifname = std::nullopt) {
+  ddp::AdvertiseOptions options;
+  options.peers_on_other_hosts = peers_on_other_hosts;
+  options.socket_ifname = std::move(socket_ifname);
+  return ddp::choose_advertised_address(f, options);
+}
+
 std::string error_of(const ddp::RouteFacts& f, bool peers_on_other_hosts) {
   try {
-    ddp::choose_advertised_address(f, peers_on_other_hosts, std::nullopt);
+    choose(f, peers_on_other_hosts);
   } catch (const ddp::CommunicationError& e) {
     return e.what();
   }
@@ -36,22 +44,18 @@ std::string error_of(const ddp::RouteFacts& f, bool peers_on_other_hosts) {
 
 TEST_CASE("the advertised address is the route's source towards the master, not the hostname's", "[route]") {
   // host1 reaching a master on host0: whatever the hostname resolves to, the route's source wins.
-  const auto chosen = ddp::choose_advertised_address(facts("198.18.0.1", "198.18.0.1", "198.18.0.2"), true,
-                                                     std::nullopt);
+  const auto chosen = choose(facts("198.18.0.1", "198.18.0.1", "198.18.0.2"), true);
   CHECK(chosen.address == "198.18.0.2");
   CHECK(chosen.interfaces.empty());
   // A one-host job on loopback stays there, also with several "nodes".
-  CHECK(ddp::choose_advertised_address(facts("127.0.0.1", "127.0.0.1", "127.0.0.1"), true, std::nullopt).address ==
-        "127.0.0.1");
-  CHECK(ddp::choose_advertised_address(facts("localhost", "127.0.0.1", "127.0.0.1"), true, std::nullopt).address ==
-        "127.0.0.1");
+  CHECK(choose(facts("127.0.0.1", "127.0.0.1", "127.0.0.1"), true).address == "127.0.0.1");
+  CHECK(choose(facts("localhost", "127.0.0.1", "127.0.0.1"), true).address == "127.0.0.1");
   // The master host's own Debian name (127.0.1.1 here) in a one-host job: loopback is right.
-  CHECK(ddp::choose_advertised_address(facts("host0", "127.0.1.1", "127.0.0.1"), false, std::nullopt).address ==
-        "127.0.0.1");
+  CHECK(choose(facts("host0", "127.0.1.1", "127.0.0.1"), false).address == "127.0.0.1");
 }
 
 TEST_CASE("a name that resolves to loopback is never advertised to peers on other hosts", "[route]") {
-  const auto chosen = ddp::choose_advertised_address(facts("host0", "127.0.1.1", "127.0.0.1"), true, std::nullopt);
+  const auto chosen = choose(facts("host0", "127.0.1.1", "127.0.0.1"), true);
   CHECK(chosen.address == "198.18.0.2");
   // Two interfaces: there is no telling which one the peers reach.
   const std::string two = error_of(facts("host0", "127.0.1.1", "127.0.0.1",
@@ -61,18 +65,16 @@ TEST_CASE("a name that resolves to loopback is never advertised to peers on othe
                       Catch::Contains("eth0 198.18.0.2, ib0 198.19.0.2") && Catch::Contains("GLOO_SOCKET_IFNAME"));
   CHECK(two.find('\n') == std::string::npos);
   // No network interface at all: every "node" is on this host, so loopback is right.
-  CHECK(ddp::choose_advertised_address(facts("host0", "127.0.1.1", "127.0.0.1", {}), true, std::nullopt).address ==
-        "127.0.0.1");
+  CHECK(choose(facts("host0", "127.0.1.1", "127.0.0.1", {}), true).address == "127.0.0.1");
 }
 
 TEST_CASE("GLOO_SOCKET_IFNAME overrides, one device per name", "[route]") {
   const auto f = facts("198.18.0.1", "198.18.0.1", "198.18.0.2");
-  CHECK(ddp::choose_advertised_address(f, true, std::string("eth1")).interfaces == std::vector<std::string>{"eth1"});
-  CHECK(ddp::choose_advertised_address(f, true, std::string("eth1,eth2")).interfaces ==
-        std::vector<std::string>{"eth1", "eth2"});
-  CHECK(ddp::choose_advertised_address(f, true, std::string("eth1,eth2")).address.empty());
-  CHECK(ddp::choose_advertised_address(f, true, std::string("")).address == "198.18.0.2");
-  CHECK_THROWS_AS(ddp::choose_advertised_address(f, true, std::string(",")), ddp::InvalidArgument);
+  CHECK(choose(f, true, std::string("eth1")).interfaces == std::vector<std::string>{"eth1"});
+  CHECK(choose(f, true, std::string("eth1,eth2")).interfaces == std::vector<std::string>{"eth1", "eth2"});
+  CHECK(choose(f, true, std::string("eth1,eth2")).address.empty());
+  CHECK(choose(f, true, std::string("")).address == "198.18.0.2");
+  CHECK_THROWS_AS(choose(f, true, std::string(",")), ddp::InvalidArgument);
 }
 
 TEST_CASE("no route or no address: one line naming what was tried", "[route]") {
