@@ -26,17 +26,27 @@ die() {
 
 address_of() { echo "$subnet.$(($1 + 1))"; }
 
-check() {
-  if ! command -v ip >/dev/null || ! command -v unshare >/dev/null; then
-    echo "ip (iproute2) and unshare (util-linux) are needed"
+check() {  # everything `up` and `exec` need, tried on a throw-away namespace
+  if ! command -v ip >/dev/null || ! command -v unshare >/dev/null || ! command -v ss >/dev/null; then
+    echo "ip and ss (iproute2) and unshare (util-linux) are needed"
     return 1
   fi
-  local probe="ddpchk$$"
+  local probe="ddpcheck$$" problem=""
   if ! ip netns add "$probe" 2>/dev/null; then
-    echo "cannot create network namespaces (needs root or CAP_NET_ADMIN and CAP_SYS_ADMIN)"
+    echo "cannot create network namespaces (needs root, or CAP_NET_ADMIN and CAP_SYS_ADMIN)"
     return 1
+  fi
+  if ! ip -n "$probe" link add br0 type bridge 2>/dev/null ||
+    ! ip -n "$probe" link add eth0 type veth peer name p0 2>/dev/null; then
+    problem="cannot create bridges or veth pairs in a namespace (kernel modules bridge, veth)"
+  elif ! ip netns exec "$probe" unshare --uts true 2>/dev/null; then
+    problem="cannot enter a namespace with a UTS namespace of its own (ip netns exec, unshare --uts)"
+  elif ! mkdir -p /etc/netns 2>/dev/null || [[ ! -w /etc/netns ]]; then
+    problem="cannot write /etc/netns (each host's hosts and hostname files)"
   fi
   ip netns del "$probe"
+  [[ -z $problem ]] || echo "$problem"
+  [[ -z $problem ]]
 }
 
 shape() {  # shape NAME K RATE DELAY LOSS: tbf for a rate alone, netem for delay or loss
