@@ -2,8 +2,9 @@
 # Multi-host tests on a cluster of network-namespace hosts (scripts/netns-cluster.sh, docs/hosts.md):
 #   hosts_test.sh SCENARIO NETNS_CLUSTER DDP_LAUNCH DDP_TEST_WORKER
 # 3 hosts, each its own namespace, hostname hostK and Debian-style /etc/hosts (hostK -> 127.0.1.1);
-# one ddp_launch per host, Gloo between them. Exits 77 (CTest skip) without the rights to make
-# namespaces. Every wait is bounded; the hosts and every process in them go away on exit.
+# one ddp_launch per host (each killed after 45 s), Gloo between them. Exits 77 (CTest skip) without
+# the rights to make namespaces. Every wait is bounded; the hosts and every process in them go away
+# on exit.
 set -euo pipefail
 
 scenario=$1 cluster=$2 launch=$3 worker=$4
@@ -56,7 +57,7 @@ start() {
     shift
   done
   shift
-  on "$k" env "${env[@]}" timeout -s KILL 90 "$launch" --log_dir "$work/logs$k" "$@" >"$work/host$k.log" 2>&1 &
+  on "$k" env "${env[@]}" timeout -s KILL 45 "$launch" --log_dir "$work/logs$k" "$@" >"$work/host$k.log" 2>&1 &
   pids+=($!)
 }
 
@@ -77,9 +78,9 @@ listeners() {
 
 # Waits (bounded) until something listens on PORT inside host K.
 wait_listening() {
-  local deadline=$((SECONDS + 60))
+  local deadline=$((SECONDS + 30))
   until [[ -n $(listeners "$1" "$2") ]]; do
-    ((SECONDS < deadline)) || fail "nothing listened on port $2 on host $1 within 60 s"
+    ((SECONDS < deadline)) || fail "nothing listened on port $2 on host $1 within 30 s"
     sleep 0.1
   done
 }
