@@ -1,10 +1,7 @@
 #include "launcher/rdzv_client.h"
 
-#include <unistd.h>
-
 #include "ddp/base/error.h"
 #include "ddp/base/route.h"
-#include "ddp/base/str.h"
 #include "launcher/net.h"
 #include "launcher/plugin_loader.h"
 #include "launcher/rdzv_plugin_api.h"
@@ -31,19 +28,13 @@ class StoreRendezvous : public RendezvousHandler {
     const auto join = plugin.symbol<ddp_rdzv_join_fn>(DDP_RDZV_JOIN_SYMBOL);
     release_ = plugin.symbol<ddp_rdzv_release_fn>(DDP_RDZV_RELEASE_SYMBOL);
 
-    // Serve the store when the endpoint is ours: bound here to exactly its address (See Note [Dynamic
-    // rendezvous]); the store owns the socket from then on. Advertise, as rank 0's node, the address
-    // that routes to the endpoint (See Note [Advertised address] in ddp/base/route.h).
+    // Advertise, as rank 0's node, the address that routes to the endpoint, and serve the store when
+    // the endpoint is ours: bound here to exactly its address, or to every interface when it is this
+    // host's Debian name (See Note [Advertised address] in ddp/base/route.h and Note [Dynamic
+    // rendezvous]); the store owns the socket from then on.
     const RouteFacts route = look_up_route(config_.rdzv_host);
-    const bool others = config_.nnodes > 1;
-    int listen_fd = listen_on(config_.rdzv_host, config_.rdzv_port);
-    const std::string wider = store_listen_address(route, others);
-    if (listen_fd >= 0 && wider != route.master_address) {
-      ::close(listen_fd);  // the endpoint is this host's Debian name: serve every interface
-      listen_fd = listen_on_address(wider, config_.rdzv_port);
-    }
     AdvertiseOptions options;
-    options.peers_on_other_hosts = others;
+    options.peers_on_other_hosts = config_.nnodes > 1;
     options.master_name = "--rdzv_endpoint host";
     options.remedy = "give --rdzv_endpoint as an address of the serving node that the other nodes reach";
     std::string advertise;
@@ -52,6 +43,10 @@ class StoreRendezvous : public RendezvousHandler {
     } catch (const ddp::Error& error) {
       throw ddp::UsageError(error.what());
     }
+    const std::string listen_address = store_listen_address(route, options.peers_on_other_hosts);
+    const int listen_fd = listen_address == route.master_address
+                              ? listen_on(config_.rdzv_host, config_.rdzv_port)
+                              : listen_on_address(listen_address, config_.rdzv_port);
     const int port = pick_free_port(advertise);
     ddp_rdzv_request req{config_.rdzv_host.c_str(), config_.rdzv_port, config_.rdzv_id.c_str(), config_.nnodes,
                          listen_fd, advertise.c_str(), port, config_.rdzv_timeout_s, config_.rdzv_token.c_str(),

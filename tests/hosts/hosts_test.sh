@@ -138,9 +138,15 @@ case $scenario in
   c10d)
     # Dynamic rendezvous at host0:PORT (a name, 127.0.1.1 on host0), node ranks assigned; DDP (a CNN)
     # equals single-process training.
+    # host0 serves the rendezvous store on every interface (host0 is 127.0.1.1 there).
     for k in 0 1 2; do
       start $k -- --nnodes 3 --nproc_per_node 1 --rdzv_endpoint "host0:29400" --rdzv_id hosts \
-        --rdzv_timeout 60 "$worker" train --model cnn
+        --rdzv_timeout 30 "$worker" train --model cnn
+      if ((k == 0)); then
+        wait_listening 0 29400
+        [[ $(listeners 0 29400) == "0.0.0.0:29400" ]] ||
+          fail "the rendezvous store listens on '$(listeners 0 29400 | tr '\n' ' ')', not on every interface"
+      fi
     done
     finish
     expect_in_logs 1 "OK: world 3"
