@@ -15,8 +15,11 @@ reason=$("$cluster" check) || {
 
 # A run killed with SIGKILL (a CTest timeout) could not clean up: remove the hosts of runs whose
 # script is gone (the pid is in the name).
-for stale in $(ip netns list | sed -n -E 's/^hs([0-9]+)-sw.*/\1/p'); do
-  [[ -d /proc/$stale ]] && [[ $(awk '{print $3}' "/proc/$stale/stat" 2>/dev/null) != Z ]] || "$cluster" down "hs$stale"
+for stale in $(ip netns list | sed -n -E 's/^hs([0-9]+)b?-sw.*/\1/p' | sort -u); do
+  if [[ ! -d /proc/$stale || $(awk '{print $3}' "/proc/$stale/stat" 2>/dev/null) == Z ]]; then
+    "$cluster" down "hs$stale"
+    "$cluster" down "hs${stale}b"
+  fi
 done
 name="hs$$"
 work=$(mktemp -d)
@@ -25,6 +28,7 @@ cleanup() {
   local pid
   for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
   "$cluster" down "$name"
+  "$cluster" down "${name}b"
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -100,6 +104,22 @@ no_warning_noise() {
 host0=$("$cluster" addr "$name" 0)
 port=29500
 case $scenario in
+  bed)
+    # The bed itself: names, Debian's /etc/hosts, no way out, shaping, and nothing left after down.
+    for k in 0 1 2; do
+      [[ $(on $k hostname) == "host$k" ]] || fail "host $k is called '$(on $k hostname)'"
+      [[ $(on $k getent hosts "host$k" | awk '{print $1}') == 127.0.1.1 ]] || fail "host$k is not 127.0.1.1 on itself"
+      [[ -z $(on $k ip route show default) ]] || fail "host $k has a default route"
+    done
+    [[ $(on 1 getent hosts host0 | awk '{print $1}') == "$host0" ]] || fail "host0 is not $host0 on host1"
+    [[ $(hostname) != host0 ]] || fail "the test changed this machine's hostname"
+    on 2 bash -c "exec 3<>/dev/tcp/$host0/9" 2>/dev/null && fail "a connection to a closed port succeeded"
+    on 2 timeout 5 bash -c "exec 3<>/dev/tcp/198.51.100.1/80" 2>/dev/null && fail "host 2 reached beyond the bed"
+    "$cluster" up "${name}b" 2 --shape 1:10mbit:: || fail "up with --shape failed"
+    [[ $("$cluster" exec "${name}b" 1 tc qdisc show dev eth0) == *"tbf"*"rate 10Mbit"* ]] || fail "host 1 is not shaped"
+    "$cluster" down "${name}b"
+    [[ -z $(ip netns list | grep "^${name}b-") && ! -e /etc/netns/${name}b-h0 ]] || fail "down left something behind"
+    ;;
   static_equivalence)
     # Static rendezvous, master given as host0's address, 3 hosts x 2 workers: DDP's parameters equal
     # single-process training on the whole batch (the worker checks), and the store listens on
