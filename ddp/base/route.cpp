@@ -56,6 +56,8 @@ std::string describe(const std::vector<NetworkInterface>& interfaces) {
   return join(named, ", ");
 }
 
+bool is_ipv6(const std::string& numeric_address) { return numeric_address.find(':') != std::string::npos; }
+
 // The Debian-name case of Note [Advertised address]: a name that resolves to loopback here.
 bool is_name_on_loopback(const RouteFacts& facts) {
   return !names_loopback(facts.master) && facts.master_address && is_loopback_address(*facts.master_address);
@@ -146,20 +148,26 @@ AdvertisedAddress choose_advertised_address(const RouteFacts& facts, const Adver
     chosen.address = *facts.route_source;
     return chosen;
   }
-  if (facts.interfaces.size() == 1) {
-    chosen.address = facts.interfaces.front().address;
+  // Peers reach the master's name over the family it resolves to (an interface usually has an IPv4
+  // and a global IPv6 address: one candidate, not two).
+  std::vector<NetworkInterface> candidates;
+  for (const auto& i : facts.interfaces) {
+    if (is_ipv6(i.address) == is_ipv6(*facts.master_address)) candidates.push_back(i);
+  }
+  if (candidates.size() == 1) {
+    chosen.address = candidates.front().address;
     return chosen;
   }
   throw CommunicationError(str("no address to advertise to the other ranks: ", tried, " resolves to ",
                                *facts.master_address, " here, a loopback address the other hosts cannot reach, "
-                               "and the non-loopback interfaces up are: ", describe(facts.interfaces),
+                               "and the non-loopback interfaces up are: ", describe(candidates),
                                remedy, ", or give ", options.master_name, " as this host's network address"));
 }
 
 std::string store_listen_address(const RouteFacts& facts, bool peers_on_other_hosts) {
   if (!facts.master_address) return "";
   if (peers_on_other_hosts && is_name_on_loopback(facts)) {
-    return facts.master_address->find(':') == std::string::npos ? "0.0.0.0" : "::";
+    return is_ipv6(*facts.master_address) ? "::" : "0.0.0.0";
   }
   return *facts.master_address;
 }

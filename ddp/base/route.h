@@ -19,7 +19,7 @@ namespace ddp {
 // - A master given as a loopback address or "localhost" is a one-host job: loopback it is.
 // - A master given as a name that resolves to loopback here (the master host's own Debian name)
 //   while peers are on other hosts: the route says loopback, which peers cannot use, so the one
-//   non-loopback interface that is up is taken; with several, the line names them and asks for
+//   non-loopback interface that is up (with an address of the name's family) is taken; with several, the line names them and asks for
 //   GLOO_SOCKET_IFNAME or an address (there is no telling which one the peers reach); with none,
 //   the "other hosts" can only be this one, and loopback it is.
 // - Nothing usable: one line naming what was tried (the name, its address, the route's answer,

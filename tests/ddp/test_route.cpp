@@ -64,6 +64,9 @@ TEST_CASE("a name that resolves to loopback is never advertised to peers on othe
   CHECK_THAT(two, Catch::Contains("MASTER_ADDR host0 resolves to 127.0.1.1") &&
                       Catch::Contains("eth0 198.18.0.2, ib0 198.19.0.2") && Catch::Contains("GLOO_SOCKET_IFNAME"));
   CHECK(two.find('\n') == std::string::npos);
+  // An IPv4 and a global IPv6 address on one interface: one candidate for an IPv4 master.
+  CHECK(choose(facts("host0", "127.0.1.1", "127.0.0.1", {{"eth0", "198.18.0.2"}, {"eth0", "fd00::2"}}), true)
+            .address == "198.18.0.2");
   // No network interface at all: every "node" is on this host, so loopback is right.
   CHECK(choose(facts("host0", "127.0.1.1", "127.0.0.1", {}), true).address == "127.0.0.1");
 }
