@@ -5,6 +5,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <ATen/Parallel.h>
+#include <c10/util/Logging.h>
 #include <torch/cuda.h>
 #ifdef USE_C10D_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -28,6 +29,7 @@
 #include "ddp/cuda_support.h"
 #include "ddp/base/environment.h"
 #include "ddp/base/error.h"
+#include "ddp/base/route.h"
 
 namespace ddp {
 namespace {
@@ -46,10 +48,6 @@ bool mentions_timeout(const std::string& text) {
   const std::string first_line = what.substr(0, what.find('\n'));
   if (mentions_timeout(what)) throw TimeoutError(str(context, ": ", first_line));
   throw CommunicationError(str(context, ": ", first_line));
-}
-
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
 }
 
 std::string to_string(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
@@ -152,45 +150,26 @@ bool wait_until_listening(const std::string& host, int port, std::chrono::steady
 // ~~~~~~~~~~~~~~~~~~~~~
 // c10d's TCPStore server listens on every interface whatever host it is given, so a single-node job
 // (MASTER_ADDR 127.0.0.1: ddp_launch --standalone, or its default) would expose its store to the
-// network. When the master address is a loopback one, rank 0 binds the listening socket itself to
-// that address and hands it to the store (TCPStoreOptions::masterListenFd, which both of c10d's
-// store backends take over): nothing listens on the network unless MASTER_ADDR names a network
-// address, as multi-node jobs must. Returns no fd for other addresses (the store binds as before).
-std::optional<int> listen_on_loopback(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || found == nullptr) {
-    return std::nullopt;
-  }
-  const bool loopback =
-      (found->ai_family == AF_INET &&
-       (ntohl(reinterpret_cast<const sockaddr_in*>(found->ai_addr)->sin_addr.s_addr) >> 24) == 127) ||
-      (found->ai_family == AF_INET6 &&
-       IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(found->ai_addr)->sin6_addr));
-  std::optional<int> listening;
-  if (loopback) {
-    const int fd = ::socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, found->ai_protocol);
-    const int on = 1;
-    if (fd >= 0 && ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) == 0 &&
-        ::bind(fd, found->ai_addr, found->ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0) {
-      listening = fd;
-    } else {
-      const int error = errno;
-      if (fd >= 0) ::close(fd);
-      ::freeaddrinfo(found);
-      throw CommunicationError(str("rank 0 could not listen on ", host, ":", port, ": ", std::strerror(error),
-                                   " (is the port in use? pick another MASTER_PORT)"));
-    }
-  }
-  ::freeaddrinfo(found);
-  return listening;
+// network, and a multi-node one to every network the master host is on. Whenever the master
+// address is one of this host's, rank 0 binds the listening socket itself to exactly that address
+// and hands it to the store (TCPStoreOptions::masterListenFd, which both of c10d's store backends
+// take over): a loopback master listens on loopback only, a network master on that address only.
+// The one exception is a name that resolves to loopback here but not on the peers' hosts (See Note
+// [Advertised address] in ddp/base/route.h): that store listens on every interface. Returns no fd
+// when the address is not this host's (the store binds as before).
+std::optional<int> listen_on_master_address(const std::string& host, int port, bool peers_on_other_hosts) {
+  const std::string address = store_listen_address(look_up_route(host), peers_on_other_hosts);
+  if (address.empty()) return std::nullopt;
+  const int fd = listen_on_address(address, port);
+  if (fd >= 0) return fd;
+  if (errno == EADDRNOTAVAIL) return std::nullopt;
+  throw CommunicationError(str("rank 0 could not listen on ", host, ":", port, ": ", std::strerror(errno),
+                               " (is the port in use? pick another MASTER_PORT)"));
 }
 
 c10::intrusive_ptr<c10d::Store> make_store(const InitMethod& method, const std::string& host, int port,
-                                           int rank, int world_size, milliseconds timeout) {
+                                           int rank, int world_size, milliseconds timeout,
+                                           bool peers_on_other_hosts) {
   if (method.kind == InitMethod::Kind::kFile) {
     try {
       return c10::make_intrusive<c10d::FileStore>(method.path, world_size);
@@ -204,7 +183,9 @@ c10::intrusive_ptr<c10d::Store> make_store(const InitMethod& method, const std::
   store_options.numWorkers = world_size;
   store_options.waitWorkers = false;
   store_options.timeout = timeout;
-  if (rank == 0) store_options.masterListenFd = listen_on_loopback(host, port);  // See Note [Loopback store]
+  if (rank == 0) {  // See Note [Loopback store]
+    store_options.masterListenFd = listen_on_master_address(host, port, peers_on_other_hosts);
+  }
   // See Note [Bounded connect to the master].
   if (rank != 0 && !wait_until_listening(host, port, std::chrono::steady_clock::now() + timeout)) {
     throw CommunicationError(str("rank ", rank, " could not reach the master at ", host, ":", port,
@@ -212,6 +193,16 @@ c10::intrusive_ptr<c10d::Store> make_store(const InitMethod& method, const std::
                                  " (is rank 0 running, and are MASTER_ADDR/MASTER_PORT right?)"));
   }
   try {
+    // Note [Quiet store connect]
+    // c10d warns when the reverse lookup of a socket's address fails ("The hostname of the client
+    // socket cannot be retrieved"), as it does on hosts whose own network address has no name (no
+    // reverse DNS, Debian's /etc/hosts): noise, the store works. Only c10's errors are shown while
+    // the store connects, unless TORCH_CPP_LOG_LEVEL asks for more.
+    struct RestoreLogLevel {
+      int level = FLAGS_caffe2_log_level;
+      ~RestoreLogLevel() { FLAGS_caffe2_log_level = level; }
+    } restore;
+    if (std::getenv("TORCH_CPP_LOG_LEVEL") == nullptr) FLAGS_caffe2_log_level = std::max(restore.level, 2);
     return c10::make_intrusive<c10d::TCPStore>(host, store_options);
   } catch (const std::exception& error) {
     const std::string what = error.what();
@@ -245,25 +236,17 @@ void set_threads_per_rank(const EnvLookup& env, int local_size, const Logger& lo
 }
 
 // Where Gloo's transport binds: the interface GLOO_SOCKET_IFNAME names, a host name, or Gloo's default.
-struct GlooAddress {
-  enum class Kind { kInterface, kHostname, kDefault };
-  Kind kind = Kind::kDefault;
-  std::string name;
-};
-
+// A Gloo backend with one device per advertised interface and one for the advertised address (see
+// Note [Advertised address] in ddp/base/route.h).
 c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store,
-                                                    const ProcessGroup::Info& info, const GlooAddress& address) {
+                                                    const ProcessGroup::Info& info,
+                                                    const AdvertisedAddress& advertised) {
   auto gloo_options = c10d::ProcessGroupGloo::Options::create(info.timeout);
-  switch (address.kind) {
-    case GlooAddress::Kind::kInterface:
-      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(address.name));
-      break;
-    case GlooAddress::Kind::kHostname:
-      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(address.name));
-      break;
-    case GlooAddress::Kind::kDefault:
-      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-      break;
+  for (const std::string& name : advertised.interfaces) {
+    gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
+  }
+  if (!advertised.address.empty()) {
+    gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(advertised.address));
   }
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, info.rank, info.size, gloo_options);
 }
@@ -524,18 +507,19 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   Logger logger = Logger::for_rank(info.rank);
   set_threads_per_rank(env, info.local_size, logger);
 
-  auto base_store = make_store(method, host, port, info.rank, info.size, info.timeout);
+  const bool peers_on_other_hosts = info.size > info.local_size;
+  auto base_store = make_store(method, host, port, info.rank, info.size, info.timeout, peers_on_other_hosts);
   check_world_size(*base_store, info.rank, info.size, info.timeout);
   auto store = c10::make_intrusive<c10d::PrefixStore>("ddp/default_pg", base_store);
 
   c10::intrusive_ptr<c10d::Backend> pg;
   try {
     if (backend == "gloo") {
-      const auto iface = env("GLOO_SOCKET_IFNAME");
-      const GlooAddress address = iface && !iface->empty() ? GlooAddress{GlooAddress::Kind::kInterface, *iface}
-                                  : is_loopback(host)      ? GlooAddress{GlooAddress::Kind::kHostname, "127.0.0.1"}
-                                                           : GlooAddress{GlooAddress::Kind::kDefault, ""};
-      pg = make_gloo_backend(store, info, address);
+      // See Note [Advertised address] in ddp/base/route.h.
+      AdvertiseOptions advertise;
+      advertise.peers_on_other_hosts = peers_on_other_hosts;
+      advertise.socket_ifname = env("GLOO_SOCKET_IFNAME");
+      pg = make_gloo_backend(store, info, choose_advertised_address(look_up_route(host), advertise));
     } else {
 #ifdef USE_C10D_NCCL
       auto nccl_options = c10d::ProcessGroupNCCL::Options::create(/*is_high_priority_stream=*/false);
@@ -580,7 +564,7 @@ std::shared_ptr<ProcessGroup> new_process_group(c10::intrusive_ptr<c10d::Store> 
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>("ddp/group", store);
   c10::intrusive_ptr<c10d::Backend> backend;
   try {
-    backend = make_gloo_backend(prefixed, info, GlooAddress{GlooAddress::Kind::kHostname, options.host});
+    backend = make_gloo_backend(prefixed, info, AdvertisedAddress{{}, options.host});
   } catch (const std::exception& error) {
     rethrow_as_ddp(error, str("rank ", rank, " could not set up the gloo backend with ", world_size,
                               " ranks over the given store (timeout ", seconds(options.timeout), " s)"));

@@ -1,6 +1,5 @@
 #include "launcher/net.h"
 
-#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -27,16 +26,6 @@ bool resolve(const std::string& host, int port, int socktype, AddrList& out) {
   hints.ai_socktype = socktype;
   hints.ai_flags = AI_NUMERICSERV;
   return ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &out.head) == 0;
-}
-
-std::string address_text(const sockaddr* sa) {
-  char buf[INET6_ADDRSTRLEN] = {0};
-  if (sa->sa_family == AF_INET) {
-    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, buf, sizeof buf);
-  } else if (sa->sa_family == AF_INET6) {
-    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, buf, sizeof buf);
-  }
-  return buf;
 }
 
 int bound_port(int fd) {
@@ -96,26 +85,6 @@ int pick_free_port(const std::string& host) {
   }
   throw UsageError(ddp::str("--master_port 0: cannot bind a port on '", host,
                             "' (not an address of this machine?)"));
-}
-
-std::string local_address_towards(const std::string& host, int port) {
-  AddrList addrs;
-  if (resolve(host, port, SOCK_DGRAM, addrs)) {
-    for (addrinfo* a = addrs.head; a != nullptr; a = a->ai_next) {
-      const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-      if (fd < 0) continue;
-      sockaddr_storage ss{};
-      socklen_t len = sizeof ss;
-      const bool ok = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
-                      ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0;
-      ::close(fd);
-      if (ok) {
-        std::string text = address_text(reinterpret_cast<sockaddr*>(&ss));
-        if (!text.empty()) return text;
-      }
-    }
-  }
-  return this_host_name();
 }
 
 std::string this_host_name() {

@@ -18,10 +18,6 @@ int listen_on(const std::string& host, int port);
 // no local address to bind.
 int pick_free_port(const std::string& host);
 
-// The local address this machine uses to reach host:port (from the routing table, nothing is sent);
-// the address other nodes can use to reach this one. Falls back to the host name.
-std::string local_address_towards(const std::string& host, int port);
-
 // gethostname(), for the failure summary.
 std::string this_host_name();
 

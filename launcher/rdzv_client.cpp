@@ -1,6 +1,7 @@
 #include "launcher/rdzv_client.h"
 
 #include "ddp/base/error.h"
+#include "ddp/base/route.h"
 #include "launcher/net.h"
 #include "launcher/plugin_loader.h"
 #include "launcher/rdzv_plugin_api.h"
@@ -27,10 +28,25 @@ class StoreRendezvous : public RendezvousHandler {
     const auto join = plugin.symbol<ddp_rdzv_join_fn>(DDP_RDZV_JOIN_SYMBOL);
     release_ = plugin.symbol<ddp_rdzv_release_fn>(DDP_RDZV_RELEASE_SYMBOL);
 
-    // Serve the store when the endpoint is ours: bound here to exactly its address (See Note [Dynamic
+    // Advertise, as rank 0's node, the address that routes to the endpoint, and serve the store when
+    // the endpoint is ours: bound here to exactly its address, or to every interface when it is this
+    // host's Debian name (See Note [Advertised address] in ddp/base/route.h and Note [Dynamic
     // rendezvous]); the store owns the socket from then on.
-    const int listen_fd = listen_on(config_.rdzv_host, config_.rdzv_port);
-    const std::string advertise = local_address_towards(config_.rdzv_host, config_.rdzv_port);
+    const RouteFacts route = look_up_route(config_.rdzv_host);
+    AdvertiseOptions options;
+    options.peers_on_other_hosts = config_.nnodes > 1;
+    options.master_name = "--rdzv_endpoint host";
+    options.remedy = "give --rdzv_endpoint as an address of the serving node that the other nodes reach";
+    std::string advertise;
+    try {
+      advertise = choose_advertised_address(route, options).address;
+    } catch (const ddp::Error& error) {
+      throw ddp::UsageError(error.what());
+    }
+    const std::string listen_address = store_listen_address(route, options.peers_on_other_hosts);
+    const int listen_fd = listen_address == route.master_address
+                              ? listen_on(config_.rdzv_host, config_.rdzv_port)
+                              : listen_on_address(listen_address, config_.rdzv_port);
     const int port = pick_free_port(advertise);
     ddp_rdzv_request req{config_.rdzv_host.c_str(), config_.rdzv_port, config_.rdzv_id.c_str(), config_.nnodes,
                          listen_fd, advertise.c_str(), port, config_.rdzv_timeout_s, config_.rdzv_token.c_str(),

@@ -5,12 +5,15 @@
 //   binds that socket itself, to exactly the endpoint's address (a loopback endpoint listens on
 //   loopback only), and the store takes it over (TCPStoreOptions::masterListenFd). Whoever loses
 //   the bind (two launchers on one host) is a client. So the endpoint must be an address of one of
-//   the job's nodes, as with torchrun's c10d backend.
+//   the job's nodes, as with torchrun's c10d backend. An endpoint named by the serving host's own
+//   Debian name (127.0.1.1 there, its network address elsewhere) listens on every interface, and
+//   the address published below is never a loopback one while nnodes > 1 (See Note [Advertised
+//   address] in ddp/base/route.h; launcher/rdzv_client.cpp chooses both).
 // - Node ranks: slots claimed with compareSet, each claim proved with the job's token; nothing a
 //   foreign client writes counts as a join (See Note [Rendezvous token] in rdzv_records.cpp). A node
 //   that finds every slot held by a launcher of this job is refused.
-// - Master: the node that gets rank 0 publishes "<addr> <port>" (its address towards the endpoint
-//   and a free port on it), proved likewise; every node waits until nnodes have joined, then reads
+// - Master: the node that gets rank 0 publishes "<addr> <port>" (its address towards the endpoint,
+//   by the kernel's route lookup, and a free port on it), proved likewise; every node waits until nnodes have joined, then reads
 //   it. Everything is bounded by --rdzv_timeout, and a timeout says how many nodes had joined.
 // - Lifetime: the serving node keeps the store until every node has marked itself done (each mark
 //   proved, bounded by the timeout), so nobody reads from a store that is gone.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the build needs, idempotently; prints nothing when everything is already there.
 #   Debian packages: compiler, CMake, Ninja, cxxopts, spdlog, Catch2 (v2), Gloo headers, Fashion-MNIST,
-#   cpp-httplib and Prometheus (metrics), gnuplot-nox (scripts/plot_bench.sh).
+#   cpp-httplib and Prometheus (metrics), gnuplot-nox (scripts/plot_bench.sh), iproute2 (the hosts tests).
 #   --fuzz: also clang-14 and libclang-rt-14-dev, for scripts/fuzz.sh.
 #   .venv: a project-local virtual environment with torch==2.13.0 (CPU), unless LIBTORCH is set.
 set -euo pipefail
@@ -13,6 +13,7 @@ debian_packages=(g++ cmake ninja-build pkg-config libcxxopts-dev libspdlog-dev c
                  dataset-fashion-mnist
                  libcpp-httplib-dev prometheus  # ddp_launch --metrics_port and its test (docs/observability.md)
                  libssl-dev                    # the rendezvous plugin's HMAC proofs (docs/launcher.md)
+                 iproute2                      # scripts/netns-cluster.sh, the hosts tests (docs/hosts.md)
                  gnuplot-nox)                   # scripts/plot_bench.sh and its test
 # --fuzz (scripts/fuzz.sh): clang and its runtimes (libFuzzer, ASan, UBSan) as well.
 [[ ${1:-} == --fuzz ]] && debian_packages+=(clang-14 libclang-rt-14-dev)

@@ -8,11 +8,13 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <set>
 
+#include "ddp/base/error.h"
 #include "ddp/base/str.h"
 #include "launcher/net.h"
 #include "launcher/resources.h"
@@ -163,6 +165,22 @@ TEST_CASE("a rendezvous that cannot complete fails after --rdzv_timeout, naming 
   CHECK_THAT(outcome.err, Catch::Contains(endpoint));
   CHECK_THAT(outcome.err, Catch::Contains("'lonely'"));
   CHECK(list_dir(dir.path()).empty());  // no worker started
+}
+
+TEST_CASE("a rendezvous endpoint with no route from here: one line naming what was tried, exit 2",
+          "[process][rdzv]") {
+  TempDir dir;
+  const auto outcome = run_launcher(with_worker({"--nnodes", "2", "--nproc_per_node", "1", "--rdzv_endpoint",
+                                                 "no-such-host.invalid:29400", "--rdzv_timeout", "30"},
+                                                {"--out", dir.path()}),
+                                    {}, 30s);
+  INFO(outcome.err);
+  CHECK(outcome.exit_code == ddp::kUsageExitCode);
+  CHECK_THAT(outcome.err, Catch::Contains("tried the route to --rdzv_endpoint host no-such-host.invalid") &&
+                              Catch::Contains("does not resolve") && Catch::Contains("give --rdzv_endpoint as"));
+  CHECK(std::count(outcome.err.begin(), outcome.err.end(), '\n') == 2);  // "waiting for 2 nodes", the error
+  CHECK_THAT(outcome.err, Catch::Contains("ddp_launch: error: no address to advertise"));
+  CHECK(list_dir(dir.path()).empty());
 }
 
 TEST_CASE("a node beyond --nnodes is refused at rendezvous", "[process][rdzv]") {

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# A cluster of N "hosts" on this machine, for tests that need real hosts (docs/hosts.md):
+#   netns-cluster.sh up NAME N [--rate R] [--delay D] [--loss L] [--shape K:R:D:L]...
+#   netns-cluster.sh exec NAME K COMMAND...     run COMMAND on host K (its network, hostname, /etc/hosts)
+#   netns-cluster.sh addr NAME K                print host K's address
+#   netns-cluster.sh down NAME                  remove everything `up NAME` made (idempotent)
+#   netns-cluster.sh check                      exit 0 when this user may make namespaces, else print why
+# Host K is the network namespace NAME-hK with one interface eth0 (198.18.0.(K+1)/24, from the
+# range reserved for network benchmarks, RFC 2544), whose veth peer sits on a bridge inside a
+# namespace NAME-sw of its own: nothing is added to this machine's namespace, there is no default
+# route and no uplink, so traffic never leaves the machine. Each host has a UTS namespace with the
+# hostname hostK and an /etc/hosts as on a stock Debian host (hostK -> 127.0.1.1) plus every other
+# host's name and address. --rate/--delay/--loss shape every host's link with tc netem (e.g. 100mbit,
+# 20ms, 1%; delay and loss need the kernel's sch_netem, a rate alone uses tbf); --shape
+# K:RATE:DELAY:LOSS shapes one host's (empty fields: unshaped). NAME (letters and digits) is unique
+# per test run: the tests use a prefix and their pid, so runs go in parallel.
+set -euo pipefail
+
+subnet=198.18.0
+
+die() {
+  echo "netns-cluster.sh: $*" >&2
+  [[ -n ${cleanup_name:-} ]] && down "$cleanup_name"
+  exit 2
+}
+
+address_of() { echo "$subnet.$(($1 + 1))"; }
+
+check() {  # everything `up` and `exec` need, tried on a throw-away namespace
+  if ! command -v ip >/dev/null || ! command -v unshare >/dev/null || ! command -v ss >/dev/null; then
+    echo "ip and ss (iproute2) and unshare (util-linux) are needed"
+    return 1
+  fi
+  local probe="ddpcheck$$" problem=""
+  if ! ip netns add "$probe" 2>/dev/null; then
+    echo "cannot create network namespaces (needs root, or CAP_NET_ADMIN and CAP_SYS_ADMIN)"
+    return 1
+  fi
+  if ! ip -n "$probe" link add br0 type bridge 2>/dev/null ||
+    ! ip -n "$probe" link add eth0 type veth peer name p0 2>/dev/null; then
+    problem="cannot create bridges or veth pairs in a namespace (kernel modules bridge, veth)"
+  elif ! ip netns exec "$probe" unshare --uts true 2>/dev/null; then
+    problem="cannot enter a namespace with a UTS namespace of its own (ip netns exec, unshare --uts)"
+  elif ! mkdir -p /etc/netns 2>/dev/null || [[ ! -w /etc/netns ]]; then
+    problem="cannot write /etc/netns (each host's hosts and hostname files)"
+  fi
+  ip netns del "$probe"
+  [[ -z $problem ]] || echo "$problem"
+  [[ -z $problem ]]
+}
+
+shape() {  # shape NAME K RATE DELAY LOSS: tbf for a rate alone, netem for delay or loss
+  local ns="$1-h$2"
+  if [[ -n $4 || -n $5 ]]; then
+    local args=()
+    [[ -n $3 ]] && args+=(rate "$3")
+    [[ -n $4 ]] && args+=(delay "$4")
+    [[ -n $5 ]] && args+=(loss "$5")
+    ip netns exec "$ns" tc qdisc replace dev eth0 root netem "${args[@]}" ||
+      die "host $2: tc netem failed (the kernel needs sch_netem for --delay/--loss)"
+  elif [[ -n $3 ]]; then
+    ip netns exec "$ns" tc qdisc replace dev eth0 root tbf rate "$3" burst 64kb latency 400ms ||
+      die "host $2: tc tbf rate $3 failed"
+  fi
+}
+
+up() {
+  local name=$1 n=$2
+  shift 2
+  [[ $name =~ ^[a-z0-9]{1,32}$ ]] || die "NAME '$name': 1 to 32 lower-case letters or digits"
+  [[ $n =~ ^[0-9]+$ ]] && ((n >= 1 && n <= 200)) || die "N '$n': a number of hosts from 1 to 200"
+  local rate="" delay="" loss="" shapes=()
+  while (($#)); do
+    case $1 in
+      --rate) rate=$2 ;;
+      --delay) delay=$2 ;;
+      --loss) loss=$2 ;;
+      --shape) shapes+=("$2") ;;
+      *) die "unknown option $1" ;;
+    esac
+    shift 2
+  done
+  # A failed step leaves nothing behind.
+  cleanup_name=$name
+  trap 'down "$name"' ERR
+  trap 'down "$name"; exit 2' INT TERM
+  ip netns add "$name-sw"
+  ip -n "$name-sw" link add br0 type bridge
+  ip -n "$name-sw" link set br0 up
+  local k j hosts
+  for ((k = 0; k < n; k++)); do
+    ip netns add "$name-h$k"
+    ip -n "$name-h$k" link set lo up
+    ip -n "$name-h$k" link add eth0 type veth peer name "p$k" netns "$name-sw"
+    ip -n "$name-h$k" addr add "$(address_of "$k")/24" dev eth0
+    ip -n "$name-h$k" link set eth0 up
+    ip -n "$name-sw" link set "p$k" master br0 up
+    hosts="127.0.0.1 localhost\n127.0.1.1 host$k\n"
+    for ((j = 0; j < n; j++)); do
+      ((j == k)) || hosts+="$(address_of "$j") host$j\n"
+    done
+    mkdir -p "/etc/netns/$name-h$k"
+    printf '%b' "$hosts" >"/etc/netns/$name-h$k/hosts"
+    echo "host$k" >"/etc/netns/$name-h$k/hostname"
+    shape "$name" "$k" "$rate" "$delay" "$loss"
+  done
+  local spec
+  for spec in "${shapes[@]}"; do
+    IFS=: read -r k rate delay loss <<<"$spec"
+    shape "$name" "$k" "$rate" "$delay" "$loss"
+  done
+  trap - ERR INT TERM
+}
+
+down() {
+  local name=$1 ns
+  [[ $name =~ ^[a-z0-9]{1,32}$ ]] || die "NAME '$name': 1 to 32 lower-case letters or digits"
+  for ns in $(ip netns list | awk '{print $1}' | grep -E "^$name-(sw|h[0-9]+)$" || true); do
+    # Processes still inside would keep the namespace's network alive: end them first.
+    for pid in $(ip netns pids "$ns" 2>/dev/null || true); do kill -KILL "$pid" 2>/dev/null || true; done
+    ip netns del "$ns" 2>/dev/null || true
+    rm -rf "/etc/netns/$ns"
+  done
+}
+
+run_on() {
+  local name=$1 k=$2
+  shift 2
+  [[ -d /etc/netns/$name-h$k ]] || die "no host $k in cluster $name (netns-cluster.sh up first)"
+  exec ip netns exec "$name-h$k" unshare --uts sh -c 'hostname "$0"; exec "$@"' "host$k" "$@"
+}
+
+case ${1:-} in
+  up) (($# >= 3)) || die "usage: up NAME N [options]"; shift; up "$@" ;;
+  down) (($# == 2)) || die "usage: down NAME"; down "$2" ;;
+  exec) (($# >= 4)) || die "usage: exec NAME K COMMAND..."; shift; run_on "$@" ;;
+  addr) (($# == 3)) || die "usage: addr NAME K"; address_of "$3" ;;
+  check) check ;;
+  *) die "usage: netns-cluster.sh up|down|exec|addr|check ... (see the top of this script)" ;;
+esac
