@@ -325,7 +325,10 @@ void Table::write_csv(const std::string& path, bool append) const {
   struct stat info {};
   if (append && ::lstat(path.c_str(), &info) == 0) text = read_file(path, kMaxAppendedFile);
   const auto line = [&](const std::vector<std::string>& cells) {
-    for (std::size_t i = 0; i < cells.size(); ++i) text += (i ? "," : "") + csv_cell(cells[i]);
+    for (std::size_t i = 0; i < cells.size(); ++i) {
+      if (i > 0) text += ',';
+      text += csv_cell(cells[i]);  // appended, not "," + cell: gcc 12's -Wrestrict misfires on that in C++20
+    }
     text += '\n';
   };
   if (text.empty()) line(columns_);
