@@ -64,7 +64,10 @@ struct LaunchConfig {
   // every user). Empty: none. See Note [Rendezvous token] in launcher/rdzv_records.cpp.
   std::string rdzv_token;
   bool keep_c10_logs = false;  // TORCH_CPP_LOG_LEVEL is set: the rendezvous leaves c10's logging alone
+  std::string local_addr;  // --local_addr: what this node advertises in a dynamic rendezvous; empty: the route's
+  std::string role = "default";  // ROLE_NAME
   // Supervision.
+  std::vector<int> forwarded_signals;  // --signals_to_handle
   int max_restarts = 0;
   double monitor_interval_s = 0.1;
   double shutdown_grace_s = 10;

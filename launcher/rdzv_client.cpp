@@ -30,7 +30,8 @@ class StoreRendezvous : public RendezvousHandler {
     // Serve the store when the endpoint is ours: bound here to exactly its address (See Note [Dynamic
     // rendezvous]); the store owns the socket from then on.
     const int listen_fd = listen_on(config_.rdzv_host, config_.rdzv_port);
-    const std::string advertise = local_address_towards(config_.rdzv_host, config_.rdzv_port);
+    const std::string advertise =
+        config_.local_addr.empty() ? local_address_towards(config_.rdzv_host, config_.rdzv_port) : config_.local_addr;
     const int port = pick_free_port(advertise);
     ddp_rdzv_request req{config_.rdzv_host.c_str(), config_.rdzv_port, config_.rdzv_id.c_str(), config_.nnodes,
                          listen_fd, advertise.c_str(), port, config_.rdzv_timeout_s, config_.rdzv_token.c_str(),

@@ -27,6 +27,7 @@ std::vector<std::pair<std::string, std::string>> launcher_variables(const NodeAs
       {env::kGroupRank, std::to_string(node.node_rank)},
       {env::kGroupWorldSize, std::to_string(node.nnodes)},
       // One role per job, as torchrun's default: role ranks equal global ranks.
+      {env::kRoleName, node.role},
       {env::kRoleRank, rank},
       {env::kRoleWorldSize, std::to_string(world)},
       {env::kMasterAddr, node.master_addr},

@@ -16,6 +16,7 @@ struct NodeAssignment {
   int master_port = 29500;
   std::string run_id = "none";
   int max_restarts = 0;
+  std::string role = "default";  // ROLE_NAME (--role)
 };
 
 // What differs per worker and per attempt.
