@@ -74,7 +74,7 @@ constexpr FlagSpec kFlags[] = {
     {"run_path", false, "Refused: a Python script in torchrun's interpreter", nullptr},
     {"logs_specs", true, "Refused: a Python entry point", nullptr},
     {"numa_binding", true, "Refused: use --cpu_bind exclusive", nullptr},
-    {"virtual_local_rank", false, "Refused: --gpus gives each worker one GPU", nullptr},
+    {"virtual_local_rank", false, "LOCAL_RANK=0 for every worker, which sees only its own GPU (as device 0)", nullptr},
     {"duplicate_stdout_filters", true, "Accepted when empty (torchrun's default)", nullptr},
     {"duplicate_stderr_filters", true, "Accepted when empty (torchrun's default)", nullptr},
     {"run_id", true, "TORCHELASTIC_RUN_ID (default: rdzv_id, or 'none')", nullptr},
@@ -557,7 +557,8 @@ ParseResult parse_launch_args(int argc, const char* const* argv, const Environme
   if (event_log_handler != "null" && event_log_handler != "dynamic_rendezvous") {
     refuse_torchrun_only("event_log_handler", event_log_handler);
   }
-  for (const char* name : {"module", "run_path", "virtual_local_rank"}) {
+  c.virtual_local_rank = on("virtual_local_rank");
+  for (const char* name : {"module", "run_path"}) {
     if (on(name)) refuse_torchrun_only(name, "1");
   }
   for (const char* name : {"logs_specs", "numa_binding"}) {

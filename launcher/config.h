@@ -83,6 +83,9 @@ struct LaunchConfig {
   // GPUs.
   GpuRequest gpus;
   bool allow_busy_gpus = false;
+  // torchrun's --virtual_local_rank: every worker gets LOCAL_RANK=0 and only its GPU (the local
+  // rank's entry of an inherited CUDA_VISIBLE_DEVICES, else its --gpus GPU, else GPU local_rank).
+  bool virtual_local_rank = false;
   // CPUs (See Note [CPU binding] in launcher/resources.h).
   CpuBind cpu_bind = CpuBind::kNone;
   // Misc.

@@ -129,17 +129,23 @@ std::vector<std::string> resolve_visible_gpus(const LaunchConfig& c, const Envir
   const auto inherited = env.get(env::kCudaVisibleDevices);
   switch (c.gpus.mode) {
     case GpuRequest::Mode::kNone:
-      return {};
     case GpuRequest::Mode::kList: {
+      std::vector<int> numbers = c.gpus.list;
+      if (c.gpus.mode == GpuRequest::Mode::kNone) {
+        if (!c.virtual_local_rank) return {};
+        for (int lr = 0; lr < nproc; ++lr) numbers.push_back(lr);  // torchrun's: local rank i gets GPU i
+      }
       if (!inherited) {
-        for (int gpu : c.gpus.list) picked.push_back(std::to_string(gpu));
+        for (int gpu : numbers) picked.push_back(std::to_string(gpu));
         break;
       }
       const std::vector<std::string> entries = cuda_visible_entries(*inherited);
-      for (int gpu : c.gpus.list) {  // See Note [Inherited CUDA_VISIBLE_DEVICES]: numbers within the list
+      for (int gpu : numbers) {  // See Note [Inherited CUDA_VISIBLE_DEVICES]: numbers within the list
         if (gpu >= static_cast<int>(entries.size())) {
-          throw UsageError(ddp::str("--gpus names GPU ", gpu, ", but the inherited CUDA_VISIBLE_DEVICES='", *inherited,
-                                    "' has ", entries.size(), " entries (--gpus numbers them from 0)"));
+          throw UsageError(ddp::str(c.gpus.mode == GpuRequest::Mode::kNone ? "--virtual_local_rank: local rank "
+                                                                            : "--gpus names GPU ",
+                                    gpu, ", but the inherited CUDA_VISIBLE_DEVICES='", *inherited, "' has ",
+                                    entries.size(), " entries (numbered from 0)"));
         }
         picked.push_back(entries[gpu]);
       }

@@ -66,7 +66,7 @@ std::vector<VisibleGpu> visible_gpus(const EnvironmentSnapshot& env, MachineReso
 // GPUs if any (and a driver), else CPUs.
 int resolve_nproc(const LaunchConfig& config, const EnvironmentSnapshot& env, MachineResources& machine);
 
-// CUDA_VISIBLE_DEVICES of each local rank (empty without --gpus), within an inherited
+// CUDA_VISIBLE_DEVICES of each local rank (empty without --gpus and --virtual_local_rank), within an inherited
 // CUDA_VISIBLE_DEVICES (See Note [Inherited CUDA_VISIBLE_DEVICES]). Throws UsageError.
 std::vector<std::string> resolve_visible_gpus(const LaunchConfig& config, const EnvironmentSnapshot& env, int nproc,
                                               MachineResources& machine);

@@ -22,7 +22,7 @@
 //   variable is an integer: 0 off). A flag on the command line wins over its variable.
 // Flags that only make sense for a Python entry point (-m, --run_path, --logs_specs) are refused;
 // flags whose torchrun meaning has no counterpart in ddp_launch yet (--numa_binding, non-empty
-// --duplicate_*_filters, --virtual_local_rank, an event log handler that prints) are refused naming
+// --duplicate_*_filters, an event log handler that prints) are refused naming
 // what to use instead, never ignored: a job that asked for them would silently behave differently.
 // --start_method is accepted with any of torchrun's choices: a binary is always fork()ed and
 // exec()ed, which is what every start method amounts to for a binary.
@@ -206,11 +206,6 @@ void refuse_torchrun_only(const std::string& name, const std::string& value) {
   if (name == "numa_binding") {
     throw UsageError(ddp::str("--numa_binding ", value,
                               ": not supported; --cpu_bind exclusive gives each worker its own CPUs (not NUMA-aware)"));
-  }
-  if (name == "virtual_local_rank") {
-    throw UsageError(
-        "--virtual_local_rank is not supported: --gpus gives each worker only its own GPU (device 0), "
-        "LOCAL_RANK stays the local rank");
   }
   if (name == "duplicate_stdout_filters" || name == "duplicate_stderr_filters") {
     throw UsageError(ddp::str("--", name, " '", value,

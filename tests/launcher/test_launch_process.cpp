@@ -456,6 +456,14 @@ TEST_CASE("torchrun command lines with a binary run unchanged, with torchrun's m
   const auto roles = run_launcher({"--dry_run", "--role=trainer", "--signals-to-handle=SIGTERM,SIGUSR1", "--no-python", w});
   CHECK_THAT(roles.out, Catch::Contains("ROLE_NAME=trainer"));
   CHECK_THAT(roles.out, Catch::Contains("forwarded signals SIGTERM,SIGUSR1;"));
+  // --virtual_local_rank: LOCAL_RANK=0 everywhere, each worker sees only its inherited GPU.
+  const auto virtual_ranks = run_launcher({"--dry_run", "--nproc_per_node", "2", "--virtual-local-rank", "--no-python", w},
+                                          {{"CUDA_VISIBLE_DEVICES", "6,GPU-abc"}});
+  INFO(virtual_ranks.err);
+  CHECK(count_of(virtual_ranks.out, "LOCAL_RANK=0 ") == 2);
+  CHECK_THAT(virtual_ranks.out, Catch::Contains("RANK=1 LOCAL_RANK=0"));
+  CHECK_THAT(virtual_ranks.out, Catch::Contains("CUDA_VISIBLE_DEVICES=6 "));
+  CHECK_THAT(virtual_ranks.out, Catch::Contains("CUDA_VISIBLE_DEVICES=GPU-abc "));
   const auto defaults = run_launcher({"--dry_run", "--no-python", w});
   CHECK_THAT(defaults.out, Catch::Contains("ROLE_NAME=default"));
   CHECK_THAT(defaults.out, Catch::Contains("forwarded signals SIGTERM,SIGINT,SIGHUP,SIGQUIT;"));
@@ -476,7 +484,6 @@ TEST_CASE("torchrun flags that cannot apply to a binary: one line saying why, ex
       {{"--run-path", w}, "--run_path runs a Python script", {}},
       {{"--logs-specs", "custom", w}, "--logs_specs custom: names a Python entry point", {}},
       {{"--numa-binding", "node", w}, "--numa_binding node: not supported", {}},
-      {{"--virtual-local-rank", w}, "--virtual_local_rank is not supported", {}},
       {{"--duplicate-stdout-filters", "error", w}, "--duplicate_stdout_filters 'error'", {}},
       {{"--duplicate_stderr_filters=warn", w}, "--duplicate_stderr_filters 'warn'", {}},
       {{"--event-log-handler", "console", w}, "no torchelastic event log", {}},

@@ -522,6 +522,13 @@ TEST_CASE("gpu and --gpus auto choose within an inherited CUDA_VISIBLE_DEVICES a
         std::vector<std::string>{"2", "6"});
   CHECK_THROWS_WITH(resolve_visible_gpus(parse({"--gpus", "3", "/bin/true"}), by_index, 1, machine),
                     Catch::Contains("has 3 entries"));
+  // --virtual_local_rank (torchrun's): local rank i gets the i-th inherited entry, else GPU i.
+  const auto virtual_ranks = parse({"--nproc_per_node", "2", "--virtual_local_rank", "/bin/true"});
+  CHECK(resolve_visible_gpus(virtual_ranks, by_index, 2, machine) == std::vector<std::string>{"2", "5"});
+  CHECK(resolve_visible_gpus(virtual_ranks, plain_env(), 2, machine) == std::vector<std::string>{"0", "1"});
+  CHECK_THROWS_WITH(resolve_visible_gpus(parse({"--nproc_per_node", "4", "--virtual_local_rank", "/bin/true"}), by_index,
+                                         4, machine),
+                    Catch::Contains("--virtual_local_rank: local rank 3"));
 
   // UUIDs (and a unique prefix of one): the workers get the UUIDs as inherited.
   const auto by_uuid = plain_env({{"CUDA_VISIBLE_DEVICES", eight[3].uuid + "," + eight[1].uuid.substr(0, 8)}});
