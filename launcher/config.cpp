@@ -380,7 +380,9 @@ ParseResult parse_launch_args(int argc, const char* const* argv, const Environme
   auto from_env = [&](const char* name) -> std::optional<std::string> {
     if (opts.count(name) > 0) return std::nullopt;
     const auto variable = torchrun_env_name(name);
-    return variable ? env.get(*variable) : std::nullopt;
+    auto value = variable ? env.get(*variable) : std::nullopt;
+    if (value && value->empty()) return std::nullopt;  // set but empty: the default, as torchrun's falsy default
+    return value;
   };
   auto given = [&](const char* name) { return opts.count(name) > 0 || from_env(name).has_value(); };
   auto text = [&](const char* name) {

@@ -435,7 +435,7 @@ TEST_CASE("torchrun command lines with a binary run unchanged, with torchrun's m
         "--role", "r", w},
        {{"PET_NNODES", "2"}, {"PET_NODE_RANK", "1"}, {"PET_MASTER_ADDR", "10.1.2.3"}, {"PET_NPROC_PER_NODE", "2"},
         {"PET_MAX_RESTARTS", "2"}, {"PET_ROLE", "r"}, {"PET_NO_PYTHON", "1"}, {"PET_START_METHOD", "fork"}}},
-      {{"--nproc_per_node", "2", w}, {"--nproc_per_node", "2", w}, {{"PET_NPROC_PER_NODE", "3"}, {"PET_MODULE", "0"}}},
+      {{"--nproc_per_node", "2", w}, {"--nproc_per_node", "2", w}, {{"PET_NPROC_PER_NODE", "3"}, {"PET_MODULE", "0"}, {"PET_LOG_DIR", ""}}},
       {{"--no-python", w}, {"--shutdown_grace", "7", w}, {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "7"}}},
   };
   for (const auto& c : cases) {
