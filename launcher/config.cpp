@@ -123,15 +123,6 @@ std::string normalise_flag(const std::string& arg) {
   return "--" + name + (eq == std::string::npos ? "" : arg.substr(eq));
 }
 
-std::vector<std::string> split_list(const std::string& text, char sep) {
-  std::vector<std::string> out;
-  std::string item;
-  std::istringstream in(text);
-  while (std::getline(in, item, sep)) out.push_back(item);
-  if (!text.empty() && text.back() == sep) out.push_back("");
-  return out;
-}
-
 std::string random_run_id() {
   std::random_device rd;
   std::ostringstream out;
@@ -165,6 +156,21 @@ bool is_numeric_address(const std::string& text) {
 }
 
 }  // namespace
+
+std::vector<std::string> split_list(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  std::string item;
+  std::istringstream in(text);
+  while (std::getline(in, item, sep)) out.push_back(item);
+  if (!text.empty() && text.back() == sep) out.push_back("");
+  return out;
+}
+
+std::string trim_blanks(const std::string& text) {
+  const auto first = text.find_first_not_of(" \t");
+  if (first == std::string::npos) return "";
+  return text.substr(first, text.find_last_not_of(" \t") - first + 1);
+}
 
 StdStreams StreamSpec::for_local_rank(int local_rank) const {
   if (per_local_rank.empty()) return all;

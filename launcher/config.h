@@ -121,6 +121,11 @@ SplitArgs split_launcher_args(int argc, const char* const* argv);
 // Returns the path, or throws UsageError saying what was wrong (missing, not executable).
 std::string resolve_program(const std::string& name, const std::string& path_var);
 
+// "a,b," -> {"a", "b", ""}; "" -> {}.
+std::vector<std::string> split_list(const std::string& text, char sep);
+// Without leading and trailing spaces and tabs.
+std::string trim_blanks(const std::string& text);
+
 // Strict number parsing for flags: the whole text must be the number. Throw UsageError naming flag.
 int parse_int_flag(const std::string& flag, const std::string& text, int min, int max);
 double parse_seconds_flag(const std::string& flag, const std::string& text);

@@ -26,15 +26,7 @@ std::vector<int> usable_cpus() {
 // The entries of CUDA_VISIBLE_DEVICES, trimmed ("" gives none).
 std::vector<std::string> cuda_visible_entries(const std::string& value) {
   std::vector<std::string> entries;
-  std::size_t start = 0;
-  while (start <= value.size() && !value.empty()) {
-    const auto comma = std::min(value.find(',', start), value.size());
-    std::string entry = value.substr(start, comma - start);
-    const auto first = entry.find_first_not_of(" \t");
-    entry = first == std::string::npos ? "" : entry.substr(first, entry.find_last_not_of(" \t") - first + 1);
-    entries.push_back(entry);
-    start = comma + 1;
-  }
+  for (const auto& entry : split_list(value, ',')) entries.push_back(trim_blanks(entry));
   return entries;
 }
 

@@ -3,11 +3,12 @@
 #include <signal.h>
 
 #include <cctype>
+#include <climits>
 #include <cmath>
 #include <cstring>
-#include <sstream>
 
 #include "ddp/base/error.h"
+#include "launcher/config.h"
 
 // Note [torchrun's command line]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -54,20 +55,6 @@ constexpr NamedSignal kSignals[] = {
     {"SIGKILL", SIGKILL}, {"SIGSTOP", SIGSTOP}, {"SIGCHLD", SIGCHLD}, {"SIGPIPE", SIGPIPE},
 };
 
-std::vector<std::string> split_commas(const std::string& text) {
-  std::vector<std::string> items;
-  std::string item;
-  std::istringstream in(text);
-  while (std::getline(in, item, ',')) items.push_back(item);
-  return items;
-}
-
-std::string trim(const std::string& text) {
-  const auto first = text.find_first_not_of(" \t");
-  if (first == std::string::npos) return "";
-  return text.substr(first, text.find_last_not_of(" \t") - first + 1);
-}
-
 double conf_seconds(const std::string& key, const std::string& value) {
   size_t used = 0;
   double seconds = -1;
@@ -105,17 +92,7 @@ std::optional<std::string> torchrun_env_name(const std::string& name) {
 }
 
 bool parse_env_switch(const std::string& variable, const std::string& value) {
-  size_t used = 0;
-  long long number = 0;
-  try {
-    number = std::stoll(value, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (value.empty() || used != value.size()) {
-    throw UsageError(ddp::str(variable, "='", value, "': expected an integer (0: off, 1: on), as torchrun reads it"));
-  }
-  return number != 0;
+  return parse_int_flag(variable + " (0: off, other integers: on, as torchrun reads it)", value, INT_MIN, INT_MAX) != 0;
 }
 
 // Note [Rendezvous timeouts from --rdzv_conf]
@@ -131,15 +108,15 @@ bool parse_env_switch(const std::string& variable, const std::string& value) {
 // serves it. Any other key is refused, where torchrun would pass it on unread.
 RendezvousConf parse_rdzv_conf(const std::string& text) {
   RendezvousConf conf;
-  for (const std::string& raw : split_commas(text)) {
-    const std::string item = trim(raw);
+  for (const std::string& raw : split_list(text, ',')) {
+    const std::string item = trim_blanks(raw);
     if (item.empty()) continue;
     const auto eq = item.find('=');
     if (eq == std::string::npos) {
       throw UsageError(ddp::str("--rdzv_conf '", text, "': '", item, "' is not KEY=VALUE (e.g. join_timeout=900)"));
     }
-    const std::string key = trim(item.substr(0, eq));
-    const std::string value = trim(item.substr(eq + 1));
+    const std::string key = trim_blanks(item.substr(0, eq));
+    const std::string value = trim_blanks(item.substr(eq + 1));
     if (key == "join_timeout") {
       conf.join_timeout_s = conf_seconds(key, value);
     } else if (key == "last_call_timeout" || key == "close_timeout" || key == "read_timeout" ||
@@ -169,8 +146,8 @@ RendezvousConf parse_rdzv_conf(const std::string& text) {
 
 std::vector<int> parse_signals_to_handle(const std::string& text) {
   std::vector<int> signals;
-  for (const std::string& raw : split_commas(text)) {
-    const std::string name = trim(raw);
+  for (const std::string& raw : split_list(text, ',')) {
+    const std::string name = trim_blanks(raw);
     if (name.empty()) continue;
     const NamedSignal* found = nullptr;
     for (const auto& s : kSignals) {

@@ -498,7 +498,8 @@ TEST_CASE("torchrun flags that cannot apply to a binary: one line saying why, ex
       {{"--nnodes", "1:4", w}, "elastic node ranges are not supported", {}},
       {{"--shutdown-timeout", "5", "--shutdown-grace", "6", w}, "are one setting", {}},
       {{"--log", "x", w}, "ambiguous flag '--log'", {}},
-      {{w}, "PET_STANDALONE='yes': expected an integer", {{"PET_STANDALONE", "yes"}}},
+      {{w}, "PET_STANDALONE (0: off, other integers: on, as torchrun reads it) expects an integer, got 'yes'",
+       {{"PET_STANDALONE", "yes"}}},
   };
   for (const auto& c : cases) {
     INFO(ddp::join(c.args, " "));
