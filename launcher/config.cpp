@@ -69,12 +69,13 @@ constexpr FlagSpec kFlags[] = {
      "none"},
     {"dry_run", false, "Print each worker's command and environment, start nothing", nullptr},
     {"no_python", false, "Accepted for torchrun compatibility (ddp_launch always runs a binary)", nullptr},
-    // torchrun's flags that ddp_launch refuses, saying why: see Note [torchrun's command line].
+    {"virtual_local_rank", false, "LOCAL_RANK=0 for every worker, which sees only its own GPU (as device 0)", nullptr},
+    // torchrun's flags that ddp_launch refuses (or accepts only with their default), saying why:
+    // see Note [torchrun's command line].
     {"module", false, "Refused: a Python module (-m)", nullptr},
     {"run_path", false, "Refused: a Python script in torchrun's interpreter", nullptr},
     {"logs_specs", true, "Refused: a Python entry point", nullptr},
     {"numa_binding", true, "Refused: use --cpu_bind exclusive", nullptr},
-    {"virtual_local_rank", false, "LOCAL_RANK=0 for every worker, which sees only its own GPU (as device 0)", nullptr},
     {"duplicate_stdout_filters", true, "Accepted when empty (torchrun's default)", nullptr},
     {"duplicate_stderr_filters", true, "Accepted when empty (torchrun's default)", nullptr},
     {"run_id", true, "TORCHELASTIC_RUN_ID (default: rdzv_id, or 'none')", nullptr},
