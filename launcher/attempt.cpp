@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <spdlog/spdlog.h>
 
+#include "ddp/base/files.h"
 #include "launcher/agent_socket.h"
 #include "launcher/progress_board.h"
 
@@ -126,9 +128,23 @@ class Attempt {
   std::vector<WorkerExit> failures;
   std::optional<int> launcher_signal;
 
+  // The attempt's filtered_std{out,err}.log, created once and shared by its workers.
+  int filtered_file(const std::string& path) {
+    if (path.empty()) return -1;
+    auto it = filtered_files_.find(path);
+    if (it == filtered_files_.end()) it = filtered_files_.emplace(path, ddp::create_new_file(path, 0600, true)).first;
+    return it->second.get();
+  }
+
   void start_all() {
     for (auto& w : workers_) {
+      const int filtered_out = filtered_file(w.launch.filtered_stdout_log);
+      const int filtered_err = filtered_file(w.launch.filtered_stderr_log);
       w.pid = start_worker(options_.program_path, options_.program_args, w.launch, w.out, w.err);
+      w.out.filtered_fd = filtered_out;
+      w.out.filters = &options_.duplicate_stdout_filters;
+      w.err.filtered_fd = filtered_err;
+      w.err.filters = &options_.duplicate_stderr_filters;
       w.running = true;
     }
     if (options_.progress != nullptr) {
@@ -339,6 +355,7 @@ class Attempt {
   const SupervisorOptions& options_;
   SignalPipe& signals_;
   int attempt_;
+  std::map<std::string, ddp::FileDescriptor> filtered_files_;  // declared before workers_: outlives their streams
   std::vector<Worker> workers_;
   bool stopping_ = false;
   bool killed_ = false;

@@ -70,14 +70,15 @@ constexpr FlagSpec kFlags[] = {
     {"dry_run", false, "Print each worker's command and environment, start nothing", nullptr},
     {"no_python", false, "Accepted for torchrun compatibility (ddp_launch always runs a binary)", nullptr},
     {"virtual_local_rank", false, "LOCAL_RANK=0 for every worker, which sees only its own GPU (as device 0)", nullptr},
-    // torchrun's flags that ddp_launch refuses (or accepts only with their default), saying why:
-    // see Note [torchrun's command line].
+    {"duplicate_stdout_filters", true,
+     "Also write tee'd stdout lines containing any of these (a,b; ',,' is a comma) to <attempt>/filtered_stdout.log",
+     nullptr},
+    {"duplicate_stderr_filters", true, "The same for stderr: <attempt>/filtered_stderr.log", nullptr},
+    // torchrun's flags that ddp_launch refuses, saying why: see Note [torchrun's command line].
     {"module", false, "Refused: a Python module (-m)", nullptr},
     {"run_path", false, "Refused: a Python script in torchrun's interpreter", nullptr},
     {"logs_specs", true, "Refused: a Python entry point", nullptr},
     {"numa_binding", true, "Refused: use --cpu_bind exclusive", nullptr},
-    {"duplicate_stdout_filters", true, "Accepted when empty (torchrun's default)", nullptr},
-    {"duplicate_stderr_filters", true, "Accepted when empty (torchrun's default)", nullptr},
     {"run_id", true, "TORCHELASTIC_RUN_ID (default: rdzv_id, or 'none')", nullptr},
     {"help", false, "Print this help", nullptr},
     {"version", false, "Print the version", nullptr},
@@ -573,9 +574,8 @@ ParseResult parse_launch_args(int argc, const char* const* argv, const Environme
   for (const char* name : {"logs_specs", "numa_binding"}) {
     if (given(name)) refuse_torchrun_only(name, text(name));
   }
-  for (const char* name : {"duplicate_stdout_filters", "duplicate_stderr_filters"}) {
-    if (given(name) && !text(name).empty()) refuse_torchrun_only(name, text(name));
-  }
+  if (given("duplicate_stdout_filters")) c.duplicate_stdout_filters = parse_duplicate_filters(text("duplicate_stdout_filters"));
+  if (given("duplicate_stderr_filters")) c.duplicate_stderr_filters = parse_duplicate_filters(text("duplicate_stderr_filters"));
   on("no_python");  // checked (PET_NO_PYTHON must be an integer); a binary runs either way
   c.hang_timeout_s = parse_seconds_flag("--hang_timeout", text("hang_timeout"));
   c.metrics_port = parse_int_flag("--metrics_port", text("metrics_port"), 0, 65535);

@@ -80,6 +80,10 @@ struct LaunchConfig {
   StreamSpec redirects;
   StreamSpec tee;
   std::optional<std::vector<int>> local_ranks_filter;  // absent: every rank on the console
+  // torchrun's --duplicate_stdout_filters / --duplicate_stderr_filters: lines of tee'd streams that
+  // contain any of these are also written to <attempt folder>/filtered_std{out,err}.log.
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
   // GPUs.
   GpuRequest gpus;
   bool allow_busy_gpus = false;

@@ -80,8 +80,10 @@ void print_dry_run(const LaunchConfig& c, const NodeAssignment& node, const Loca
     for (const auto& [k, v] : w.launcher_set) vars += " " + k + "=" + shell_quote(v);
     std::printf("%senv:%s (plus the launcher's environment)\n", prefix.c_str(), vars.c_str());
     if (!w.cpus.empty()) std::printf("%scpus: %s\n", prefix.c_str(), format_cpu_list(w.cpus).c_str());
-    std::printf("%soutput: stdout to %s, stderr to %s\n", prefix.c_str(), route(w.stdout_to_console, w.stdout_log).c_str(),
-                route(w.stderr_to_console, w.stderr_log).c_str());
+    std::printf("%soutput: stdout to %s, stderr to %s%s%s\n", prefix.c_str(),
+                route(w.stdout_to_console, w.stdout_log).c_str(), route(w.stderr_to_console, w.stderr_log).c_str(),
+                w.filtered_stdout_log.empty() ? "" : ("; stdout lines containing " + ddp::join(c.duplicate_stdout_filters, " or ") + " also to filtered_stdout.log").c_str(),
+                w.filtered_stderr_log.empty() ? "" : ("; stderr lines containing " + ddp::join(c.duplicate_stderr_filters, " or ") + " also to filtered_stderr.log").c_str());
   }
 }
 
@@ -196,6 +198,8 @@ int run(const LaunchConfig& c, const EnvironmentSnapshot& env) {
   options.progress = agent ? &board : nullptr;
   options.hang_timeout_s = c.hang_timeout_s;
   options.forwarded_signals = c.forwarded_signals;
+  options.duplicate_stdout_filters = c.duplicate_stdout_filters;
+  options.duplicate_stderr_filters = c.duplicate_stderr_filters;
   const SupervisorResult result = supervise(options, make_group);
   if (result.exit_code != 0) {
     std::fputs(format_failure_summary(result, options.host_name).c_str(), stderr);

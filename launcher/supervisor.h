@@ -36,6 +36,9 @@ struct SupervisorOptions {
   // Signals forwarded to the workers, each then stopping the job (--signals_to_handle); empty:
   // kForwardedSignals (SIGINT, SIGTERM, SIGHUP, SIGQUIT).
   std::vector<int> forwarded_signals;
+  // --duplicate_stdout_filters / --duplicate_stderr_filters (see WorkerLaunch::filtered_stdout_log).
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
   // See Note [Unreapable workers] in launcher/attempt.cpp: how long after SIGKILL a worker may stay
   // unreaped before the launcher reports it and gives up on it.
   double reap_timeout_s = 10;

@@ -22,8 +22,8 @@
 // - PET_<NAME> as the default of the flags whose argparse action is `env` or `check_env` (a switch's
 //   variable is an integer: 0 off). A flag on the command line wins over its variable.
 // Flags that only make sense for a Python entry point (-m, --run_path, --logs_specs) are refused;
-// flags whose torchrun meaning has no counterpart in ddp_launch yet (--numa_binding, non-empty
-// --duplicate_*_filters, an event log handler that prints) are refused naming
+// flags whose torchrun meaning has no counterpart in ddp_launch yet (--numa_binding, an event log
+// handler that prints) are refused naming
 // what to use instead, never ignored: a job that asked for them would silently behave differently.
 // --start_method is accepted with any of torchrun's choices: a binary is always fork()ed and
 // exec()ed, which is what every start method amounts to for a binary.
@@ -168,6 +168,23 @@ std::vector<int> parse_signals_to_handle(const std::string& text) {
   return signals;
 }
 
+std::vector<std::string> parse_duplicate_filters(const std::string& text) {
+  std::vector<std::string> needles;
+  std::string needle;
+  for (std::size_t i = 0; i <= text.size(); ++i) {
+    if (i + 1 < text.size() && text[i] == ',' && text[i + 1] == ',') {
+      needle += ',';
+      ++i;
+    } else if (i == text.size() || text[i] == ',') {
+      if (!needle.empty()) needles.push_back(needle);
+      needle.clear();
+    } else {
+      needle += text[i];
+    }
+  }
+  return needles;
+}
+
 void refuse_torchrun_only(const std::string& name, const std::string& value) {
   if (name == "module") {
     throw UsageError("-m/--module runs a Python module; ddp_launch runs a binary: give its path (as torchrun --no-python)");
@@ -183,11 +200,6 @@ void refuse_torchrun_only(const std::string& name, const std::string& value) {
   if (name == "numa_binding") {
     throw UsageError(ddp::str("--numa_binding ", value,
                               ": not supported; --cpu_bind exclusive gives each worker its own CPUs (not NUMA-aware)"));
-  }
-  if (name == "duplicate_stdout_filters" || name == "duplicate_stderr_filters") {
-    throw UsageError(ddp::str("--", name, " '", value,
-                              "': duplicating matching lines to another file is not supported; --log_dir keeps "
-                              "every rank's stdout.log and stderr.log to search"));
   }
   if (name == "event_log_handler") {
     throw UsageError(ddp::str("--event_log_handler ", value,

@@ -30,6 +30,10 @@ RendezvousConf parse_rdzv_conf(const std::string& text);
 // UsageError naming an unknown signal or one that cannot be handled (SIGKILL, SIGSTOP, SIGCHLD).
 std::vector<int> parse_signals_to_handle(const std::string& text);
 
+// --duplicate_stdout_filters "apple,or,,ange": the needles {"apple", "or,ange"} (",," is a comma, as
+// torchrun's); empty needles are dropped (torchrun's would match every line).
+std::vector<std::string> parse_duplicate_filters(const std::string& text);
+
 // torchrun's default --signals_to_handle.
 inline constexpr char kDefaultSignalsToHandle[] = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
 

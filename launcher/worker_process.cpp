@@ -214,12 +214,12 @@ bool OutputStream::pump() {
   }
   const std::string_view bytes(buf, static_cast<size_t>(n));
   if (file_fd >= 0) write_or_drop(file_fd, bytes);
-  if (console_fd >= 0) splitter.feed(bytes, [this](std::string_view line) { emit(line); });
+  if (console_fd >= 0 || filtered_fd >= 0) splitter.feed(bytes, [this](std::string_view line) { emit(line); });
   return true;
 }
 
 void OutputStream::finish() {
-  if (console_fd >= 0) splitter.flush([this](std::string_view line) { emit(line); });
+  if (console_fd >= 0 || filtered_fd >= 0) splitter.flush([this](std::string_view line) { emit(line); });
   close_all();
 }
 
@@ -228,7 +228,14 @@ void OutputStream::emit(std::string_view line) {
   out.reserve(prefix.size() + line.size());
   out += prefix;
   out += line;
-  write_or_drop(console_fd, out);
+  if (console_fd >= 0) write_or_drop(console_fd, out);
+  if (filtered_fd >= 0 && filters != nullptr) {
+    for (const auto& needle : *filters) {
+      if (line.find(needle) == std::string_view::npos) continue;
+      write_or_drop(filtered_fd, out);
+      break;
+    }
+  }
 }
 
 pid_t start_worker(const std::string& program_path, const std::vector<std::string>& args, const WorkerLaunch& launch,

@@ -47,6 +47,10 @@ struct OutputStream {
   int file_fd = -1;
   LineSplitter splitter;
   std::string prefix;
+  // --duplicate_*_filters: lines containing any of `filters` also go to filtered_fd (owned by the
+  // attempt, shared by the workers); -1: none.
+  int filtered_fd = -1;
+  const std::vector<std::string>* filters = nullptr;
 
   void close_all();
   // Reads what is there; returns false at EOF (or error).
