@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <spdlog/spdlog.h>
 
+#include "ddp/base/files.h"
 #include "launcher/agent_socket.h"
 #include "launcher/progress_board.h"
 
@@ -35,6 +37,17 @@
 // At the end of an attempt, every worker's process group gets SIGKILL, so grandchildren a worker
 // started do not outlive it.
 
+// Note [Unreapable workers]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// SIGKILL ends a process only when it leaves the kernel: one stuck in an uninterruptible sleep
+// (state D: a hung NFS or GPU driver call) stays, and a sandbox may delay the reaping of a zombie.
+// Waiting for such a worker would hang the launcher, and with it the job's end and every other
+// node's restart. So the wait after SIGKILL is bounded (SupervisorOptions::reap_timeout_s): then the
+// launcher logs the worker's pid and its state from /proc/PID/stat, records it as a failure
+// (WorkerExit::unreaped), stops waiting for it and, since its GPU memory and files may still be
+// held, does not restart the group: the launcher exits non-zero. The wait is a WNOHANG poll inside
+// the loop (never a blocking waitpid), also when start-up failed half-way.
+
 namespace ddp::launcher {
 namespace {
 
@@ -42,6 +55,7 @@ struct Worker {
   WorkerLaunch launch;
   pid_t pid = -1;
   bool running = false;
+  bool unreaped = false;  // given up on after SIGKILL (See Note [Unreapable workers])
   std::optional<size_t> hang_failure;  // index in Attempt::failures when the watchdog stopped it
   OutputStream out;
   OutputStream err;
@@ -68,10 +82,20 @@ class Attempt {
 
   // Only reached with workers still running when start-up failed half-way (an exception).
   ~Attempt() {
+    const auto deadline = Clock::now() + seconds(options_.reap_timeout_s);
     for (auto& w : workers_) {
-      if (w.running && w.pid > 0) {
-        signal_group(w.pid, SIGKILL);
-        ::waitpid(w.pid, nullptr, 0);
+      if (w.running && w.pid > 0) signal_group(w.pid, SIGKILL);
+    }
+    for (auto& w : workers_) {
+      int status = 0;
+      bool reaped = !w.running || w.pid <= 0;
+      while (!reaped && Clock::now() < deadline) {
+        reaped = try_reap(w.pid, &status) == w.pid;
+        if (!reaped) ::poll(nullptr, 0, 10);
+      }
+      if (!reaped) {
+        spdlog::error("rank {} (pid {}) was not reaped {} s after SIGKILL: state {}", w.launch.rank, w.pid,
+                      options_.reap_timeout_s, process_state(w.pid));
       }
       w.out.close_all();
       w.err.close_all();
@@ -88,24 +112,39 @@ class Attempt {
       reap();
       check_hangs();
       if (stop_deadline_ && Clock::now() >= *stop_deadline_ && !killed_) kill_all(SIGKILL);
+      if (reap_deadline_ && Clock::now() >= *reap_deadline_) give_up_on_unreaped();
       if (running_count() == 0) break;
       wait_for_events(next_timeout_ms());
     }
     drain_output();
     // Grandchildren left in a worker's process group go too (See Note [Supervision]).
     for (auto& w : workers_) {
-      if (w.pid > 0) ::kill(-w.pid, SIGKILL);  // reaped: never the pid itself, it may be reused
+      if (w.pid > 0) ::kill(-w.pid, SIGKILL);  // reaped (or unreaped): never the pid itself, it may be reused
     }
-    return {std::move(failures), launcher_signal};
+    return {std::move(failures), launcher_signal, unreaped_};
   }
 
  private:
   std::vector<WorkerExit> failures;
   std::optional<int> launcher_signal;
 
+  // The attempt's filtered_std{out,err}.log, created once and shared by its workers.
+  int filtered_file(const std::string& path) {
+    if (path.empty()) return -1;
+    auto it = filtered_files_.find(path);
+    if (it == filtered_files_.end()) it = filtered_files_.emplace(path, ddp::create_new_file(path, 0600, true)).first;
+    return it->second.get();
+  }
+
   void start_all() {
     for (auto& w : workers_) {
+      const int filtered_out = filtered_file(w.launch.filtered_stdout_log);
+      const int filtered_err = filtered_file(w.launch.filtered_stderr_log);
       w.pid = start_worker(options_.program_path, options_.program_args, w.launch, w.out, w.err);
+      w.out.filtered_fd = filtered_out;
+      w.out.filters = &options_.duplicate_stdout_filters;
+      w.err.filtered_fd = filtered_err;
+      w.err.filters = &options_.duplicate_stderr_filters;
       w.running = true;
     }
     if (options_.progress != nullptr) {
@@ -143,11 +182,47 @@ class Attempt {
 
   int next_timeout_ms() const {
     int ms = std::max(1, static_cast<int>(options_.monitor_interval_s * 1000));
-    if (stop_deadline_ && !killed_) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*stop_deadline_ - Clock::now()).count();
+    const auto until = [&](Clock::time_point deadline) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
       ms = std::min<long long>(ms, std::max<long long>(0, left + 1));
-    }
+    };
+    if (stop_deadline_ && !killed_) until(*stop_deadline_);
+    if (reap_deadline_) until(*reap_deadline_);
     return ms;
+  }
+
+  static Clock::duration seconds(double s) {
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  }
+
+  pid_t try_reap(pid_t pid, int* status) const {
+    return options_.try_reap ? options_.try_reap(pid, status) : ::waitpid(pid, status, WNOHANG);
+  }
+
+  // See Note [Unreapable workers]: the workers still not reaped reap_timeout_s after SIGKILL.
+  void give_up_on_unreaped() {
+    for (auto& w : workers_) {
+      if (!w.running) continue;
+      const std::string state = process_state(w.pid);
+      spdlog::error("rank {} (pid {}) was not reaped {} s after SIGKILL: state {} (from /proc/{}/stat); giving up "
+                    "on it, the group is not restarted",
+                    w.launch.rank, w.pid, options_.reap_timeout_s, state, w.pid);
+      w.running = false;
+      w.unreaped = true;
+      unreaped_ = true;
+      if (options_.progress != nullptr) options_.progress->mark_exited(w.launch.rank);
+      if (w.hang_failure) {
+        failures[*w.hang_failure].unreaped = state;
+        continue;
+      }
+      WorkerExit exit = exit_record(w);
+      exit.exit_code = 1;
+      exit.unreaped = state;
+      exit.after_stop = true;
+      exit.observed_pass = pass_;
+      failures.push_back(std::move(exit));
+    }
+    reap_deadline_.reset();
   }
 
   // poll() on the signal pipe and every open output pipe; reads what is ready.
@@ -204,7 +279,7 @@ class Attempt {
     for (auto& w : workers_) {
       if (!w.running) continue;
       int status = 0;
-      const pid_t r = ::waitpid(w.pid, &status, WNOHANG);
+      const pid_t r = try_reap(w.pid, &status);
       if (r != w.pid) continue;
       w.running = false;
       if (options_.progress != nullptr) options_.progress->mark_exited(w.launch.rank);
@@ -251,6 +326,7 @@ class Attempt {
 
   void kill_all(int sig) {
     killed_ = true;
+    reap_deadline_ = Clock::now() + seconds(options_.reap_timeout_s);
     for (auto& w : workers_) {
       if (w.running) {
         spdlog::warn("rank {} (pid {}) still running after the {} s grace period: sending {}", w.launch.rank,
@@ -279,11 +355,14 @@ class Attempt {
   const SupervisorOptions& options_;
   SignalPipe& signals_;
   int attempt_;
+  std::map<std::string, ddp::FileDescriptor> filtered_files_;  // declared before workers_: outlives their streams
   std::vector<Worker> workers_;
   bool stopping_ = false;
   bool killed_ = false;
   int pass_ = 0;
   std::optional<Clock::time_point> stop_deadline_;
+  std::optional<Clock::time_point> reap_deadline_;  // SIGKILL sent: see Note [Unreapable workers]
+  bool unreaped_ = false;
 };
 
 }  // namespace

@@ -14,6 +14,7 @@ namespace ddp::launcher {
 struct AttemptOutcome {
   std::vector<WorkerExit> failures;    // empty: every worker exited 0
   std::optional<int> launcher_signal;  // a signal the launcher received and forwarded
+  bool unreaped = false;               // a worker was given up on: see Note [Unreapable workers]
 };
 
 // Starts `launches`, supervises them until every one has ended (and every process group is gone),

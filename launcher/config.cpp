@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "launcher/torchrun_flags.h"
 
 namespace ddp::launcher {
 namespace {
@@ -35,9 +36,22 @@ constexpr FlagSpec kFlags[] = {
     {"rdzv_id", true, "Id of the job, the same on every node", nullptr},
     {"rdzv_backend", true, "Accepted for torchrun compatibility: c10d (with --rdzv_endpoint) or static", nullptr},
     {"rdzv_timeout", true, "Seconds to wait for every node at rendezvous", "600"},
+    {"rdzv_conf", true,
+     "torchrun's rendezvous settings KEY=VALUE,...: join_timeout (= --rdzv_timeout); the other timeouts are "
+     "checked (see docs/launcher.md)",
+     nullptr},
+    {"local_addr", true, "This node's address for the other nodes in a dynamic rendezvous (default: the route's)",
+     nullptr},
+    {"role", true, "ROLE_NAME of the workers", "default"},
     {"max_restarts", true, "Restarts of the local worker group before giving up", "0"},
     {"monitor_interval", true, "Seconds between checks of the workers", "0.1"},
     {"shutdown_grace", true, "Seconds between SIGTERM and SIGKILL when stopping workers", "10"},
+    {"shutdown_timeout", true, "torchrun's name of --shutdown_grace", nullptr},
+    {"signals_to_handle", true, "Signals forwarded to the workers (which then stop the job), e.g. adding SIGUSR1,SIGUSR2",
+     kDefaultSignalsToHandle},
+    {"start_method", true, "Accepted for torchrun compatibility: spawn, fork or forkserver (a binary is forked and exec'd)",
+     "spawn"},
+    {"event_log_handler", true, "Accepted for torchrun compatibility: null", "null"},
     {"hang_timeout", true,
      "Stop the job when a worker sent no heartbeat for this many seconds after its first (0: off)", "0"},
     {"metrics_port", true, "Serve Prometheus metrics at http://ADDR:PORT/metrics (0: off)", "0"},
@@ -55,6 +69,16 @@ constexpr FlagSpec kFlags[] = {
      "none"},
     {"dry_run", false, "Print each worker's command and environment, start nothing", nullptr},
     {"no_python", false, "Accepted for torchrun compatibility (ddp_launch always runs a binary)", nullptr},
+    {"virtual_local_rank", false, "LOCAL_RANK=0 for every worker, which sees only its own GPU (as device 0)", nullptr},
+    {"duplicate_stdout_filters", true,
+     "Also write tee'd stdout lines containing any of these (a,b; ',,' is a comma) to <attempt>/filtered_stdout.log",
+     nullptr},
+    {"duplicate_stderr_filters", true, "The same for stderr: <attempt>/filtered_stderr.log", nullptr},
+    // torchrun's flags that ddp_launch refuses, saying why: see Note [torchrun's command line].
+    {"module", false, "Refused: a Python module (-m)", nullptr},
+    {"run_path", false, "Refused: a Python script in torchrun's interpreter", nullptr},
+    {"logs_specs", true, "Refused: a Python entry point", nullptr},
+    {"numa_binding", true, "Refused: use --cpu_bind exclusive", nullptr},
     {"run_id", true, "TORCHELASTIC_RUN_ID (default: rdzv_id, or 'none')", nullptr},
     {"help", false, "Print this help", nullptr},
     {"version", false, "Print the version", nullptr},
@@ -67,24 +91,38 @@ const FlagSpec* find_flag(const std::string& name) {
   return nullptr;
 }
 
-// "--nproc-per-node=4" -> "--nproc_per_node=4": torchrun accepts both spellings of every flag.
+// The flag a command-line name means: itself, or the one flag it is a prefix of (argparse's
+// abbreviations); nullptr when none or several.
+const FlagSpec* match_flag(const std::string& name) {
+  if (const FlagSpec* exact = find_flag(name)) return exact;
+  const FlagSpec* match = nullptr;
+  for (const auto& f : kFlags) {
+    if (name.empty() || std::string(f.name).rfind(name, 0) != 0) continue;
+    if (match != nullptr) return nullptr;
+    match = &f;
+  }
+  return match;
+}
+
+// "--nproc-per-node=4" -> "--nproc_per_node=4", "--nproc=4" -> "--nproc_per_node=4", "-r3" and
+// "-r=3" -> "--redirects=3", "-r" -> "--redirects": the spellings torchrun's parser accepts (see
+// Note [torchrun's command line]). Unknown names are left for the caller to report.
 std::string normalise_flag(const std::string& arg) {
+  if (arg.size() >= 2 && arg[0] == '-' && arg[1] != '-') {
+    const char* name = torchrun_short_option(arg[1]);
+    if (name == nullptr) return arg;
+    std::string value = arg.substr(2);
+    if (!value.empty() && value[0] == '=') value = value.substr(1);
+    return "--" + std::string(name) + (arg.size() > 2 ? "=" + value : "");
+  }
   if (arg.rfind("--", 0) != 0) return arg;
   const auto eq = arg.find('=');
   std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
   for (auto& c : name) {
     if (c == '-') c = '_';
   }
+  if (const FlagSpec* flag = match_flag(name)) name = flag->name;
   return "--" + name + (eq == std::string::npos ? "" : arg.substr(eq));
-}
-
-std::vector<std::string> split_list(const std::string& text, char sep) {
-  std::vector<std::string> out;
-  std::string item;
-  std::istringstream in(text);
-  while (std::getline(in, item, sep)) out.push_back(item);
-  if (!text.empty() && text.back() == sep) out.push_back("");
-  return out;
 }
 
 std::string random_run_id() {
@@ -120,6 +158,21 @@ bool is_numeric_address(const std::string& text) {
 }
 
 }  // namespace
+
+std::vector<std::string> split_list(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  std::string item;
+  std::istringstream in(text);
+  while (std::getline(in, item, sep)) out.push_back(item);
+  if (!text.empty() && text.back() == sep) out.push_back("");
+  return out;
+}
+
+std::string trim_blanks(const std::string& text) {
+  const auto first = text.find_first_not_of(" \t");
+  if (first == std::string::npos) return "";
+  return text.substr(first, text.find_last_not_of(" \t") - first + 1);
+}
 
 StdStreams StreamSpec::for_local_rank(int local_rank) const {
   if (per_local_rank.empty()) return all;
@@ -294,7 +347,18 @@ ParseResult parse_launch_args(int argc, const char* const* argv, const Environme
     if (arg == "-h") continue;
     const auto eq = arg.find('=');
     const FlagSpec* flag = arg.rfind("--", 0) == 0 ? find_flag(arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2)) : nullptr;
-    if (flag == nullptr) throw UsageError(ddp::str("unknown flag '", arg, "' (see ddp_launch --help)"));
+    if (flag == nullptr) {
+      const std::string name = arg.substr(0, eq);
+      std::vector<std::string> candidates;
+      for (const auto& f : kFlags) {
+        const std::string full = "--" + std::string(f.name);
+        if (name.size() > 2 && full.rfind(name, 0) == 0) candidates.push_back(full);
+      }
+      if (candidates.size() > 1) {
+        throw UsageError(ddp::str("ambiguous flag '", name, "' could match ", ddp::join(candidates, ", ")));
+      }
+      throw UsageError(ddp::str("unknown flag '", arg, "' (see ddp_launch --help)"));
+    }
     if (flag->takes_value && eq == std::string::npos) {
       if (i + 1 >= split.launcher_args.size()) throw UsageError(ddp::str(arg, " needs a value"));
       ++i;  // skip its value
@@ -319,8 +383,26 @@ ParseResult parse_launch_args(int argc, const char* const* argv, const Environme
     result.action = ParseResult::Action::kVersion;
     return result;
   }
-  auto given = [&](const char* name) { return opts.count(name) > 0; };
-  auto text = [&](const char* name) { return opts[name].as<std::string>(); };
+  // A flag on the command line, else torchrun's PET_<NAME> variable, else the default: see
+  // Note [torchrun's command line].
+  auto from_env = [&](const char* name) -> std::optional<std::string> {
+    if (opts.count(name) > 0) return std::nullopt;
+    const auto variable = torchrun_env_name(name);
+    auto value = variable ? env.get(*variable) : std::nullopt;
+    if (value && value->empty()) return std::nullopt;  // set but empty: the default, as torchrun's falsy default
+    return value;
+  };
+  auto given = [&](const char* name) { return opts.count(name) > 0 || from_env(name).has_value(); };
+  auto text = [&](const char* name) {
+    const auto value = from_env(name);
+    return value ? *value : opts[name].as<std::string>();
+  };
+  // A switch: on the command line, or its PET_ variable an integer other than 0.
+  auto on = [&](const char* name) {
+    if (opts.count(name) > 0) return true;
+    const auto value = from_env(name);
+    return value && parse_env_switch(*torchrun_env_name(name), *value);
+  };
 
   LaunchConfig& c = result.config;
   const std::optional<SlurmInfo> slurm = slurm_info(env);
@@ -365,7 +447,7 @@ ParseResult parse_launch_args(int argc, const char* const* argv, const Environme
     c.master_port = slurm_default_port(*slurm->job_id);
     c.notes.push_back(ddp::str("master_port=", c.master_port, " from SLURM_JOB_ID"));
   }
-  c.standalone = given("standalone");
+  c.standalone = on("standalone");
   if (c.standalone) {
     if (c.nnodes != 1) throw UsageError(ddp::str("--standalone runs one node, but --nnodes is ", c.nnodes));
     if (rdzv) throw UsageError("--standalone and --rdzv_endpoint exclude each other");
@@ -395,6 +477,22 @@ ParseResult parse_launch_args(int argc, const char* const* argv, const Environme
   c.keep_c10_logs = env.get("TORCH_CPP_LOG_LEVEL").has_value();
   c.rdzv_timeout_s = parse_seconds_flag("--rdzv_timeout", text("rdzv_timeout"));
   if (c.rdzv_timeout_s <= 0) throw UsageError("--rdzv_timeout must be > 0");
+  if (given("rdzv_conf")) {
+    const RendezvousConf conf = parse_rdzv_conf(text("rdzv_conf"));
+    if (conf.join_timeout_s) {
+      if (given("rdzv_timeout") && *conf.join_timeout_s != c.rdzv_timeout_s) {
+        throw UsageError(ddp::str("--rdzv_conf join_timeout=", *conf.join_timeout_s, " and --rdzv_timeout ",
+                                  c.rdzv_timeout_s, " disagree: give one"));
+      }
+      c.rdzv_timeout_s = *conf.join_timeout_s;
+    }
+  }
+  if (given("local_addr")) {
+    c.local_addr = text("local_addr");
+    if (c.local_addr.empty()) throw UsageError("--local_addr is empty");
+  }
+  c.role = text("role");
+  if (c.role.empty()) throw UsageError("--role is empty");
   if (c.node_rank && *c.node_rank >= c.nnodes) {
     throw UsageError(ddp::str("--node_rank ", *c.node_rank, " must be below --nnodes ", c.nnodes));
   }
@@ -413,6 +511,8 @@ ParseResult parse_launch_args(int argc, const char* const* argv, const Environme
       c.nproc.kind = NprocRequest::Kind::kCpu;
     } else if (n == "auto") {
       c.nproc.kind = NprocRequest::Kind::kAuto;
+    } else if (n == "xpu") {
+      throw UsageError("--nproc_per_node xpu: ddp_launch counts NVIDIA GPUs (gpu) or CPUs (cpu), not Intel XPUs");
     } else {
       c.nproc.number = parse_int_flag("--nproc_per_node (a number >= 1, gpu, cpu or auto)", n, 1, 1 << 16);
     }
@@ -433,7 +533,7 @@ ParseResult parse_launch_args(int argc, const char* const* argv, const Environme
       c.nproc_given = true;
     }
   }
-  c.allow_busy_gpus = given("allow_busy_gpus");
+  c.allow_busy_gpus = on("allow_busy_gpus");
   const std::string cpu_bind = text("cpu_bind");
   if (cpu_bind == "none") {
     c.cpu_bind = CpuBind::kNone;
@@ -448,6 +548,35 @@ ParseResult parse_launch_args(int argc, const char* const* argv, const Environme
   c.monitor_interval_s = parse_seconds_flag("--monitor_interval", text("monitor_interval"));
   if (c.monitor_interval_s <= 0) throw UsageError("--monitor_interval must be > 0");
   c.shutdown_grace_s = parse_seconds_flag("--shutdown_grace", text("shutdown_grace"));
+  if (given("shutdown_timeout")) {  // torchrun's name
+    const double timeout = parse_seconds_flag("--shutdown_timeout", text("shutdown_timeout"));
+    if (given("shutdown_grace") && timeout != c.shutdown_grace_s) {
+      throw UsageError(ddp::str("--shutdown_timeout ", timeout, " and --shutdown_grace ", c.shutdown_grace_s,
+                                " are one setting: give one"));
+    }
+    c.shutdown_grace_s = timeout;
+  } else if (!given("shutdown_grace") && env.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")) {
+    c.shutdown_grace_s = parse_seconds_flag("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", *env.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT"));
+  }
+  c.forwarded_signals = parse_signals_to_handle(text("signals_to_handle"));
+  const std::string start_method = text("start_method");
+  if (start_method != "spawn" && start_method != "fork" && start_method != "forkserver") {
+    refuse_torchrun_only("start_method", start_method);
+  }
+  const std::string event_log_handler = text("event_log_handler");
+  if (event_log_handler != "null" && event_log_handler != "dynamic_rendezvous") {
+    refuse_torchrun_only("event_log_handler", event_log_handler);
+  }
+  c.virtual_local_rank = on("virtual_local_rank");
+  for (const char* name : {"module", "run_path"}) {
+    if (on(name)) refuse_torchrun_only(name, "1");
+  }
+  for (const char* name : {"logs_specs", "numa_binding"}) {
+    if (given(name)) refuse_torchrun_only(name, text(name));
+  }
+  if (given("duplicate_stdout_filters")) c.duplicate_stdout_filters = parse_duplicate_filters(text("duplicate_stdout_filters"));
+  if (given("duplicate_stderr_filters")) c.duplicate_stderr_filters = parse_duplicate_filters(text("duplicate_stderr_filters"));
+  on("no_python");  // checked (PET_NO_PYTHON must be an integer); a binary runs either way
   c.hang_timeout_s = parse_seconds_flag("--hang_timeout", text("hang_timeout"));
   c.metrics_port = parse_int_flag("--metrics_port", text("metrics_port"), 0, 65535);
   c.metrics_addr = text("metrics_addr");
@@ -461,14 +590,14 @@ ParseResult parse_launch_args(int argc, const char* const* argv, const Environme
   }
   c.redirects = parse_stream_spec("--redirects", text("redirects"));
   c.tee = parse_stream_spec("--tee", text("tee"));
-  if (given("local_ranks_filter")) {
+  if (given("local_ranks_filter") && !text("local_ranks_filter").empty()) {  // torchrun's default: ""
     std::vector<int> ranks;
     for (const auto& item : split_list(text("local_ranks_filter"), ',')) {
       ranks.push_back(parse_int_flag("--local_ranks_filter (e.g. 0,1)", item, 0, 1 << 20));
     }
     c.local_ranks_filter = ranks;
   }
-  c.dry_run = given("dry_run");
+  c.dry_run = on("dry_run");
   if (given("run_id")) {
     c.run_id = text("run_id");
   } else if (c.standalone) {

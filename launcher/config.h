@@ -64,7 +64,10 @@ struct LaunchConfig {
   // every user). Empty: none. See Note [Rendezvous token] in launcher/rdzv_records.cpp.
   std::string rdzv_token;
   bool keep_c10_logs = false;  // TORCH_CPP_LOG_LEVEL is set: the rendezvous leaves c10's logging alone
+  std::string local_addr;  // --local_addr: what this node advertises in a dynamic rendezvous; empty: the route's
+  std::string role = "default";  // ROLE_NAME
   // Supervision.
+  std::vector<int> forwarded_signals;  // --signals_to_handle
   int max_restarts = 0;
   double monitor_interval_s = 0.1;
   double shutdown_grace_s = 10;
@@ -77,9 +80,16 @@ struct LaunchConfig {
   StreamSpec redirects;
   StreamSpec tee;
   std::optional<std::vector<int>> local_ranks_filter;  // absent: every rank on the console
+  // torchrun's --duplicate_stdout_filters / --duplicate_stderr_filters: lines of tee'd streams that
+  // contain any of these are also written to <attempt folder>/filtered_std{out,err}.log.
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
   // GPUs.
   GpuRequest gpus;
   bool allow_busy_gpus = false;
+  // torchrun's --virtual_local_rank: every worker gets LOCAL_RANK=0 and only its GPU (the local
+  // rank's entry of an inherited CUDA_VISIBLE_DEVICES, else its --gpus GPU, else GPU local_rank).
+  bool virtual_local_rank = false;
   // CPUs (See Note [CPU binding] in launcher/resources.h).
   CpuBind cpu_bind = CpuBind::kNone;
   // Misc.
@@ -114,6 +124,11 @@ SplitArgs split_launcher_args(int argc, const char* const* argv);
 // Looks a program up the way execvp does: a name with '/' is taken as is, else searched in PATH.
 // Returns the path, or throws UsageError saying what was wrong (missing, not executable).
 std::string resolve_program(const std::string& name, const std::string& path_var);
+
+// "a,b," -> {"a", "b", ""}; "" -> {}.
+std::vector<std::string> split_list(const std::string& text, char sep);
+// Without leading and trailing spaces and tabs.
+std::string trim_blanks(const std::string& text);
 
 // Strict number parsing for flags: the whole text must be the number. Throw UsageError naming flag.
 int parse_int_flag(const std::string& flag, const std::string& text, int min, int max);

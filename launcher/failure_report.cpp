@@ -25,6 +25,7 @@ std::string format_time(std::chrono::system_clock::time_point t) {
 }  // namespace
 
 std::string describe_exit(const WorkerExit& e) {
+  if (e.unreaped) return ddp::str("<not reaped after SIGKILL: pid ", e.pid, " state ", *e.unreaped, ">");
   if (e.signal) return ddp::str(signal_name(*e.signal), " (signal ", *e.signal, ", exit code ", 128 + *e.signal, ")");
   return ddp::str(e.exit_code);
 }

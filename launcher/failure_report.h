@@ -23,6 +23,9 @@ struct WorkerExit {
   std::optional<WorkerError> error;  // what the worker wrote to its error file
   bool after_stop = false;        // ended after the launcher began stopping the group
   std::optional<std::string> hang;  // set when the hang watchdog stopped it: describe_stuck()
+  // Set when it was still not reaped --reap timeout after SIGKILL: its state from /proc/PID/stat,
+  // e.g. "D (uninterruptible sleep)". See Note [Unreapable workers] in launcher/attempt.cpp.
+  std::optional<std::string> unreaped;
   int observed_pass = 0;          // the monitor loop's pass that reaped it (1, 2, ...)
   // When the worker wrote its error file (the file's mtime), if it wrote one in this attempt.
   std::optional<std::chrono::system_clock::time_point> error_written;

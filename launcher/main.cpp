@@ -58,6 +58,19 @@ void print_dry_run(const LaunchConfig& c, const NodeAssignment& node, const Loca
               local.nproc, dynamic ? "<assigned at rendezvous>" : std::to_string(node.node_rank).c_str(), c.nnodes,
               c.nnodes * local.nproc, dynamic ? "<rank 0 node>" : node.master_addr.c_str(),
               dynamic ? "<free port>" : std::to_string(node.master_port).c_str(), c.run_id.c_str());
+  // Everything else the flags decided, so that two command lines with the same meaning print the
+  // same dry run (tests compare torchrun's spellings with ddp_launch's).
+  std::vector<std::string> signals;
+  for (int sig : c.forwarded_signals) signals.push_back(signal_name(sig));
+  std::printf("supervision: max_restarts %d, monitor_interval %g s, shutdown_grace %g s, forwarded signals %s; "
+              "rendezvous %s, timeout %g s%s; log_dir %s\n",
+              c.max_restarts, c.monitor_interval_s, c.shutdown_grace_s, ddp::join(signals, ",").c_str(),
+              c.rdzv_host.empty() ? "static" : ddp::str(c.rdzv_host, ":", c.rdzv_port).c_str(), c.rdzv_timeout_s,
+              c.local_addr.empty() ? "" : (", local_addr " + c.local_addr).c_str(),
+              c.log_dir.empty() ? "none" : c.log_dir.c_str());
+  const auto route = [](bool console, const std::string& file) {
+    return std::string(console ? (file.empty() ? "console" : "console and file") : (file.empty() ? "nowhere" : "file"));
+  };
   std::string cmd;
   for (const auto& a : c.program_args) cmd += (cmd.empty() ? "" : " ") + shell_quote(a);
   for (const WorkerLaunch& w : plan_workers(c, node, local, run, 0)) {
@@ -67,6 +80,10 @@ void print_dry_run(const LaunchConfig& c, const NodeAssignment& node, const Loca
     for (const auto& [k, v] : w.launcher_set) vars += " " + k + "=" + shell_quote(v);
     std::printf("%senv:%s (plus the launcher's environment)\n", prefix.c_str(), vars.c_str());
     if (!w.cpus.empty()) std::printf("%scpus: %s\n", prefix.c_str(), format_cpu_list(w.cpus).c_str());
+    std::printf("%soutput: stdout to %s, stderr to %s%s%s\n", prefix.c_str(),
+                route(w.stdout_to_console, w.stdout_log).c_str(), route(w.stderr_to_console, w.stderr_log).c_str(),
+                w.filtered_stdout_log.empty() ? "" : ("; stdout lines containing " + ddp::join(c.duplicate_stdout_filters, " or ") + " also to filtered_stdout.log").c_str(),
+                w.filtered_stderr_log.empty() ? "" : ("; stderr lines containing " + ddp::join(c.duplicate_stderr_filters, " or ") + " also to filtered_stderr.log").c_str());
   }
 }
 
@@ -112,7 +129,7 @@ int run(const LaunchConfig& c, const EnvironmentSnapshot& env) {
   MachineResources machine = MachineResources::of_this_machine();
   LocalWorkers local;
   local.nproc = resolve_nproc(c, env, machine);
-  local.gpus = resolve_visible_gpus(c, local.nproc, machine);
+  local.gpus = resolve_visible_gpus(c, env, local.nproc, machine);
   local.cpu_slices = resolve_cpu_binding(c, local.nproc, machine);
   if (c.gpus.mode == GpuRequest::Mode::kAuto) spdlog::info("--gpus auto picked GPUs {}", ddp::join(local.gpus, ","));
   for (const auto& note : c.notes) spdlog::info("{}", note);
@@ -180,6 +197,9 @@ int run(const LaunchConfig& c, const EnvironmentSnapshot& env) {
   options.agent = agent.get();
   options.progress = agent ? &board : nullptr;
   options.hang_timeout_s = c.hang_timeout_s;
+  options.forwarded_signals = c.forwarded_signals;
+  options.duplicate_stdout_filters = c.duplicate_stdout_filters;
+  options.duplicate_stderr_filters = c.duplicate_stderr_filters;
   const SupervisorResult result = supervise(options, make_group);
   if (result.exit_code != 0) {
     std::fputs(format_failure_summary(result, options.host_name).c_str(), stderr);

@@ -52,6 +52,7 @@ std::vector<WorkerLaunch> plan_workers(const LaunchConfig& c, const NodeAssignme
     // Diagnostics of the ddp library (collectives-rank<R>.json), side by side for every rank.
     if (!c.log_dir.empty()) slot.log_dir = attempt_dir(run.run_folder, attempt);
     if (!local.gpus.empty()) slot.visible_gpu = local.gpus[lr];
+    slot.virtual_local_rank = c.virtual_local_rank;
     slot.agent_socket = run.agent_socket;
     if (!local.cpu_slices.empty()) slot.cpus = local.cpu_slices[lr];
     WorkerLaunch w;
@@ -73,6 +74,13 @@ std::vector<WorkerLaunch> plan_workers(const LaunchConfig& c, const NodeAssignme
     w.stderr_to_console = shown && (!includes(redirected, kErr) || includes(teed, kErr));
     if (includes(to_file, kOut)) w.stdout_log = files.stdout_log;
     if (includes(to_file, kErr)) w.stderr_log = files.stderr_log;
+    // As torchrun's, the filters read the tee'd streams only.
+    if (!c.duplicate_stdout_filters.empty() && includes(teed, kOut)) {
+      w.filtered_stdout_log = attempt_dir(run.run_folder, attempt) + "/filtered_stdout.log";
+    }
+    if (!c.duplicate_stderr_filters.empty() && includes(teed, kErr)) {
+      w.filtered_stderr_log = attempt_dir(run.run_folder, attempt) + "/filtered_stderr.log";
+    }
     group.push_back(std::move(w));
   }
   return group;

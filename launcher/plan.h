@@ -26,6 +26,10 @@ struct WorkerLaunch {
   bool stderr_to_console = true;
   std::string stdout_log;         // empty: not written to a file
   std::string stderr_log;
+  // --duplicate_*_filters: where this worker's matching lines are also written (the attempt's
+  // filtered_std{out,err}.log, shared by the workers); empty: nowhere.
+  std::string filtered_stdout_log;
+  std::string filtered_stderr_log;
   std::vector<int> cpus;          // pinned to these CPUs (See Note [CPU binding]); empty: inherited
 };
 

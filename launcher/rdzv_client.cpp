@@ -37,11 +37,14 @@ class StoreRendezvous : public RendezvousHandler {
     options.peers_on_other_hosts = config_.nnodes > 1;
     options.master_name = "--rdzv_endpoint host";
     options.remedy = "give --rdzv_endpoint as an address of the serving node that the other nodes reach";
-    std::string advertise;
-    try {
-      advertise = choose_advertised_address(route, options).address;
-    } catch (const ddp::Error& error) {
-      throw ddp::UsageError(error.what());
+    // --local_addr (torchrun's) names the address this node advertises; otherwise the route decides.
+    std::string advertise = config_.local_addr;
+    if (advertise.empty()) {
+      try {
+        advertise = choose_advertised_address(route, options).address;
+      } catch (const ddp::Error& error) {
+        throw ddp::UsageError(error.what());
+      }
     }
     const std::string listen_address = store_listen_address(route, options.peers_on_other_hosts);
     const int listen_fd = listen_address == route.master_address

@@ -34,6 +34,7 @@ NodeAssignment assignment_from_flags(const LaunchConfig& c, int nproc_per_node) 
   node.nproc_per_node = nproc_per_node;
   node.run_id = c.run_id;
   node.max_restarts = c.max_restarts;
+  node.role = c.role;
   node.master_addr = c.master_addr;
   node.master_port = c.master_port;
   node.node_rank = c.node_rank.value_or(0);

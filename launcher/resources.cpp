@@ -23,12 +23,29 @@ std::vector<int> usable_cpus() {
   return cpus;
 }
 
-int visible_gpu_count(const EnvironmentSnapshot& env, MachineResources& machine) {
-  if (auto cvd = env.get(env::kCudaVisibleDevices)) {
-    if (cvd->empty()) return 0;
-    return static_cast<int>(std::count(cvd->begin(), cvd->end(), ',')) + 1;
+// The entries of CUDA_VISIBLE_DEVICES, trimmed ("" gives none).
+std::vector<std::string> cuda_visible_entries(const std::string& value) {
+  std::vector<std::string> entries;
+  for (const auto& entry : split_list(value, ',')) entries.push_back(trim_blanks(entry));
+  return entries;
+}
+
+// The GPU an inherited entry names (an index or a UUID prefix), or nullptr.
+const GpuInfo* gpu_named(const std::string& entry, const std::vector<GpuInfo>& gpus) {
+  const GpuInfo* found = nullptr;
+  if (!entry.empty() && entry.find_first_not_of("0123456789") == std::string::npos && entry.size() < 9) {
+    for (const auto& g : gpus) {
+      if (g.index == std::stoi(entry)) found = &g;
+    }
+    return found;
   }
-  return static_cast<int>(machine.gpus().size());
+  if (entry.rfind("GPU-", 0) != 0) return nullptr;
+  for (const auto& g : gpus) {
+    if (g.uuid.rfind(entry, 0) != 0) continue;
+    if (found != nullptr) return nullptr;  // an ambiguous prefix names no GPU
+    found = &g;
+  }
+  return found;
 }
 
 }  // namespace
@@ -45,6 +62,30 @@ const std::vector<GpuInfo>& MachineResources::gpus() {
   return *gpus_;
 }
 
+std::vector<VisibleGpu> visible_gpus(const EnvironmentSnapshot& env, MachineResources& machine) {
+  const std::vector<GpuInfo>& all = machine.gpus();
+  std::vector<VisibleGpu> visible;
+  const auto inherited = env.get(env::kCudaVisibleDevices);
+  if (!inherited) {
+    for (const auto& g : all) visible.push_back({g, std::to_string(g.index)});
+    return visible;
+  }
+  for (const std::string& entry : cuda_visible_entries(*inherited)) {
+    if (entry.rfind("MIG-", 0) == 0) {
+      throw UsageError(ddp::str("CUDA_VISIBLE_DEVICES names the MIG instance '", entry,
+                                "': --nproc_per_node gpu and --gpus auto choose whole GPUs; give the number of "
+                                "workers and the GPUs (--gpus 0,1 numbers the inherited entries)"));
+    }
+    const GpuInfo* gpu = gpu_named(entry, all);
+    const bool repeated = gpu != nullptr && std::any_of(visible.begin(), visible.end(), [&](const VisibleGpu& v) {
+      return v.info.index == gpu->index;
+    });
+    if (gpu == nullptr || repeated) break;  // as CUDA: the list ends at the first entry naming no (new) GPU
+    visible.push_back({*gpu, entry});
+  }
+  return visible;
+}
+
 int resolve_nproc(const LaunchConfig& c, const EnvironmentSnapshot& env, MachineResources& machine) {
   switch (c.nproc.kind) {
     case NprocRequest::Kind::kNumber:
@@ -52,14 +93,19 @@ int resolve_nproc(const LaunchConfig& c, const EnvironmentSnapshot& env, Machine
     case NprocRequest::Kind::kCpu:
       return machine.cpu_count();
     case NprocRequest::Kind::kGpu: {
-      const int n = visible_gpu_count(env, machine);
-      if (n == 0) throw UsageError("--nproc_per_node gpu: no GPU is visible (CUDA_VISIBLE_DEVICES or NVML)");
+      const int n = static_cast<int>(visible_gpus(env, machine).size());
+      if (n == 0) {
+        const auto inherited = env.get(env::kCudaVisibleDevices);
+        throw UsageError(inherited ? ddp::str("--nproc_per_node gpu: CUDA_VISIBLE_DEVICES='", *inherited,
+                                              "' names no GPU of this machine (", describe_gpus(machine.gpus()), ")")
+                                   : std::string("--nproc_per_node gpu: NVML reports no GPU"));
+      }
       return n;
     }
     case NprocRequest::Kind::kAuto: {
       int n = 0;
       try {
-        n = visible_gpu_count(env, machine);
+        n = static_cast<int>(visible_gpus(env, machine).size());
       } catch (const UsageError&) {
         n = 0;  // no driver: CPUs
       }
@@ -69,27 +115,57 @@ int resolve_nproc(const LaunchConfig& c, const EnvironmentSnapshot& env, Machine
   return 1;
 }
 
-std::vector<std::string> resolve_visible_gpus(const LaunchConfig& c, int nproc, MachineResources& machine) {
-  std::vector<int> picked;
+std::vector<std::string> resolve_visible_gpus(const LaunchConfig& c, const EnvironmentSnapshot& env, int nproc,
+                                              MachineResources& machine) {
+  std::vector<std::string> picked;
+  const auto inherited = env.get(env::kCudaVisibleDevices);
   switch (c.gpus.mode) {
     case GpuRequest::Mode::kNone:
-      return {};
-    case GpuRequest::Mode::kList:
-      picked = c.gpus.list;
+    case GpuRequest::Mode::kList: {
+      std::vector<int> numbers = c.gpus.list;
+      if (c.gpus.mode == GpuRequest::Mode::kNone) {
+        if (!c.virtual_local_rank) return {};
+        for (int lr = 0; lr < nproc; ++lr) numbers.push_back(lr);  // torchrun's: local rank i gets GPU i
+      }
+      if (!inherited) {
+        for (int gpu : numbers) picked.push_back(std::to_string(gpu));
+        break;
+      }
+      const std::vector<std::string> entries = cuda_visible_entries(*inherited);
+      for (int gpu : numbers) {  // See Note [Inherited CUDA_VISIBLE_DEVICES]: numbers within the list
+        if (gpu >= static_cast<int>(entries.size())) {
+          throw UsageError(ddp::str(c.gpus.mode == GpuRequest::Mode::kNone ? "--virtual_local_rank: local rank "
+                                                                            : "--gpus names GPU ",
+                                    gpu, ", but the inherited CUDA_VISIBLE_DEVICES='", *inherited, "' has ",
+                                    entries.size(), " entries (numbered from 0)"));
+        }
+        picked.push_back(entries[gpu]);
+      }
       break;
+    }
     case GpuRequest::Mode::kAuto: {
       const int want = c.gpus.auto_count.value_or(nproc);
       if (want < nproc) throw UsageError(ddp::str("--gpus auto:", want, " is fewer GPUs than ", nproc, " workers"));
-      picked = select_gpus(machine.gpus(), GpuSelectionOptions{want, c.allow_busy_gpus});
+      const std::vector<VisibleGpu> visible = visible_gpus(env, machine);
+      std::vector<GpuInfo> candidates;
+      for (const auto& v : visible) candidates.push_back(v.info);
+      if (inherited && candidates.empty()) {
+        throw UsageError(ddp::str("--gpus auto: CUDA_VISIBLE_DEVICES='", *inherited, "' names no GPU of this machine (",
+                                  describe_gpus(machine.gpus()), ")"));
+      }
+      for (int index : select_gpus(candidates, GpuSelectionOptions{want, c.allow_busy_gpus})) {
+        for (const auto& v : visible) {
+          if (v.info.index == index) picked.push_back(v.cuda_name);
+        }
+      }
       break;
     }
   }
   if (static_cast<int>(picked.size()) < nproc) {
     throw UsageError(ddp::str("--gpus gives ", picked.size(), " GPUs for ", nproc, " workers: give one GPU per worker"));
   }
-  std::vector<std::string> out;
-  for (int i = 0; i < nproc; ++i) out.push_back(std::to_string(picked[i]));
-  return out;
+  picked.resize(nproc);
+  return picked;
 }
 
 }  // namespace ddp::launcher

@@ -38,12 +38,38 @@ class MachineResources {
   std::optional<std::vector<GpuInfo>> gpus_;
 };
 
-// The number of workers: the number given, the CPU count, or the visible GPUs (CUDA_VISIBLE_DEVICES
-// when set, else all GPUs); auto = GPUs if any (and a driver), else CPUs.
+// Note [Inherited CUDA_VISIBLE_DEVICES]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A Slurm allocation on a node without device cgroups hands the launcher its GPUs only as
+// CUDA_VISIBLE_DEVICES (indices, or GPU UUIDs "GPU-8f6c..."); NVML still shows every GPU of the
+// node. So --nproc_per_node gpu and --gpus auto both work from one list, visible_gpus(): with the
+// variable set, the GPUs it names, read as CUDA reads it (an index is the NVML/PCI bus index, as
+// Slurm writes them and as CUDA_DEVICE_ORDER=PCI_BUS_ID, which the workers get, numbers them; a
+// UUID or a unique prefix of one; the list ends at the first entry that names no GPU, or names one
+// twice); without it, every GPU. gpu counts that list, auto chooses within it, and a worker's
+// CUDA_VISIBLE_DEVICES is its GPU's entry as inherited (a UUID stays a UUID). --gpus 0,1 then
+// numbers the inherited list's entries (as torch.cuda does in a process that inherits it), so a
+// job never reaches outside its allocation. MIG instances ("MIG-...") are refused for gpu and auto:
+// they are not whole GPUs that NVML's device list shows.
+
+// A GPU the launcher may give its workers: its NVML facts and how CUDA_VISIBLE_DEVICES names it.
+struct VisibleGpu {
+  GpuInfo info;
+  std::string cuda_name;  // the inherited entry (an index or a UUID), or the NVML index
+};
+
+// The GPUs visible to this launcher: see Note [Inherited CUDA_VISIBLE_DEVICES]. Loads the GPU
+// provider; throws UsageError when it cannot.
+std::vector<VisibleGpu> visible_gpus(const EnvironmentSnapshot& env, MachineResources& machine);
+
+// The number of workers: the number given, the CPU count, or the number of visible_gpus(); auto =
+// GPUs if any (and a driver), else CPUs.
 int resolve_nproc(const LaunchConfig& config, const EnvironmentSnapshot& env, MachineResources& machine);
 
-// CUDA_VISIBLE_DEVICES of each local rank (empty without --gpus). Throws UsageError.
-std::vector<std::string> resolve_visible_gpus(const LaunchConfig& config, int nproc, MachineResources& machine);
+// CUDA_VISIBLE_DEVICES of each local rank (empty without --gpus and --virtual_local_rank), within an inherited
+// CUDA_VISIBLE_DEVICES (See Note [Inherited CUDA_VISIBLE_DEVICES]). Throws UsageError.
+std::vector<std::string> resolve_visible_gpus(const LaunchConfig& config, const EnvironmentSnapshot& env, int nproc,
+                                              MachineResources& machine);
 
 // Note [CPU binding]
 // ~~~~~~~~~~~~~~~~~~

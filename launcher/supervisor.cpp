@@ -7,7 +7,7 @@
 namespace ddp::launcher {
 
 SupervisorResult supervise(const SupervisorOptions& options, const GroupFactory& make_group) {
-  SignalPipe signals;
+  SignalPipe signals(options.forwarded_signals);
   SupervisorResult result;
   for (int attempt = 0;; ++attempt) {
     AttemptOutcome run = run_attempt(options, signals, attempt, make_group(attempt));
@@ -32,6 +32,10 @@ SupervisorResult supervise(const SupervisorOptions& options, const GroupFactory&
     }
     result.exit_code = result.root_cause->launcher_exit_code();
     if (attempt >= options.max_restarts) return result;
+    if (run.unreaped) {  // See Note [Unreapable workers]
+      spdlog::error("not restarting: a worker of this attempt was not reaped after SIGKILL");
+      return result;
+    }
     spdlog::warn("worker group failed (rank {} exited with {}): restart {} of {}", result.root_cause->rank,
                  describe_exit(*result.root_cause), attempt + 1, options.max_restarts);
   }

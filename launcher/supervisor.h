@@ -3,6 +3,8 @@
 // stops the group on the first failure, restarts it, reaps every child. See Note [Supervision] in
 // launcher/attempt.cpp; the pieces: worker_process.h (spawning and I/O), attempt.h (one attempt's
 // state machine), failure_report.h (root cause and summary).
+#include <sys/types.h>
+
 #include <functional>
 #include <string>
 #include <vector>
@@ -31,10 +33,23 @@ struct SupervisorOptions {
   AgentSocket* agent = nullptr;
   ProgressBoard* progress = nullptr;
   double hang_timeout_s = 0;
+  // Signals forwarded to the workers, each then stopping the job (--signals_to_handle); empty:
+  // kForwardedSignals (SIGINT, SIGTERM, SIGHUP, SIGQUIT).
+  std::vector<int> forwarded_signals;
+  // --duplicate_stdout_filters / --duplicate_stderr_filters (see WorkerLaunch::filtered_stdout_log).
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
+  // See Note [Unreapable workers] in launcher/attempt.cpp: how long after SIGKILL a worker may stay
+  // unreaped before the launcher reports it and gives up on it.
+  double reap_timeout_s = 10;
+  // Reaps a worker if it has ended: waitpid(pid, status, WNOHANG) when empty. Tests inject one that
+  // never reaps some workers.
+  std::function<pid_t(pid_t pid, int* status)> try_reap;
 };
 
 // Runs attempts until one succeeds, restarts are used up, or the launcher is signalled.
-// Installs handlers for SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD for its duration.
+// Installs handlers for the forwarded signals and SIGCHLD for its duration. An attempt that left a
+// worker unreaped (see Note [Unreapable workers]) is not restarted.
 SupervisorResult supervise(const SupervisorOptions& options, const GroupFactory& make_group);
 
 }  // namespace ddp::launcher

@@ -21,12 +21,13 @@ std::vector<std::pair<std::string, std::string>> launcher_variables(const NodeAs
   const std::string rank = std::to_string(global_rank(node, slot.local_rank));
   std::vector<std::pair<std::string, std::string>> vars = {
       {env::kRank, rank},
-      {env::kLocalRank, std::to_string(slot.local_rank)},
+      {env::kLocalRank, std::to_string(slot.virtual_local_rank ? 0 : slot.local_rank)},
       {env::kWorldSize, std::to_string(world)},
       {env::kLocalWorldSize, std::to_string(node.nproc_per_node)},
       {env::kGroupRank, std::to_string(node.node_rank)},
       {env::kGroupWorldSize, std::to_string(node.nnodes)},
       // One role per job, as torchrun's default: role ranks equal global ranks.
+      {env::kRoleName, node.role},
       {env::kRoleRank, rank},
       {env::kRoleWorldSize, std::to_string(world)},
       {env::kMasterAddr, node.master_addr},

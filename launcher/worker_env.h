@@ -16,6 +16,7 @@ struct NodeAssignment {
   int master_port = 29500;
   std::string run_id = "none";
   int max_restarts = 0;
+  std::string role = "default";  // ROLE_NAME (--role)
 };
 
 // What differs per worker and per attempt.
@@ -24,6 +25,7 @@ struct WorkerSlot {
   int restart_count = 0;
   std::string error_file;                 // TORCHELASTIC_ERROR_FILE
   std::optional<std::string> visible_gpu;  // CUDA_VISIBLE_DEVICES
+  bool virtual_local_rank = false;         // LOCAL_RANK=0 (--virtual_local_rank)
   std::optional<std::string> agent_socket;  // DDP_AGENT_SOCKET (heartbeats), when the job is watched
   std::optional<std::string> log_dir;      // DDP_LOG_DIR: the attempt's log folder (--log_dir only)
   std::vector<int> cpus;                   // --cpu_bind: the CPUs it is pinned to (empty: not pinned)

@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <optional>
 
 #include "ddp/base/error.h"
@@ -105,7 +107,10 @@ std::optional<cpu_set_t> cpu_mask(const std::vector<int>& cpus) {
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   sigemptyset(&dfl.sa_mask);
-  for (int sig : kForwardedSignals) ::sigaction(sig, &dfl, nullptr);
+  for (int sig = 1; sig < NSIG; ++sig) {  // whichever signals the launcher catches (--signals_to_handle)
+    struct sigaction current {};
+    if (::sigaction(sig, nullptr, &current) == 0 && current.sa_handler == on_signal) ::sigaction(sig, &dfl, nullptr);
+  }
   ::sigaction(SIGCHLD, &dfl, nullptr);
   ::sigaction(SIGPIPE, &dfl, nullptr);
   sigset_t none;
@@ -128,11 +133,40 @@ void setup_stream(OutputStream& s, int console_fd, int rank) {
 
 }  // namespace
 
+std::string process_state(pid_t pid) {
+  const std::string path = ddp::str("/proc/", pid, "/stat");
+  std::string stat;
+  if (FILE* f = std::fopen(path.c_str(), "r")) {
+    char buf[512];
+    const size_t n = std::fread(buf, 1, sizeof buf, f);
+    std::fclose(f);
+    stat.assign(buf, n);
+  }
+  // "PID (COMM) S ...": COMM may hold spaces and ')', the state follows the last ')'.
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat.size()) return ddp::str("unknown (", path, " unreadable)");
+  const char state = stat[close + 2];
+  const char* meaning = "";
+  switch (state) {
+    case 'R': meaning = "running"; break;
+    case 'S': meaning = "sleeping"; break;
+    case 'D': meaning = "uninterruptible sleep"; break;
+    case 'Z': meaning = "zombie"; break;
+    case 'T': meaning = "stopped"; break;
+    case 't': meaning = "tracing stop"; break;
+    case 'X': meaning = "dead"; break;
+    case 'I': meaning = "idle"; break;
+    default: meaning = "?"; break;
+  }
+  return ddp::str(state, " (", meaning, ")");
+}
+
 void signal_group(pid_t pid, int sig) {
   if (::kill(-pid, sig) != 0 && errno == ESRCH) ::kill(pid, sig);
 }
 
-SignalPipe::SignalPipe() {
+SignalPipe::SignalPipe(std::vector<int> forwarded) : forwarded_(std::move(forwarded)) {
+  if (forwarded_.empty()) forwarded_.assign(std::begin(kForwardedSignals), std::end(kForwardedSignals));
   if (::pipe2(fds_, O_CLOEXEC | O_NONBLOCK) != 0) {
     throw ddp::Error(ddp::str("pipe2 failed: ", std::strerror(errno)));
   }
@@ -141,13 +175,13 @@ SignalPipe::SignalPipe() {
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
-  for (int sig : kForwardedSignals) ::sigaction(sig, &sa, &old_[sig]);
+  for (int sig : forwarded_) ::sigaction(sig, &sa, &old_[sig]);
   sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
   ::sigaction(SIGCHLD, &sa, &old_[SIGCHLD]);
 }
 
 SignalPipe::~SignalPipe() {
-  for (int sig : kForwardedSignals) ::sigaction(sig, &old_[sig], nullptr);
+  for (int sig : forwarded_) ::sigaction(sig, &old_[sig], nullptr);
   ::sigaction(SIGCHLD, &old_[SIGCHLD], nullptr);
   g_signal_pipe_write = -1;
   ::close(fds_[0]);
@@ -180,12 +214,12 @@ bool OutputStream::pump() {
   }
   const std::string_view bytes(buf, static_cast<size_t>(n));
   if (file_fd >= 0) write_or_drop(file_fd, bytes);
-  if (console_fd >= 0) splitter.feed(bytes, [this](std::string_view line) { emit(line); });
+  if (console_fd >= 0 || filtered_fd >= 0) splitter.feed(bytes, [this](std::string_view line) { emit(line); });
   return true;
 }
 
 void OutputStream::finish() {
-  if (console_fd >= 0) splitter.flush([this](std::string_view line) { emit(line); });
+  if (console_fd >= 0 || filtered_fd >= 0) splitter.flush([this](std::string_view line) { emit(line); });
   close_all();
 }
 
@@ -194,7 +228,14 @@ void OutputStream::emit(std::string_view line) {
   out.reserve(prefix.size() + line.size());
   out += prefix;
   out += line;
-  write_or_drop(console_fd, out);
+  if (console_fd >= 0) write_or_drop(console_fd, out);
+  if (filtered_fd >= 0 && filters != nullptr) {
+    for (const auto& needle : *filters) {
+      if (line.find(needle) == std::string_view::npos) continue;
+      write_or_drop(filtered_fd, out);
+      break;
+    }
+  }
 }
 
 pid_t start_worker(const std::string& program_path, const std::vector<std::string>& args, const WorkerLaunch& launch,

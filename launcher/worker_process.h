@@ -14,7 +14,7 @@
 
 namespace ddp::launcher {
 
-// Signals the launcher forwards to its workers.
+// Signals the launcher forwards to its workers by default (torchrun's --signals_to_handle).
 inline constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 
 // Signals a worker's process group; before the child's setsid() has run, the group does not exist
@@ -25,7 +25,8 @@ void signal_group(pid_t pid, int sig);
 // afterwards); each signal becomes a byte on a pipe that poll() watches.
 class SignalPipe {
  public:
-  SignalPipe();
+  // `forwarded`: the signals to catch (--signals_to_handle); empty: kForwardedSignals.
+  explicit SignalPipe(std::vector<int> forwarded = {});
   ~SignalPipe();
   SignalPipe(const SignalPipe&) = delete;
   SignalPipe& operator=(const SignalPipe&) = delete;
@@ -34,6 +35,7 @@ class SignalPipe {
   std::vector<int> drain();
 
  private:
+  std::vector<int> forwarded_;
   int fds_[2] = {-1, -1};
   struct sigaction old_[NSIG] {};
 };
@@ -45,6 +47,10 @@ struct OutputStream {
   int file_fd = -1;
   LineSplitter splitter;
   std::string prefix;
+  // --duplicate_*_filters: lines containing any of `filters` also go to filtered_fd (owned by the
+  // attempt, shared by the workers); -1: none.
+  int filtered_fd = -1;
+  const std::vector<std::string>* filters = nullptr;
 
   void close_all();
   // Reads what is there; returns false at EOF (or error).
@@ -55,6 +61,10 @@ struct OutputStream {
  private:
   void emit(std::string_view line);
 };
+
+// The state of process `pid` from /proc/PID/stat, e.g. "D (uninterruptible sleep)", "Z (zombie)";
+// "unknown (/proc/PID/stat unreadable)" when it cannot be read.
+std::string process_state(pid_t pid);
 
 // Creates the worker's log files (new files only: see Note [Log folders]), then forks and execs
 // `program_path` with `args` and the worker's environment and CPUs. `out` and `err` get the read

@@ -21,6 +21,7 @@ inline constexpr char kWorldSize[] = "WORLD_SIZE";
 inline constexpr char kLocalWorldSize[] = "LOCAL_WORLD_SIZE";
 inline constexpr char kGroupRank[] = "GROUP_RANK";             // the node's rank
 inline constexpr char kGroupWorldSize[] = "GROUP_WORLD_SIZE";  // the number of nodes
+inline constexpr char kRoleName[] = "ROLE_NAME";  // --role
 inline constexpr char kRoleRank[] = "ROLE_RANK";
 inline constexpr char kRoleWorldSize[] = "ROLE_WORLD_SIZE";
 // Rank 0's rendezvous address (env:// init method).

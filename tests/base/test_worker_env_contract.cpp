@@ -90,7 +90,7 @@ TEST_CASE("without --log_dir and the agent socket, diagnostics go next to the er
 TEST_CASE("every variable ddp_launch sets is a name of the contract", "[env_contract]") {
   using namespace ddp::env;
   const std::set<std::string> contract = {
-      kRank, kLocalRank, kWorldSize, kLocalWorldSize, kGroupRank, kGroupWorldSize, kRoleRank,
+      kRank, kLocalRank, kWorldSize, kLocalWorldSize, kGroupRank, kGroupWorldSize, kRoleName, kRoleRank,
       kRoleWorldSize, kMasterAddr, kMasterPort, kRestartCount, kMaxRestarts, kRunId, kErrorFile,
       kAgentSocket, kLogDir, kCudaVisibleDevices, kCudaDeviceOrder, kOmpNumThreads};
   NodeAssignment node;

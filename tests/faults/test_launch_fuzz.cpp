@@ -27,7 +27,11 @@ const std::vector<std::string> kFlags = {
     "nnodes", "node_rank", "nproc_per_node", "master_addr", "master_port", "standalone", "rdzv_endpoint",
     "rdzv_id", "rdzv_backend", "rdzv_timeout", "max_restarts", "monitor_interval", "shutdown_grace", "log_dir",
     "redirects", "tee", "local_ranks_filter", "gpus", "allow_busy_gpus", "dry_run", "no_python", "run_id",
-    "hang_timeout", "metrics_port", "metrics_addr", "help", "version"};
+    "hang_timeout", "metrics_port", "metrics_addr", "help", "version",
+    // torchrun's flags (docs/launcher.md, "torchrun's flags"), refused ones included.
+    "rdzv_conf", "local_addr", "role", "shutdown_timeout", "signals_to_handle", "start_method", "event_log_handler",
+    "module", "run_path", "logs_specs", "numa_binding", "virtual_local_rank", "duplicate_stdout_filters",
+    "duplicate_stderr_filters"};
 
 // Values that mean something to some flag, and values that mean nothing to any.
 const std::vector<std::string> kValues = {
@@ -36,7 +40,9 @@ const std::vector<std::string> kValues = {
     "1:1", "2:2", "1:3", ":", "1:", ":1", "gpu", "cpu", "auto", "auto:2", "auto:0", "auto:x", "0,1", "0,0", "1,",
     ",", "0:1,1:2", "0:4", "3", "127.0.0.1", "localhost", "::1", "127.0.0.1:0", "127.0.0.1:70000", "host:",
     ":29400", "[::1]:29400", "c10d", "static", "etcd", "job/1", "a b", "", " ", "=", "==", "--", "-", "none",
-    "logs", "./logs/x", "/nonexistent/dir", "/dev/null", "\t", "\xff\xfe", "\xc3\xa9t\xc3\xa9", "%s%n", "$(true)"};
+    "logs", "./logs/x", "/nonexistent/dir", "/dev/null", "\t", "\xff\xfe", "\xc3\xa9t\xc3\xa9", "%s%n", "$(true)",
+    "join_timeout=5", "is_host=1", "join_timeout=", "a=b=c", "SIGTERM,SIGUSR1", "SIGKILL", "SIGTERM,,", "fork",
+    "-r3", "-t=0:1", "-m", "-h", "--nproc"};
 
 class ArgvFuzzer {
  public:

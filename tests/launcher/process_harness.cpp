@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
@@ -129,6 +130,14 @@ std::vector<std::string> list_dir(const std::string& dir) {
   }
   std::sort(names.begin(), names.end());
   return names;
+}
+
+size_t count_lines(const std::string& text) { return static_cast<size_t>(std::count(text.begin(), text.end(), '\n')); }
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
+  return n;
 }
 
 bool wait_for_files(const std::string& dir, const std::string& prefix, size_t count, std::chrono::milliseconds timeout) {

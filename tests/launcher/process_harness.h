@@ -86,4 +86,8 @@ std::vector<int> wait_gone(const std::vector<int>& pids, std::chrono::millisecon
 std::string launcher_path();
 std::string worker_path();
 
+// How many lines `text` has ('\n's), and how often `what` occurs in it.
+size_t count_lines(const std::string& text);
+size_t count_of(const std::string& text, const std::string& what);
+
 }  // namespace ddp::launcher::testing

@@ -44,14 +44,6 @@ std::vector<int> recorded_pids(const TempDir& dir, int nworkers) {
   return pids;
 }
 
-size_t count_lines(const std::string& text) { return static_cast<size_t>(std::count(text.begin(), text.end(), '\n')); }
-
-size_t count_of(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
-  return n;
-}
-
 // Starts one ddp_launch per node at once and waits for all of them.
 std::vector<LaunchOutcome> run_nodes(const std::vector<std::vector<std::string>>& per_node_args,
                                      std::chrono::milliseconds timeout) {
@@ -293,6 +285,21 @@ TEST_CASE("SIGTERM, SIGINT, SIGHUP, SIGQUIT to the launcher are forwarded to eve
   }
 }
 
+TEST_CASE("--signals_to_handle forwards SIGUSR1 (Slurm's requeue signal) to every worker", "[process][signals]") {
+  TempDir dir;
+  Child launcher(with_worker({launcher_path(), "--nproc_per_node", "2", "--master_port", "0", "--shutdown_grace", "5",
+                              "--signals_to_handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2"},
+                             {"--out", dir.path(), "--sleep", "*:60"}));
+  REQUIRE(wait_for_files(dir.path(), "rank", 2, 10s));
+  launcher.signal(SIGUSR1);
+  const auto outcome = launcher.wait(10s);
+  REQUIRE(outcome);
+  INFO(outcome->err);
+  CHECK(outcome->exit_code == 128 + SIGUSR1);
+  CHECK_THAT(outcome->err, Catch::Contains("received SIGUSR1: forwarding it to 2 workers"));
+  CHECK(wait_gone(recorded_pids(dir, 2), 2s).empty());
+}
+
 TEST_CASE("restarts: the group restarts with TORCHELASTIC_RESTART_COUNT raised, up to --max_restarts",
           "[process][restart]") {
   {
@@ -373,6 +380,21 @@ TEST_CASE("console lines carry the rank prefix; --log_dir layout; --redirects an
                                                 {"--print", "out line"}));
     CHECK(mixed.out == "[rank 1]: out line\n");
   }
+}
+
+TEST_CASE("--duplicate_stdout_filters copies matching tee'd lines to filtered_stdout.log", "[process][logs]") {
+  TempDir dir;
+  const std::string logs = dir.path() + "/logs";
+  const auto outcome = run_launcher(with_worker({"--nproc_per_node", "2", "--master_port", "0", "--log_dir", logs, "--tee",
+                                                 "0:1", "--duplicate-stdout-filters", "apple,or,,ange"},
+                                                {"--print", "an apple", "--print", "a pear", "--print", "or,ange juice"}));
+  INFO(outcome.err);
+  CHECK(outcome.exit_code == 0);
+  const auto runs = list_dir(logs);
+  REQUIRE(runs.size() == 1);
+  const std::string filtered = read_text(logs + "/" + runs[0] + "/attempt_0/filtered_stdout.log");
+  // As torchrun's: only the tee'd streams (local rank 0's stdout) are read; ",," is a comma.
+  CHECK(filtered == "[rank 0]: an apple\n[rank 0]: or,ange juice\n");
 }
 
 TEST_CASE("--local_ranks_filter shows only the chosen ranks", "[process][logs]") {

@@ -1,8 +1,10 @@
 // Unit tests of ddp_launch's pure logic: flags, environment, host lists, GPU choice, error files.
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <algorithm>
 #include <fstream>
 #include <numeric>
 #include <set>
@@ -16,6 +18,7 @@
 #include "launcher/resources.h"
 #include "launcher/supervisor.h"
 #include "launcher/worker_env.h"
+#include "launcher/worker_process.h"
 
 using namespace ddp::launcher;
 using ddp::EnvironmentSnapshot;
@@ -215,6 +218,7 @@ TEST_CASE("worker environment for several nnodes x nproc", "[launcher][env]") {
           CHECK(vars.at("LOCAL_WORLD_SIZE") == std::to_string(nproc));
           CHECK(vars.at("GROUP_RANK") == std::to_string(node_rank));
           CHECK(vars.at("GROUP_WORLD_SIZE") == std::to_string(nnodes));
+          CHECK(vars.at("ROLE_NAME") == "default");
           CHECK(vars.at("ROLE_RANK") == std::to_string(rank));
           CHECK(vars.at("ROLE_WORLD_SIZE") == std::to_string(nnodes * nproc));
           CHECK(vars.at("MASTER_ADDR") == "10.1.2.3");
@@ -224,7 +228,7 @@ TEST_CASE("worker environment for several nnodes x nproc", "[launcher][env]") {
           CHECK(vars.at("TORCHELASTIC_RUN_ID") == "job7");
           CHECK(vars.at("TORCHELASTIC_ERROR_FILE") == "/e/" + std::to_string(lr));
           CHECK(vars.count("CUDA_VISIBLE_DEVICES") == 0);
-          CHECK(vars.size() == 14);
+          CHECK(vars.size() == 15);
         }
       }
       CHECK(static_cast<int>(ranks.size()) == nnodes * nproc);
@@ -457,24 +461,21 @@ TEST_CASE("nproc_per_node gpu|cpu|auto and --gpus auto resolve against the machi
     CHECK(resolve_nproc(parse({"--nproc_per_node", "cpu", "/bin/true"}), plain_env(), machine) == 16);
     // --gpus auto:3 (three workers): the free GPUs 0, 2, 3; the busy GPU 1 is refused.
     const auto c = parse({"--gpus", "auto:3", "/bin/true"});
-    CHECK(resolve_visible_gpus(c, resolve_nproc(c, plain_env(), machine), machine) ==
+    CHECK(resolve_visible_gpus(c, plain_env(), resolve_nproc(c, plain_env(), machine), machine) ==
           std::vector<std::string>{"0", "2", "3"});
     // Four workers need the busy one too: refused with the list, unless --allow_busy_gpus.
     const auto all = parse({"--nproc_per_node", "gpu", "--gpus", "auto", "/bin/true"});
-    CHECK_THROWS_WITH(resolve_visible_gpus(all, 4, machine), Catch::Contains("pid 7 (other)"));
+    CHECK_THROWS_WITH(resolve_visible_gpus(all, plain_env(), 4, machine), Catch::Contains("pid 7 (other)"));
     const auto busy_ok = parse({"--nproc_per_node", "gpu", "--gpus", "auto", "--allow_busy_gpus", "/bin/true"});
-    CHECK(resolve_visible_gpus(busy_ok, 4, machine) == std::vector<std::string>{"0", "1", "2", "3"});
+    CHECK(resolve_visible_gpus(busy_ok, plain_env(), 4, machine) == std::vector<std::string>{"0", "1", "2", "3"});
     CHECK(loads == 1);  // NVML is loaded once
   }
   {
-    // CUDA_VISIBLE_DEVICES decides what "gpu" counts, without loading NVML.
+    // Without --gpus or a GPU count, NVML is not loaded.
     MachineResources machine(16, fake_loader(four, &loads));
     loads = 0;
-    const auto env = plain_env({{"CUDA_VISIBLE_DEVICES", "1,3"}});
-    CHECK(resolve_nproc(parse({"--nproc_per_node", "gpu", "/bin/true"}), env, machine) == 2);
-    CHECK(loads == 0);
-    // Without --gpus nothing is loaded either.
-    CHECK(resolve_visible_gpus(parse({"--nproc_per_node", "2", "/bin/true"}), 2, machine).empty());
+    CHECK(resolve_nproc(parse({"--nproc_per_node", "2", "/bin/true"}), plain_env(), machine) == 2);
+    CHECK(resolve_visible_gpus(parse({"--nproc_per_node", "2", "/bin/true"}), plain_env(), 2, machine).empty());
     CHECK(loads == 0);
   }
   {
@@ -483,9 +484,68 @@ TEST_CASE("nproc_per_node gpu|cpu|auto and --gpus auto resolve against the machi
     CHECK_THROWS_WITH(resolve_nproc(parse({"--nproc_per_node", "gpu", "/bin/true"}), plain_env(), machine),
                       Catch::Contains("libnvidia-ml.so.1"));
     CHECK(resolve_nproc(parse({"--nproc_per_node", "auto", "/bin/true"}), plain_env(), machine) == 6);
-    CHECK(resolve_visible_gpus(parse({"--gpus", "4,1", "/bin/true"}), 2, machine) == std::vector<std::string>{"4", "1"});
-    CHECK_THROWS_AS(resolve_visible_gpus(parse({"--gpus", "auto", "/bin/true"}), 1, machine), UsageError);
+    CHECK(resolve_visible_gpus(parse({"--gpus", "4,1", "/bin/true"}), plain_env(), 2, machine) == std::vector<std::string>{"4", "1"});
+    CHECK_THROWS_AS(resolve_visible_gpus(parse({"--gpus", "auto", "/bin/true"}), plain_env(), 1, machine), UsageError);
   }
+}
+
+TEST_CASE("gpu and --gpus auto choose within an inherited CUDA_VISIBLE_DEVICES and agree on it", "[launcher][gpu]") {
+  // Eight GPUs on the node; a Slurm allocation without device cgroups gives this job 2, 5 and 6.
+  std::vector<GpuInfo> eight;
+  for (int i = 0; i < 8; ++i) {
+    eight.push_back(gpu(i, 70 + i));  // GPU 7 has the most free memory, then 6, ...
+    eight.back().uuid = "GPU-" + std::string(1, static_cast<char>('a' + i)) + "0c0ffee-1111-2222-3333-44445555666" + std::to_string(i);
+  }
+  eight[5].processes = {{99, "neighbour", 1ull << 30}};
+  int loads = 0;
+  MachineResources machine(16, fake_loader(eight, &loads));
+  const auto by_index = plain_env({{"CUDA_VISIBLE_DEVICES", "2,5,6"}});
+  const auto gpu_count = parse({"--nproc_per_node", "gpu", "/bin/true"});
+  CHECK(resolve_nproc(gpu_count, by_index, machine) == 3);
+  const auto visible = visible_gpus(by_index, machine);
+  REQUIRE(visible.size() == 3);
+  CHECK(visible[1].info.index == 5);
+  CHECK(visible[1].cuda_name == "5");
+  // auto:2 takes the two free GPUs of the allocation, never 7 (the most free memory, not ours).
+  CHECK(resolve_visible_gpus(parse({"--gpus", "auto:2", "/bin/true"}), by_index, 2, machine) ==
+        std::vector<std::string>{"2", "6"});
+  // gpu + auto: three workers need the busy GPU 5 of the allocation: refused, named; accepted with
+  // --allow_busy_gpus, and the workers still get only the allocation's GPUs.
+  const auto all = parse({"--nproc_per_node", "gpu", "--gpus", "auto", "/bin/true"});
+  CHECK_THROWS_WITH(resolve_visible_gpus(all, by_index, resolve_nproc(all, by_index, machine), machine),
+                    Catch::Contains("pid 99 (neighbour)"));
+  const auto busy_ok = parse({"--nproc_per_node", "gpu", "--gpus", "auto", "--allow_busy_gpus", "/bin/true"});
+  CHECK(resolve_visible_gpus(busy_ok, by_index, resolve_nproc(busy_ok, by_index, machine), machine) ==
+        std::vector<std::string>{"2", "5", "6"});
+  // --gpus 0,2 numbers the inherited entries, as torch.cuda would in this process.
+  CHECK(resolve_visible_gpus(parse({"--gpus", "0,2", "/bin/true"}), by_index, 2, machine) ==
+        std::vector<std::string>{"2", "6"});
+  CHECK_THROWS_WITH(resolve_visible_gpus(parse({"--gpus", "3", "/bin/true"}), by_index, 1, machine),
+                    Catch::Contains("has 3 entries"));
+  // --virtual_local_rank (torchrun's): local rank i gets the i-th inherited entry, else GPU i.
+  const auto virtual_ranks = parse({"--nproc_per_node", "2", "--virtual_local_rank", "/bin/true"});
+  CHECK(resolve_visible_gpus(virtual_ranks, by_index, 2, machine) == std::vector<std::string>{"2", "5"});
+  CHECK(resolve_visible_gpus(virtual_ranks, plain_env(), 2, machine) == std::vector<std::string>{"0", "1"});
+  CHECK_THROWS_WITH(resolve_visible_gpus(parse({"--nproc_per_node", "4", "--virtual_local_rank", "/bin/true"}), by_index,
+                                         4, machine),
+                    Catch::Contains("--virtual_local_rank: local rank 3"));
+
+  // UUIDs (and a unique prefix of one): the workers get the UUIDs as inherited.
+  const auto by_uuid = plain_env({{"CUDA_VISIBLE_DEVICES", eight[3].uuid + "," + eight[1].uuid.substr(0, 8)}});
+  CHECK(resolve_nproc(gpu_count, by_uuid, machine) == 2);
+  CHECK(resolve_visible_gpus(parse({"--gpus", "auto:1", "/bin/true"}), by_uuid, 1, machine) ==
+        std::vector<std::string>{eight[3].uuid});  // GPU 3 has more free memory than GPU 1
+
+  // As CUDA reads it: the list ends at the first entry naming no GPU (9) or a GPU again (2).
+  CHECK(resolve_nproc(gpu_count, plain_env({{"CUDA_VISIBLE_DEVICES", "4,9,1"}}), machine) == 1);
+  CHECK(resolve_nproc(gpu_count, plain_env({{"CUDA_VISIBLE_DEVICES", "2,2,3"}}), machine) == 1);
+  CHECK_THROWS_WITH(resolve_nproc(gpu_count, plain_env({{"CUDA_VISIBLE_DEVICES", ""}}), machine),
+                    Catch::Contains("names no GPU of this machine"));
+  CHECK(resolve_nproc(parse({"--nproc_per_node", "auto", "/bin/true"}), plain_env({{"CUDA_VISIBLE_DEVICES", "-1"}}),
+                      machine) == 16);  // no GPU visible: auto counts the CPUs
+  CHECK_THROWS_WITH(resolve_nproc(gpu_count, plain_env({{"CUDA_VISIBLE_DEVICES", "MIG-1234"}}), machine),
+                    Catch::Contains("MIG instance"));
+  CHECK(loads == 1);
 }
 
 TEST_CASE("observability flags: hang watchdog and metrics endpoint", "[config]") {
@@ -567,4 +627,72 @@ TEST_CASE("root cause: the earliest failure; within one monitor pass, the first 
     CHECK(root_cause_index({failure(0, 2, false, 100), failure(1, 1, false, 900)}) == 1);
   }
   SECTION("no failures is a programming error") { CHECK_THROWS_AS(root_cause_index({}), ddp::Error); }
+}
+
+TEST_CASE("a worker not reaped after SIGKILL is reported with its state and ends the wait", "[launcher][unreaped]") {
+  // See Note [Unreapable workers]. The injected waiter plays a sandbox that never reaps a worker
+  // killed by a signal (it stays a zombie, state Z); workers that exit by themselves are reaped.
+  // Rank 0 fails (exit 3); rank 1 ignores SIGTERM, so the launcher's SIGKILL ends it.
+  SupervisorOptions options;
+  options.program_path = "/bin/sh";
+  options.program_args = {"sh", "-c", "if [ \"$LOCAL_RANK\" = 0 ]; then exit 3; fi; trap '' TERM; exec sleep 30"};
+  options.monitor_interval_s = 0.02;
+  options.shutdown_grace_s = 0.2;
+  options.reap_timeout_s = 0.3;
+  options.max_restarts = 2;  // not used: an unreaped worker stops the restarts
+  std::vector<pid_t> left_unreaped;
+  options.try_reap = [&](pid_t pid, int* status) -> pid_t {
+    siginfo_t info{};
+    if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != pid) return 0;
+    if (info.si_code != CLD_EXITED) {
+      if (std::find(left_unreaped.begin(), left_unreaped.end(), pid) == left_unreaped.end()) left_unreaped.push_back(pid);
+      return 0;
+    }
+    return ::waitpid(pid, status, WNOHANG);
+  };
+  int groups = 0;
+  const GroupFactory make_group = [&](int attempt) {
+    ++groups;
+    std::vector<WorkerLaunch> group;
+    for (int lr = 0; lr < 2; ++lr) {
+      WorkerLaunch w;
+      w.local_rank = w.rank = lr;
+      w.env = {"PATH=/usr/bin:/bin", "LOCAL_RANK=" + std::to_string(lr), "ATTEMPT=" + std::to_string(attempt)};
+      w.stdout_to_console = w.stderr_to_console = false;
+      group.push_back(std::move(w));
+    }
+    return group;
+  };
+  const SupervisorResult result = supervise(options, make_group);
+  CHECK(groups == 1);
+  CHECK(result.attempts == 1);
+  CHECK(result.exit_code == 3);
+  REQUIRE(result.root_cause);
+  CHECK(result.root_cause->rank == 0);
+  REQUIRE(result.other_failures.size() == 1);
+  const WorkerExit& stuck = result.other_failures[0];
+  CHECK(stuck.rank == 1);
+  REQUIRE(stuck.unreaped);
+  CHECK(*stuck.unreaped == "Z (zombie)");
+  REQUIRE(left_unreaped == std::vector<pid_t>{static_cast<pid_t>(stuck.pid)});
+  CHECK_THAT(format_failure_summary(result, "host"),
+             Catch::Contains(ddp::str("not reaped after SIGKILL: pid ", stuck.pid, " state Z (zombie)")));
+  // The test reaps its zombie: nothing is left behind.
+  CHECK(::waitpid(stuck.pid, nullptr, 0) == stuck.pid);
+}
+
+TEST_CASE("process states read from /proc/PID/stat", "[launcher][unreaped]") {
+  CHECK(process_state(::getpid()) == "R (running)");
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) ::_exit(0);
+  // Not reaped yet: a zombie as soon as it has exited (bounded wait).
+  std::string state;
+  for (int i = 0; i < 500 && state != "Z (zombie)"; ++i) {
+    state = process_state(child);
+    if (state != "Z (zombie)") ::usleep(10000);
+  }
+  CHECK(state == "Z (zombie)");
+  CHECK(::waitpid(child, nullptr, 0) == child);
+  CHECK_THAT(process_state(child), Catch::StartsWith("unknown (/proc/"));
 }
