@@ -413,7 +413,8 @@ case $scenario in
   rdzv_kill)
     # The rendezvous host (host0, --rdzv_endpoint host0:29400) loses its launcher while host 1
     # waits for a third node: host 1 ends with one line (no c10d backtrace) well within
-    # --rdzv_timeout. Then a full job loses host0 mid-training: hosts 1 and 2 stop within the grace period.
+    # --rdzv_timeout. Then a whole job loses host0 mid-training: hosts 1 and 2 stop within
+    # --shutdown_grace + 5 s.
     for k in 0 1; do
       start $k -- --nnodes 3 --nproc_per_node 1 --rdzv_endpoint host0:29400 --rdzv_id lost --rdzv_timeout 30 \
         "$fault_worker" train --steps 5
@@ -436,6 +437,24 @@ case $scenario in
     ((errors == 1)) || fail "host 1 printed $errors lines beyond its log lines, not one"
     grep -q -E "^ddp_launch: error: .*rendezvous" "$work/host1.log" || fail "host 1's line does not name the rendezvous"
     echo "rendezvous host lost during the rendezvous: host 1 ended after $elapsed s: $(grep '^ddp_launch: error' "$work/host1.log")"
+    # After the rendezvous: host0 serves the rendezvous store and the job's master store.
+    for k in 0 1 2; do
+      mkdir -p "$work/pids"
+      start $k TMPDIR="$work" -- --nnodes 3 --nproc_per_node 1 --rdzv_endpoint host0:29401 --rdzv_id train \
+        --rdzv_timeout 30 --monitor_interval 0.05 --shutdown_grace 3 "$fault_worker" train --steps 100000 \
+        --step-ms 20 --timeout-ms 30000 --checkpoint-dir "$work/ck" --checkpoint-every 5 --pid-dir "$work/pids"
+      ((k > 0)) || wait_listening 0 29401
+    done
+    wait_training 3
+    killed=$EPOCHREALTIME
+    kill -KILL "$(launcher_pid 0)"
+    wait_failed 1 2
+    elapsed=$(seconds_since "$killed")
+    within "$elapsed" $((3 + 5)) "hosts 1 and 2 stopping after the rendezvous host's loss"
+    wait "${pids[0]}" || true
+    pids=()
+    wait_ended 2 $(rank_pids)
+    echo "rendezvous host lost mid-training: hosts 1 and 2 ended after $elapsed s"
     ;;
   *)
     echo "unknown scenario $scenario"
