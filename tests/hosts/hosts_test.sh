@@ -167,6 +167,29 @@ wait_failed() {
   done
 }
 
+# lose_launcher K SURVIVOR...: SIGKILLs host K's launcher mid-training (--shutdown_grace 3): its
+# workers end within 3 s (the parent-death signal), every SURVIVOR host's launcher fails within the
+# grace period + 5 s, and no worker is left. Sets elapsed (seconds from the kill to the survivors' exit).
+lose_launcher() {
+  local k=$1 victim killed p workers=()
+  shift
+  victim=$(launcher_pid "$k")
+  [[ -n $victim ]] || fail "no ddp_launch in host $k"
+  for p in $(ip netns pids "$name-h$k"); do
+    [[ $(cat "/proc/$p/comm" 2>/dev/null) != fault_worker ]] || workers+=("$p")
+  done
+  ((${#workers[@]} > 0)) || fail "no worker in host $k"
+  killed=$EPOCHREALTIME
+  kill -KILL "$victim"
+  wait_ended 3 "${workers[@]}"
+  wait_failed "$@"
+  elapsed=$(seconds_since "$killed")
+  within "$elapsed" $((3 + 5)) "the other hosts stopping after host $k's launcher was killed"
+  wait "${pids[$k]}" || true
+  pids=()
+  wait_ended 2 $(rank_pids)
+}
+
 # fault_job K NPROC LAUNCHER_FLAGS... -- WORKER_FLAGS...: host K's launcher (static, master host0)
 # running fault_worker, which records its pid and rank 0's checkpoints in $work.
 fault_job() {
@@ -331,17 +354,7 @@ case $scenario in
       fault_job $k 2 --shutdown_grace 3 -- --timeout-ms 30000
     done
     wait_training 6
-    victim=$(launcher_pid 1)
-    [[ -n $victim ]] || fail "no ddp_launch in host 1"
-    killed=$EPOCHREALTIME
-    kill -KILL "$victim"
-    wait_ended 3 $(rank_pids 2 3)
-    wait_failed 0 2
-    elapsed=$(seconds_since "$killed")
-    within "$elapsed" $((3 + 5)) "hosts 0 and 2 stopping after host 1's loss"
-    wait "${pids[1]}" || true
-    pids=()
-    wait_ended 2 $(rank_pids)
+    lose_launcher 1 0 2
     for k in 0 2; do
       grep -q "worker group FAILED" "$work/host$k.log" || fail "host $k's launcher printed no failure summary"
       # Before Note [SIGPIPE in a rank], 1 run in 4 or 5 here had a rank of a surviving host die of it.
@@ -448,14 +461,7 @@ case $scenario in
       ((k > 0)) || wait_listening 0 29401
     done
     wait_training 3
-    killed=$EPOCHREALTIME
-    kill -KILL "$(launcher_pid 0)"
-    wait_failed 1 2
-    elapsed=$(seconds_since "$killed")
-    within "$elapsed" $((3 + 5)) "hosts 1 and 2 stopping after the rendezvous host's loss"
-    wait "${pids[0]}" || true
-    pids=()
-    wait_ended 2 $(rank_pids)
+    lose_launcher 0 1 2
     echo "rendezvous host lost mid-training: hosts 1 and 2 ended after $elapsed s"
     ;;
   *)
