@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Multi-host tests on a cluster of network-namespace hosts (scripts/netns-cluster.sh, docs/hosts.md):
-#   hosts_test.sh SCENARIO NETNS_CLUSTER DDP_LAUNCH DDP_TEST_WORKER
+#   hosts_test.sh SCENARIO NETNS_CLUSTER DDP_LAUNCH DDP_TEST_WORKER [FAULT_WORKER TRAIN_FASHION_MNIST]
 # 3 hosts, each its own namespace, hostname hostK and Debian-style /etc/hosts (hostK -> 127.0.1.1);
 # one ddp_launch per host (each killed after 45 s), Gloo between them. Exits 77 (CTest skip) without
 # the rights to make namespaces. Every wait is bounded; the hosts and every process in them go away
 # on exit.
 set -euo pipefail
 
-scenario=$1 cluster=$2 launch=$3 worker=$4
+scenario=$1 cluster=$2 launch=$3 worker=$4 fault_worker=${5:-} train=${6:-}
 reason=$("$cluster" check) || {
   echo "SKIP: $reason"
   exit 77
@@ -99,6 +99,111 @@ no_warning_noise() {
   if grep -h -E "cannot be retrieved|Connection refused|\[W[0-9]" "$work"/host*.log; then
     fail "c10d or Gloo warnings in the normal path (above)"
   fi
+}
+
+# The ddp_launch process inside host K's namespace (its pid on this machine).
+launcher_pid() {
+  local p
+  for p in $(ip netns pids "$name-h$1"); do
+    [[ $(cat "/proc/$p/comm" 2>/dev/null) == ddp_launch ]] && echo "$p"
+  done
+  return 0
+}
+
+# The pids fault_worker recorded (--pid-dir "$work/pids") for the given ranks, or for all.
+rank_pids() {
+  local r
+  if (($# == 0)); then
+    cat "$work"/pids/rank*.pid 2>/dev/null || true
+    return 0
+  fi
+  for r in "$@"; do cat "$work/pids/rank$r.attempt0.pid"; done
+}
+
+# Whether process PID has ended (gone from /proc, or a zombie: this machine's init reaps slowly).
+ended() {
+  local state
+  state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 0
+  [[ -z $state || $state == Z ]]
+}
+
+# wait_ended SECONDS PID...: fails unless every PID has ended within SECONDS.
+wait_ended() {
+  local deadline=$((SECONDS + $1)) p
+  shift
+  for p in "$@"; do
+    until ended "$p"; do
+      ((SECONDS < deadline)) || fail "process $p ($(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)) still runs"
+      sleep 0.05
+    done
+  done
+}
+
+# wait_training COUNT: COUNT workers recorded their pids and rank 0 wrote two checkpoints (bounded).
+wait_training() {
+  local deadline=$((SECONDS + 40))
+  until (($(ls "$work/pids" 2>/dev/null | grep -c '\.pid$') >= $1)) &&
+    (($(ls "$work/ck" 2>/dev/null | grep -c '^step-') >= 2)); do
+    ((SECONDS < deadline)) || fail "the job did not start training within 40 s"
+    sleep 0.1
+  done
+}
+
+# Seconds since an $EPOCHREALTIME value, to 0.01 s.
+seconds_since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }'; }
+
+# within SECONDS LIMIT WHAT: fails unless SECONDS < LIMIT (a hang guard, not a timing test).
+within() {
+  awk -v s="$1" -v l="$2" 'BEGIN { exit !(s < l) }' || fail "$3 took $1 s, over the bound of $2 s"
+}
+
+# wait_failed K...: waits for host K's launcher; fails unless it exited non-zero.
+wait_failed() {
+  local k status
+  for k in "$@"; do
+    status=0
+    wait "${pids[$k]}" || status=$?
+    ((status != 0)) || fail "host $k's launcher exited 0 after the fault"
+  done
+}
+
+# lose_launcher K SURVIVOR...: SIGKILLs host K's launcher mid-training (--shutdown_grace 3): its
+# workers end within 3 s (the parent-death signal), every SURVIVOR host's launcher fails within the
+# grace period + 5 s, and no worker is left. Sets elapsed (seconds from the kill to the survivors' exit).
+lose_launcher() {
+  local k=$1 victim killed p workers=()
+  shift
+  victim=$(launcher_pid "$k")
+  [[ -n $victim ]] || fail "no ddp_launch in host $k"
+  for p in $(ip netns pids "$name-h$k"); do
+    [[ $(cat "/proc/$p/comm" 2>/dev/null) != fault_worker ]] || workers+=("$p")
+  done
+  ((${#workers[@]} > 0)) || fail "no worker in host $k"
+  killed=$EPOCHREALTIME
+  kill -KILL "$victim"
+  wait_ended 3 "${workers[@]}"
+  wait_failed "$@"
+  elapsed=$(seconds_since "$killed")
+  within "$elapsed" $((3 + 5)) "the other hosts stopping after host $k's launcher was killed"
+  wait "${pids[$k]}" || true
+  pids=()
+  wait_ended 2 $(rank_pids)
+}
+
+# fault_job K NPROC LAUNCHER_FLAGS... -- WORKER_FLAGS...: host K's launcher (static, master host0)
+# running fault_worker, which records its pid and rank 0's checkpoints in $work.
+fault_job() {
+  local k=$1 nproc=$2 flags=()
+  shift 2
+  while [[ $1 != -- ]]; do
+    flags+=("$1")
+    shift
+  done
+  shift
+  mkdir -p "$work/pids"
+  start "$k" TMPDIR="$work" -- --nnodes 3 --node_rank "$k" --nproc_per_node "$nproc" --master_addr "$host0" \
+    --master_port $port --monitor_interval 0.05 "${flags[@]}" "$fault_worker" train --steps 100000 --step-ms 20 \
+    --checkpoint-dir "$work/ck" --checkpoint-every 5 --pid-dir "$work/pids" "$@"
 }
 
 host0=$("$cluster" addr "$name" 0)
@@ -207,6 +312,157 @@ case $scenario in
     done
     finish
     expect_in_logs 1 "OK: world 3"
+    ;;
+  resume)
+    # Checkpoints written on host0 resume a job across hosts: 3 hosts x 1 worker train
+    # train_fashion_mnist to step 7 (checkpoints at steps 3, 4 and 6, written by rank 0 on host0 into
+    # a folder every host sees: the namespaces share the file system); the resumed job's node ranks
+    # are rotated, so that its rank 0 (the master) is host2, and it ends with the parameters of an
+    # uninterrupted run. 384 samples, 3 x 32 per step: 4 steps per epoch, 8 in all.
+    train_job() {  # train_job ROTATION PORT ARGS...: node rank (K + ROTATION) % 3 on host K
+      local k rotation=$1 job_port=$2 master
+      shift 2
+      master=$("$cluster" addr "$name" $(((3 - rotation) % 3)))
+      for k in 0 1 2; do
+        start $k -- --nnodes 3 --node_rank $(((k + rotation) % 3)) --nproc_per_node 1 --master_addr "$master" \
+          --master_port "$job_port" "$train" --mode ddp --limit 384 --epochs 2 --batch-size 32 --seed 5 "$@"
+      done
+      finish
+    }
+    if [[ ! -d /usr/share/datasets/fashion-mnist ]]; then
+      echo "SKIP: no Fashion-MNIST in /usr/share/datasets/fashion-mnist (scripts/setup.sh installs it)"
+      exit 77
+    fi
+    train_job 0 $port --save-params "$work/whole.bin"
+    train_job 0 $((port + 1)) --checkpoint-dir "$work/ck" --checkpoint-every 3 --max-steps 7
+    [[ -f $work/ck/step-000000000006/MANIFEST ]] || fail "no checkpoint of step 6 in $work/ck"
+    [[ ! -e $work/ck/step-000000000007 ]] || fail "the interrupted job went past step 6's checkpoint"
+    train_job 1 $((port + 2)) --checkpoint-dir "$work/ck" --resume --save-params "$work/resumed.bin"
+    grep -q "step-000000000006" "$work/host2.log" ||
+      fail "rank 0 on host2 did not say it resumed from step-000000000006"
+    grep -q "starting 1 workers (ranks 0..0 of 3) on node 0 of 3, master $("$cluster" addr "$name" 2)" "$work/host2.log" ||
+      fail "the resumed job's rank 0 is not on host2"
+    [[ -f $work/ck/step-000000000008/MANIFEST ]] || fail "the resumed job wrote no checkpoint of step 8"
+    # Bit for bit: the same data, the same sums in Gloo's all-reduce, the same optimizer state.
+    cmp "$work/whole.bin" "$work/resumed.bin" || fail "the resumed job's parameters differ from the uninterrupted job's"
+    ;;
+  host_kill)
+    # Host 1's launcher SIGKILLed mid-training (3 hosts x 2 workers, collective timeout 30 s): its
+    # workers die with it (the parent-death signal); hosts 0 and 2 see their peers' connections
+    # close, fail, and stop within --shutdown_grace (3 s) + a few seconds, long before the timeout.
+    for k in 0 1 2; do
+      fault_job $k 2 --shutdown_grace 3 -- --timeout-ms 30000
+    done
+    wait_training 6
+    lose_launcher 1 0 2
+    for k in 0 2; do
+      grep -q "worker group FAILED" "$work/host$k.log" || fail "host $k's launcher printed no failure summary"
+      # Before Note [SIGPIPE in a rank], 1 run in 4 or 5 here had a rank of a surviving host die of it.
+      ! grep -q "SIGPIPE" "$work/host$k.log" || fail "a rank on host $k died of SIGPIPE"
+      grep -q "^  host      : host$k$" "$work/host$k.log" || fail "host $k's summary does not name host$k"
+      grep -q -E "^  rank      : ($((2 * k))|$((2 * k + 1))) " "$work/host$k.log" ||
+        fail "host $k's summary does not name one of its ranks $((2 * k)), $((2 * k + 1))"
+      grep -q -E "Connection (closed|reset) by peer" "$work/host$k.log" ||
+        fail "host $k's summary does not say that a peer's connection closed"
+    done
+    echo "host 1 lost: hosts 0 and 2 stopped after $elapsed s; every worker gone"
+    ;;
+  partition)
+    # Host 2's link goes down mid-training (3 hosts x 1 worker, collective timeout 3 s): nothing
+    # closes a connection, so only the timeout ends the job. Ranks 0 and 1 name rank 2 as the one
+    # that did not arrive; rank 2 cannot reach the store on host0 and says so; every process ends
+    # (before Note [Bounded store wait], rank 2 hung for good when cut off during a checkpoint).
+    for k in 0 1 2; do
+      fault_job $k 1 --shutdown_grace 2 -- --timeout-ms 3000
+    done
+    wait_training 3
+    cut=$EPOCHREALTIME
+    on 2 ip link set eth0 down
+    wait_failed 0 1 2
+    pids=()
+    elapsed=$(seconds_since "$cut")
+    within "$elapsed" $((3 + 10)) "the job ending after the partition"
+    wait_ended 2 $(rank_pids)
+    for k in 0 1; do
+      grep -q -E "timed out after 3 s on rank $k: rank\(s\) 2 did not arrive" "$work/host$k.log" ||
+        fail "rank $k does not name rank 2 as the rank that did not arrive"
+    done
+    # Rank 2 was in an all-reduce, or waiting (through the store) for rank 0 to write a checkpoint;
+    # c10d's own store wait never returns once its host is cut off (see Note [Bounded store wait]).
+    grep -q -E "timed out after 3 s on rank 2: .*the store did not answer|rank 2 waited 3 s for rank 0" \
+      "$work/host2.log" || fail "rank 2 does not say that it timed out"
+    echo "host 2 cut off: every launcher ended after $elapsed s"
+    ;;
+  slow_host)
+    # Host 2 stops making progress: its worker is SIGSTOPped (tc netem delay is not available in
+    # every kernel; a tbf rate limit slows every rank alike). Every launcher runs --hang_timeout 2
+    # with a collective timeout of 60 s: host 2's watchdog names rank 2 and its step, and the job
+    # ends long before the collective timeout (SIGTERM stays pending on a stopped process: SIGKILL
+    # after the 2 s grace period).
+    for k in 0 1 2; do
+      fault_job $k 1 --shutdown_grace 2 --hang_timeout 2 -- --timeout-ms 60000
+    done
+    wait_training 3
+    stopped=$EPOCHREALTIME
+    kill -STOP "$(rank_pids 2)"
+    wait_failed 0 1 2
+    pids=()
+    elapsed=$(seconds_since "$stopped")
+    within "$elapsed" $((2 + 2 + 10)) "the job ending after host 2 stopped"
+    wait_ended 2 $(rank_pids)
+    grep -q -E "rank 2 \(pid $(rank_pids 2), local_rank 0\) made no progress for [0-9.]+ s .*\(--hang_timeout 2 s\)" \
+      "$work/host2.log" || fail "host 2's watchdog did not name rank 2"
+    grep -q "stopped by the hang watchdog" "$work/host2.log" || fail "host 2's summary does not name the watchdog"
+    # Each node's watchdog sees only its own ranks: hosts 0 and 1 may name theirs too (silent as
+    # well, waiting in the all-reduce), but at a later step than rank 2's, which is the one behind.
+    behind=$(sed -n -E 's/.*rank 2 \(pid [0-9]+, local_rank 0\) made no progress .*last heartbeat at step ([0-9]+).*/\1/p' \
+      "$work/host2.log" | head -n 1)
+    for k in 0 1; do
+      for step in $(sed -n -E "s/.*rank $k \(pid [0-9]+, local_rank 0\) made no progress .*last heartbeat at step ([0-9]+).*--hang_timeout.*/\1/p" \
+        "$work/host$k.log"); do
+        ((step > behind)) || fail "host $k's watchdog named rank $k at step $step, not after rank 2's step $behind"
+      done
+    done
+    echo "host 2 stopped: every launcher ended after $elapsed s"
+    ;;
+  rdzv_kill)
+    # The rendezvous host (host0, --rdzv_endpoint host0:29400) loses its launcher while host 1
+    # waits for a third node: host 1 ends with one line (no c10d backtrace) well within
+    # --rdzv_timeout. Then a whole job loses host0 mid-training: hosts 1 and 2 stop within
+    # --shutdown_grace + 5 s.
+    for k in 0 1; do
+      start $k -- --nnodes 3 --nproc_per_node 1 --rdzv_endpoint host0:29400 --rdzv_id lost --rdzv_timeout 30 \
+        "$fault_worker" train --steps 5
+      ((k == 1)) || wait_listening 0 29400
+    done
+    deadline=$((SECONDS + 20))
+    until grep -q "waiting for 3 nodes" "$work/host1.log"; do
+      ((SECONDS < deadline)) || fail "host 1 did not start its rendezvous"
+      sleep 0.1
+    done
+    sleep 0.5  # joined, waiting for the third node
+    killed=$EPOCHREALTIME
+    kill -KILL "$(launcher_pid 0)"
+    wait_failed 1
+    elapsed=$(seconds_since "$killed")
+    within "$elapsed" 10 "host 1 ending after the rendezvous host's loss"
+    wait "${pids[0]}" || true
+    pids=()
+    errors=$(grep -c -v -E "^\[[0-9-]+ [0-9:.]+\] \[ddp_launch\] \[(info|warning)\]" "$work/host1.log" || true)
+    ((errors == 1)) || fail "host 1 printed $errors lines beyond its log lines, not one"
+    grep -q -E "^ddp_launch: error: .*rendezvous" "$work/host1.log" || fail "host 1's line does not name the rendezvous"
+    echo "rendezvous host lost during the rendezvous: host 1 ended after $elapsed s: $(grep '^ddp_launch: error' "$work/host1.log")"
+    # After the rendezvous: host0 serves the rendezvous store and the job's master store.
+    for k in 0 1 2; do
+      mkdir -p "$work/pids"
+      start $k TMPDIR="$work" -- --nnodes 3 --nproc_per_node 1 --rdzv_endpoint host0:29401 --rdzv_id train \
+        --rdzv_timeout 30 --monitor_interval 0.05 --shutdown_grace 3 "$fault_worker" train --steps 100000 \
+        --step-ms 20 --timeout-ms 30000 --checkpoint-dir "$work/ck" --checkpoint-every 5 --pid-dir "$work/pids"
+      ((k > 0)) || wait_listening 0 29401
+    done
+    wait_training 3
+    lose_launcher 0 1 2
+    echo "rendezvous host lost mid-training: hosts 1 and 2 ended after $elapsed s"
     ;;
   *)
     echo "unknown scenario $scenario"

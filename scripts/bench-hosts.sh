@@ -1,0 +1,219 @@
+#!/usr/bin/env bash
+# Cross-host figures on the network-namespace test bed (docs/hosts.md, scripts/netns-cluster.sh):
+#   scripts/bench-hosts.sh [RUNS [FIGURES]]   (root or CAP_NET_ADMIN; default 3 runs of each figure;
+#   FIGURES a comma list of first_step, host_loss, host_down: default all three)
+# 1. start to the end of the first step of a 3-host job (1 worker per host, one step, then a barrier:
+#    the moment rank 0 prints "finished 1 steps"), with static rendezvous (--master_addr host0) and
+#    c10d rendezvous (--rdzv_endpoint host0:29400);
+# 2. from host 1's launcher SIGKILLed mid-training (3 hosts x 2 workers) to every process of the job
+#    gone (launchers and workers of all hosts: nothing left in the hosts' namespaces but zombies);
+# 3. the same from host 1 losing every process at once (its launcher and its workers SIGKILLed
+#    together: the host's power lost), which is what a torchrun job sees of a lost host, since
+#    torchrun's workers outlive its agent;
+# each for ddp_launch + C++ DDP (build/bin/fault_worker, the fault tests' worker) and, when
+# .venv/bin/torchrun exists, for torchrun + Python DDP on the same job
+# (benchmarks/hosts_ddp_reference.py, with GLOO_SOCKET_IFNAME=eth0, which PyTorch needs there). Every wait is bounded (a host loss is given 60 s); the bed
+# and every process in it are removed on exit. Prints one line per run and a summary per figure.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+runs=${1:-3}
+figures=${2:-first_step,host_loss,host_down}
+cluster=$DDP_ROOT/scripts/netns-cluster.sh
+bin=$DDP_BUILD_DIR/bin
+torchrun=$DDP_ROOT/.venv/bin/torchrun
+reference=$DDP_ROOT/benchmarks/hosts_ddp_reference.py
+reason=$("$cluster" check) || {
+  echo "bench-hosts.sh: $reason" >&2
+  exit 2
+}
+for b in ddp_launch fault_worker; do
+  [[ -x $bin/$b ]] || {
+    echo "bench-hosts.sh: $bin/$b is missing: DDP_BUILD_TARGETS=\"ddp_launch ddp_launch_rdzv fault_worker\" scripts/build.sh" >&2
+    exit 2
+  }
+done
+name="bh$$"
+work=$(mktemp -d)
+cleanup() {
+  "$cluster" down "$name"
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 143' INT TERM
+"$cluster" up "$name" 3
+host0=$("$cluster" addr "$name" 0)
+export OMP_NUM_THREADS=1
+
+now() { echo "$EPOCHREALTIME"; }
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
+
+# Processes still running (not zombies) in the hosts' namespaces.
+alive_in_bed() {
+  local k p state count=0
+  for k in 0 1 2; do
+    for p in $(ip netns pids "$name-h$k"); do
+      state=$(awk '{print $3}' "/proc/$p/stat" 2>/dev/null) || continue
+      [[ -n $state && $state != Z ]] && count=$((count + 1))
+    done
+  done
+  echo "$count"
+}
+
+# The launcher (ddp_launch or torchrun) in host K's namespace: the child of `timeout`.
+launcher_in() {
+  local p bound=""
+  for p in $(ip netns pids "$name-h$1"); do
+    [[ $(cat "/proc/$p/comm" 2>/dev/null) == timeout ]] && bound=$p
+  done
+  [[ -n $bound ]] || return 0
+  for p in $(ip netns pids "$name-h$1"); do
+    [[ $(awk '{print $4}' "/proc/$p/stat" 2>/dev/null) == "$bound" ]] && echo "$p" && return 0
+  done
+}
+
+# Waits until nothing runs in the bed (bounded); ends every process left after LIMIT seconds.
+# Prints "gone" or "left N".
+drain_bed() {
+  local limit=$1 deadline=$((SECONDS + $1)) n
+  while (($(alive_in_bed) > 0)); do
+    if ((SECONDS >= deadline)); then
+      n=$(alive_in_bed)
+      for k in 0 1 2; do ip netns pids "$name-h$k" | xargs -r kill -KILL 2>/dev/null || true; done
+      echo "left $n"
+      return 0
+    fi
+    sleep 0.02
+  done
+  echo gone
+}
+
+# launch TOOL MODE K PORT NPROC WORKER_ARGS...: host K's launcher, output in $work/hostK.log.
+launch() {
+  local tool=$1 mode=$2 k=$3 port=$4 nproc=$5 cmd
+  shift 5
+  if [[ $tool == ddp ]]; then
+    cmd=("$bin/ddp_launch" --nproc_per_node "$nproc" --monitor_interval 0.05 --shutdown_grace 3)
+    if [[ $mode == static ]]; then
+      cmd+=(--nnodes 3 --node_rank "$k" --master_addr "$host0" --master_port "$port")
+    else
+      cmd+=(--nnodes 3 --rdzv_endpoint "host0:$port" --rdzv_id bench --rdzv_timeout 60)
+    fi
+    cmd+=("$bin/fault_worker" train "$@")
+  else
+    # PyTorch advertises the hostname's address, 127.0.1.1 on the bed as on Debian (docs/hosts.md):
+    # without the interface named, its ranks cannot connect (connectFullMesh ... Connection refused).
+    cmd=(env GLOO_SOCKET_IFNAME=eth0 "$torchrun" --nproc_per_node "$nproc")
+    if [[ $mode == static ]]; then
+      cmd+=(--nnodes 3 --node_rank "$k" --master_addr "$host0" --master_port "$port")
+    else
+      cmd+=(--nnodes 3 --rdzv_backend c10d --rdzv_endpoint "host0:$port" --rdzv_id bench)
+    fi
+    cmd+=("$reference" "$@")
+  fi
+  "$cluster" exec "$name" "$k" timeout -s KILL 90 "${cmd[@]}" >"$work/host$k.log" 2>&1 &
+}
+
+# Start to the end of step 1: all three launchers started at once; the time at which host 0's log
+# first says "finished 1 steps".
+first_step() {
+  local tool=$1 mode=$2 port=$3 start end deadline
+  rm -f "$work"/host*.log
+  start=$(now)
+  for k in 0 1 2; do launch "$tool" "$mode" "$k" "$port" 1 --steps 1; done
+  deadline=$((SECONDS + 60))
+  until grep -q "finished 1 steps" "$work/host0.log" 2>/dev/null; do
+    if ((SECONDS >= deadline)); then
+      echo "no first step within 60 s" >&2
+      tail -n 5 "$work"/host*.log >&2
+      drain_bed 0 >/dev/null
+      return 1
+    fi
+    sleep 0.01
+  done
+  end=$(now)
+  wait
+  elapsed "$start" "$end"
+}
+
+# From host 1's launcher (ddp_launch or torchrun) SIGKILLed mid-training to every process gone;
+# with WHOLE=1, every process of host 1 SIGKILLed at once.
+host_loss() {
+  local tool=$1 port=$2 whole=${3:-0} victim killed result
+  rm -f "$work"/host*.log
+  for k in 0 1 2; do launch "$tool" static "$k" "$port" 2 --steps 100000 --step-ms 20; done
+  sleep 8  # started and training (a step is about 20 ms)
+  victim=$(launcher_in 1)
+  [[ -n $victim ]] || {
+    echo "no launcher in host 1" >&2
+    tail -n 5 "$work"/host*.log >&2
+    return 1
+  }
+  if ((whole)); then
+    victim=$(ip netns pids "$name-h1")
+  fi
+  killed=$(now)
+  # shellcheck disable=SC2086  # one pid per word
+  kill -KILL $victim
+  result=$(drain_bed 60)
+  if [[ $result == gone ]]; then
+    elapsed "$killed" "$(now)"
+  else
+    echo "not gone after 60 s ($result processes)"
+  fi
+  wait || true
+}
+
+summary() {  # summary LABEL VALUES...: min, median, max of numeric values
+  local label=$1
+  shift
+  printf '%s\n' "$@" | sort -g | awk -v l="$label" '
+    /^[0-9.]+$/ { v[n++] = $1; next } { other = other " [" $0 "]" }
+    END { if (n) printf "%-52s min %.2f s, median %.2f s, max %.2f s (%d runs)%s\n", l, v[0], v[int(n / 2)], v[n - 1], n, other;
+          else printf "%-52s%s\n", l, other }'
+}
+
+tools=(ddp)
+[[ -x $torchrun ]] && tools+=(torch)
+port=29500
+declare -A results
+for ((run = 1; run <= runs; run++)); do
+  for tool in "${tools[@]}"; do
+    if [[ ,$figures, == *,first_step,* ]]; then
+      for mode in static c10d; do
+        port=$((port + 1))
+        value=$(first_step "$tool" "$mode" "$port" || echo failed)
+        echo "run $run: $tool $mode: start to the end of step 1: $value s"
+        results["$tool first_step $mode"]+="$value "
+      done
+    fi
+    if [[ ,$figures, == *,host_loss,* ]]; then
+      port=$((port + 1))
+      value=$(host_loss "$tool" "$port" || echo failed)
+      echo "run $run: $tool: host 1's launcher SIGKILLed to every process gone: $value"
+      results["$tool host_loss"]+="$value;"
+    fi
+    if [[ ,$figures, == *,host_down,* ]]; then
+      port=$((port + 1))
+      value=$(host_loss "$tool" "$port" 1 || echo failed)
+      echo "run $run: $tool: every process of host 1 SIGKILLed to every process gone: $value"
+      results["$tool host_down"]+="$value;"
+    fi
+  done
+done
+echo
+for tool in "${tools[@]}"; do
+  label=$([[ $tool == ddp ]] && echo "ddp_launch + C++ DDP" || echo "torchrun + Python DDP")
+  if [[ ,$figures, == *,first_step,* ]]; then
+    for mode in static c10d; do
+      # shellcheck disable=SC2086  # one value per word
+      summary "$label, start to step 1 ($mode)" ${results["$tool first_step $mode"]}
+    done
+  fi
+  for figure in host_loss host_down; do
+    [[ ,$figures, == *,$figure,* ]] || continue
+    IFS=';' read -r -a losses <<<"${results["$tool $figure"]}"
+    summary "$label, $([[ $figure == host_loss ]] && echo "launcher lost" || echo "host lost") to every process gone" \
+      "${losses[@]}"
+  done
+done
