@@ -1,6 +1,5 @@
 // ddp_launch: starts the workers of one node of a data-parallel job. See docs/launcher.md.
 #include <signal.h>
-#include <stdlib.h>
 #include <unistd.h>
 
 #include <cstdio>
