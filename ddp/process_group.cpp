@@ -49,9 +49,8 @@ bool mentions_timeout(const std::string& text) {
 // c10d reports failures as c10::Error subclasses with long messages; ours say what was being done.
 [[noreturn]] void rethrow_as_ddp(const std::exception& error, const std::string& context) {
   const std::string what = error.what();
-  const std::string first_line = what.substr(0, what.find('\n'));
-  if (mentions_timeout(what)) throw TimeoutError(str(context, ": ", first_line));
-  throw CommunicationError(str(context, ": ", first_line));
+  if (mentions_timeout(what)) throw TimeoutError(str(context, ": ", first_line(what)));
+  throw CommunicationError(str(context, ": ", first_line(what)));
 }
 
 std::string to_string(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
@@ -212,11 +211,11 @@ c10::intrusive_ptr<c10d::Store> make_store(const InitMethod& method, const std::
     const std::string what = error.what();
     if (rank == 0) {
       throw CommunicationError(str("rank 0 could not listen on ", host, ":", port, ": ",
-                                   what.substr(0, what.find('\n')),
+                                   first_line(what),
                                    " (is the port in use? pick another MASTER_PORT)"));
     }
     throw CommunicationError(str("rank ", rank, " could not reach the master at ", host, ":", port,
-                                 " within ", seconds(timeout), " s: ", what.substr(0, what.find('\n')),
+                                 " within ", seconds(timeout), " s: ", first_line(what),
                                  " (is rank 0 running, and are MASTER_ADDR/MASTER_PORT right?)"));
   }
 }
@@ -375,7 +374,7 @@ void ProcessGroup::fail_collective(std::int64_t seq, const char* what, milliseco
       message += str(": ", describe_arrivals(report));
     }
   } else {
-    message = str(name, " failed on rank ", info_.rank, ": ", cause.substr(0, cause.find('\n')));
+    message = str(name, " failed on rank ", info_.rank, ": ", first_line(cause));
   }
   write_dump(message);
   if (dump) message += str(" [this rank's last collectives: ", *dump, "]");

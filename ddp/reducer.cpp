@@ -238,7 +238,7 @@ void Reducer::wait_bucket(Bucket& b) {
     } catch (const std::exception& error) {
       const std::string what = error.what();
       throw CommunicationError(str("gradient all-reduce failed on rank ", group->rank(), ": ",
-                                   what.substr(0, what.find('\n'))));
+                                   first_line(what)));
     }
     return;
   }

@@ -17,12 +17,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string first_line(std::string message) {
-  const auto newline = message.find('\n');
-  if (newline != std::string::npos) message.resize(newline);
-  return message;
-}
-
 // The first sentence of a c10::Error, on one line, without LibTorch's long hints and backtrace.
 std::string short_reason(const c10::Error& error) {
   std::string message = error.what_without_backtrace();

@@ -377,7 +377,7 @@ TrainingProgress read_trainer_state(const fs::path& file, optim::Optimizer* opti
     throw IoError(str(name, ": cannot load the training state: ", reason));
   } catch (const c10::Error& e) {  // e.g. set_state() of an RNG state of the wrong size
     std::string reason = e.what_without_backtrace();
-    reason = reason.substr(0, reason.find('\n'));
+    reason = first_line(reason);
     throw IoError(str(name, ": cannot load the training state: ", reason));
   }
 }

@@ -200,7 +200,8 @@ int parse_int_flag(const std::string& flag, const std::string& text, int min, in
   return static_cast<int>(value);
 }
 
-double parse_seconds_flag(const std::string& flag, const std::string& text) {
+// Strict parsing of a duration flag in seconds; throws UsageError naming the flag.
+static double parse_seconds_flag(const std::string& flag, const std::string& text) {
   size_t used = 0;
   double value = 0;
   bool ok = !text.empty() && !std::isspace(static_cast<unsigned char>(text[0]));
@@ -261,7 +262,9 @@ GpuRequest parse_gpu_request(const std::string& text) {
   return req;
 }
 
-std::string resolve_program(const std::string& name, const std::string& path_var) {
+// Looks a program up the way execvp does: a name with '/' is taken as is, else searched in PATH.
+// Returns the path, or throws UsageError saying what was wrong (missing, not executable).
+static std::string resolve_program(const std::string& name, const std::string& path_var) {
   auto check = [](const std::string& path, std::string& why) {
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) {
@@ -299,7 +302,14 @@ std::string resolve_program(const std::string& name, const std::string& path_var
                             "' not found in PATH (give a path like ./", name, ")"));
 }
 
-SplitArgs split_launcher_args(int argc, const char* const* argv) {
+// Splits argv into the launcher's own flags (normalised: '-' -> '_' in long names) and the worker
+// command (from the first positional argument on, verbatim).
+struct SplitArgs {
+  std::vector<std::string> launcher_args;
+  std::vector<std::string> program;
+};
+
+static SplitArgs split_launcher_args(int argc, const char* const* argv) {
   SplitArgs split;
   int i = 1;
   for (; i < argc; ++i) {

@@ -113,18 +113,6 @@ struct ParseResult {
 // Does not touch the machine beyond looking up the worker binary (PATH search like execvp).
 ParseResult parse_launch_args(int argc, const char* const* argv, const EnvironmentSnapshot& env);
 
-// Splits argv into the launcher's own flags (normalised: '-' -> '_' in long names) and the worker
-// command (from the first positional argument on, verbatim). Exposed for tests.
-struct SplitArgs {
-  std::vector<std::string> launcher_args;
-  std::vector<std::string> program;
-};
-SplitArgs split_launcher_args(int argc, const char* const* argv);
-
-// Looks a program up the way execvp does: a name with '/' is taken as is, else searched in PATH.
-// Returns the path, or throws UsageError saying what was wrong (missing, not executable).
-std::string resolve_program(const std::string& name, const std::string& path_var);
-
 // "a,b," -> {"a", "b", ""}; "" -> {}.
 std::vector<std::string> split_list(const std::string& text, char sep);
 // Without leading and trailing spaces and tabs.
@@ -132,6 +120,5 @@ std::string trim_blanks(const std::string& text);
 
 // Strict number parsing for flags: the whole text must be the number. Throw UsageError naming flag.
 int parse_int_flag(const std::string& flag, const std::string& text, int min, int max);
-double parse_seconds_flag(const std::string& flag, const std::string& text);
 
 }  // namespace ddp::launcher

@@ -35,6 +35,7 @@
 #include <string>
 #include <thread>
 
+#include "ddp/base/str.h"
 #include "launcher/rdzv_plugin_api.h"
 #include "launcher/rdzv_records.h"
 
@@ -59,7 +60,7 @@ void set_error(ddp_rdzv_result* r, const std::string& text) {
 std::string one_line(const std::exception& e) {
   const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
   std::string what = c10_error != nullptr ? c10_error->what_without_backtrace() : e.what();
-  return what.substr(0, what.find('\n'));
+  return ddp::first_line(what);
 }
 
 std::vector<uint8_t> bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }

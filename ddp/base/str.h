@@ -2,6 +2,7 @@
 // String building without fmt: see Note [Logging facade] in ddp/CMakeLists.txt.
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace ddp {
@@ -26,5 +27,9 @@ std::string join(const Range& items, const std::string& separator) {
   }
   return out.str();
 }
+
+// The text up to its first newline: exception messages (c10's carry hints and backtraces on later
+// lines) become the one-line errors this project prints.
+inline std::string first_line(std::string_view text) { return std::string(text.substr(0, text.find('\n'))); }
 
 }  // namespace ddp
