@@ -74,6 +74,15 @@ constexpr FlagSpec kFlags[] = {
      "Also write tee'd stdout lines containing any of these (a,b; ',,' is a comma) to <attempt>/filtered_stdout.log",
      nullptr},
     {"duplicate_stderr_filters", true, "The same for stderr: <attempt>/filtered_stderr.log", nullptr},
+    // One command, every host: launcher/remote_launch.h, docs/launcher.md "One command, every host".
+    {"hostfile", true, "Start every host of FILE ('HOST slots=N' lines) over --ssh_cmd, node ranks in its order", nullptr},
+    {"hosts", true, "Start every host of HOST:SLOTS,... (Horovod's -H) over --ssh_cmd", nullptr},
+    {"include", true, "With --hostfile/--hosts: only these hosts or slots, e.g. host1@host2:0,1", nullptr},
+    {"exclude", true, "With --hostfile/--hosts: not these hosts or slots, e.g. host1@host2:0,1", nullptr},
+    {"ssh_cmd", true, "With --hostfile/--hosts: how a host is started, as `CMD HOST 'command line'` (a sh snippet)",
+     "ssh -o BatchMode=yes"},
+    {"env", true, "With --hostfile/--hosts: forward variable NAME to every host (repeatable; see also .ddp_env)", nullptr},
+    {"watch_stdin", false, "Stop the workers when stdin closes (each host of --hostfile/--hosts gets it)", nullptr},
     // torchrun's flags that ddp_launch refuses, saying why: see Note [torchrun's command line].
     {"module", false, "Refused: a Python module (-m)", nullptr},
     {"run_path", false, "Refused: a Python script in torchrun's interpreter", nullptr},
@@ -619,12 +628,22 @@ ParseResult parse_launch_args(int argc, const char* const* argv, const Environme
     throw UsageError(ddp::str("run id '", c.run_id, "' must be non-empty without '/'"));
   }
 
+  // One command, every host (the host list is read and checked by launch_on_hosts).
+  if (opts.count("hostfile")) c.hostfile = opts["hostfile"].as<std::string>();
+  if (opts.count("hosts")) c.hosts = opts["hosts"].as<std::string>();
+  if (opts.count("include")) c.include_hosts = opts["include"].as<std::string>();
+  if (opts.count("exclude")) c.exclude_hosts = opts["exclude"].as<std::string>();
+  c.ssh_cmd = opts["ssh_cmd"].as<std::string>();
+  c.watch_stdin = opts.count("watch_stdin") > 0;
+  c.launcher_args = split.launcher_args;
+
   // The worker command.
   if (split.program.empty()) {
     throw UsageError("no training binary given: ddp_launch [options] TRAINING_BINARY [its arguments...]");
   }
   const auto path_var = env.get("PATH");
-  c.program_path = resolve_program(split.program.front(), path_var.value_or("/usr/local/bin:/usr/bin:/bin"));
+  const bool on_hosts = !c.hostfile.empty() || !c.hosts.empty();  // each host resolves it in its own PATH
+  if (!on_hosts) c.program_path = resolve_program(split.program.front(), path_var.value_or("/usr/local/bin:/usr/bin:/bin"));
   c.program_args = split.program;
   return result;
 }

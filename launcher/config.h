@@ -98,6 +98,16 @@ struct LaunchConfig {
   // The worker: resolved executable path (as execvp would find it) and argv (argv[0] as given).
   std::string program_path;
   std::vector<std::string> program_args;
+  // One command, every host (launcher/remote_launch.h): --hostfile or --hosts, --include or
+  // --exclude, --ssh_cmd; --watch_stdin on each host. launcher_args: this launcher's own flags as
+  // given (normalised), the base of each host's command line.
+  std::string hostfile;
+  std::string hosts;
+  std::string include_hosts;
+  std::string exclude_hosts;
+  std::string ssh_cmd = "ssh -o BatchMode=yes";
+  bool watch_stdin = false;
+  std::vector<std::string> launcher_args;
   // Where the values came from, for the start-up line ("slurm" or "flags").
   std::vector<std::string> notes;
 };

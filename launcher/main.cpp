@@ -17,6 +17,7 @@
 #include "launcher/metrics_server.h"
 #include "launcher/net.h"
 #include "launcher/progress_board.h"
+#include "launcher/remote_launch.h"
 #include "launcher/plan.h"
 #include "launcher/rendezvous.h"
 #include "launcher/resources.h"
@@ -226,6 +227,8 @@ int main(int argc, char** argv) {
       std::printf("ddp_launch %s\n", DDP_LAUNCH_VERSION);
       return 0;
     }
+    if (starts_every_host(parsed.config)) return launch_on_hosts(parsed.config, env);  // docs/launcher.md
+    if (parsed.config.watch_stdin) stop_when_stdin_closes();
     return run(parsed.config, env);
   } catch (const ddp::UsageError& e) {
     std::fprintf(stderr, "ddp_launch: error: %s\n", e.what());
