@@ -134,7 +134,7 @@ std::string remote_command_line(const RemoteJob& job, const HostSlots& host, int
 }
 
 std::vector<std::string> ssh_argv(const std::string& ssh_cmd, const std::string& host, const std::string& remote_line) {
-  return {"/bin/sh", "-c", ssh_cmd + " \"$@\"", "sh", host, remote_line};
+  return {"/bin/sh", "-c", "exec " + ssh_cmd + " \"$@\"", "sh", host, remote_line};
 }
 
 }  // namespace ddp::launcher

@@ -52,8 +52,9 @@ std::string remote_command_line(const RemoteJob& job, const HostSlots& host, int
 // Throws UsageError naming the hosts that differ.
 int uniform_slot_count(const std::vector<HostSlots>& hosts);
 
-// The argv that starts `remote_line` on `host`: /bin/sh -c 'SSH_CMD "$@"' sh HOST REMOTE_LINE, so
-// --ssh_cmd may hold options, quotes and variables and is called exactly as ssh.
+// The argv that starts `remote_line` on `host`: /bin/sh -c 'exec SSH_CMD "$@"' sh HOST REMOTE_LINE,
+// so --ssh_cmd (a command and its options) may hold quotes and variables, is called exactly as
+// ssh, and is this launcher's child itself (it gets the parent-death signal).
 std::vector<std::string> ssh_argv(const std::string& ssh_cmd, const std::string& host, const std::string& remote_line);
 
 }  // namespace ddp::launcher

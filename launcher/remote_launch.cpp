@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -184,10 +185,14 @@ void start_process(HostProcess& p, const std::vector<std::string>& argv, bool ke
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) throw ddp::Error(ddp::str("fork failed: ", std::strerror(errno)));
   if (pid == 0) {
     ::setpgid(0, 0);
+    // This launcher SIGKILLed: the --ssh_cmd process ends too (See Note [Stopping the hosts]).
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(1);
     if (!keep_stdin) {
       const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
       ::dup2(null_fd, 0);
@@ -413,7 +418,9 @@ void print_job_summary(HostGroup& group, const HostProcess* root, std::optional<
 // workers as on SIGTERM (--shutdown_grace, then SIGKILL), prints its summary and exits; ssh
 // exits with its code. The same EOF arrives without this launcher's help when it is SIGKILLed (the
 // kernel closes its pipe ends) and when an ssh process dies (sshd closes the session's channel),
-// so no path leaves workers behind. A connection that silently goes away (a cable pulled) is seen
+// so no path leaves workers behind. Each --ssh_cmd process also gets SIGTERM when this launcher dies
+// (PR_SET_PDEATHSIG): for an ssh_cmd that does not pass stdin on (pdsh), that ending is what
+// closes the connection. A connection that silently goes away (a cable pulled) is seen
 // by sshd only through TCP or ssh keep-alives (ClientAliveInterval, ServerAliveInterval).
 // The first host to fail is the root cause: every other host is stopped at once (its collectives
 // would fail anyway, later and with a less useful message), and the job's exit code is that
