@@ -1,0 +1,80 @@
+// Process tests of one command, every host (launcher/remote_launch.h) on this machine alone: the
+// "hosts" are reached through a fake ssh that runs the command line in /bin/sh, so the local
+// launcher's console, exit code, summary and stopping are tested without namespaces (the real
+// sshd runs in tests/hosts/ssh_test.sh).
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+#include "launcher/net.h"
+#include "tests/launcher/process_harness.h"
+
+using namespace ddp::launcher;
+using namespace ddp::launcher::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Called as ssh is (CMD HOST 'line'): runs the line in sh, as ssh's remote shell would.
+const std::string kFakeSsh = "sh -c 'exec /bin/sh -c \"$2\"' fake_ssh";
+
+std::vector<std::string> job_args(const std::string& hosts, std::vector<std::string> worker_args) {
+  std::vector<std::string> args{"--hosts", hosts, "--ssh_cmd", kFakeSsh, "--master_addr", "127.0.0.1",
+                                "--master_port", std::to_string(pick_free_port("127.0.0.1")), "--shutdown_grace",
+                                "5", worker_path()};
+  args.insert(args.end(), worker_args.begin(), worker_args.end());
+  return args;
+}
+
+}  // namespace
+
+TEST_CASE("hosts: every line carries its host and rank; a failed rank's code and one summary", "[hosts]") {
+  TempDir dir;
+  const LaunchOutcome ok = run_launcher(job_args("a:2,b:1", {"--print", "hi"}), {}, 60s);
+  // Unequal slots are refused before anything starts.
+  CHECK(ok.exit_code == 2);
+  CHECK(ok.err.find("hosts a (2 slots) and b (1 slots) differ") != std::string::npos);
+
+  const LaunchOutcome run = run_launcher(job_args("a:2,b:2", {"--out", dir.path(), "--print", "hi $x 'y'"}), {}, 60s);
+  REQUIRE(run.exit_code == 0);
+  for (int rank = 0; rank < 4; ++rank) {
+    CHECK(count_of(run.out, (rank < 2 ? "a" : "b") + std::string(": [rank ") + std::to_string(rank) + "]: hi $x 'y'\n") ==
+          1);
+    CHECK(read_record(dir.path() + "/rank" + std::to_string(rank) + ".attempt0").env.at("MASTER_ADDR") == "127.0.0.1");
+  }
+  CHECK(count_of(run.err, "=====") == 0);
+
+  const LaunchOutcome failed =
+      run_launcher(job_args("a:2,b:2", {"--out", dir.path(), "--mark-sigterm", "--sleep", "0:60", "--sleep", "1:60",
+                                        "--sleep", "2:60", "--sleep", "3:0.2", "--exit", "3:9", "--error-message",
+                                        "3:out of patience"}),
+                   {}, 60s);
+  CHECK(failed.exit_code == 9);
+  CHECK(count_of(failed.err, "ddp_launch: job FAILED: b (node 1) of 2 failed first, exit code 9\n") == 1);
+  CHECK(count_of(failed.err, "  message   : out of patience\n") == 1);
+  CHECK(count_of(failed.err, "  a (node 0): exit code 143 (stopped after it)\n") == 1);
+  CHECK(count_of(failed.err, std::string(64, '=') + "\n") == 2);  // one summary, not one per host
+  for (int rank = 0; rank < 3; ++rank) CHECK(std::filesystem::exists(dir.path() + "/sigterm" + std::to_string(rank)));
+}
+
+TEST_CASE("hosts: SIGTERM on the local launcher stops every host; --dry_run starts nothing", "[hosts]") {
+  TempDir dir;
+  std::vector<std::string> argv{launcher_path()};
+  for (const auto& a : job_args("a:1,b:1", {"--out", dir.path(), "--mark-sigterm", "--sleep", "*:60"})) argv.push_back(a);
+  Child child(argv);
+  REQUIRE(wait_for_files(dir.path(), "rank", 2, 30s));
+  child.signal(SIGTERM);
+  const auto outcome = child.wait(30s);
+  REQUIRE(outcome);
+  CHECK(outcome->exit_code == 143);
+  CHECK(count_of(outcome->err, "ddp_launch: stopped by SIGTERM; every host was stopped\n") == 1);
+  CHECK(std::filesystem::exists(dir.path() + "/sigterm0"));
+  CHECK(std::filesystem::exists(dir.path() + "/sigterm1"));
+
+  const LaunchOutcome dry = run_launcher({"--hosts", "h1:2,h2:2", "--dry_run", "--max_restarts", "1", "--ssh_cmd",
+                                          "ssh -p 2222", "./train", "it's"});
+  CHECK(dry.exit_code == 0);
+  CHECK(dry.out.find("h2 (node 1): ssh -p 2222 h2 'cd ") != std::string::npos);
+  CHECK(dry.out.find("--max_restarts 1 --nnodes=2 --node_rank=1 --master_addr=h1 --nproc_per_node=2 --watch_stdin "
+                     "-- ./train '\\''it'\\''\\'\\'''\\''s'\\'''") != std::string::npos);
+}
