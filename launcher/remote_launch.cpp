@@ -47,8 +47,9 @@ Clock::time_point after_seconds(double s) {
 // the job exits 2. It costs one more ssh login per host, in parallel.
 constexpr double kCheckTimeoutS = 60;
 // Stopping: after the remote launchers' own --shutdown_grace, this long for ssh to bring their
-// last words back before the ssh processes are SIGKILLed.
-constexpr double kStopSlackS = 20;
+// last words back before the --ssh_cmd processes get SIGTERM (which ends a pdsh, See Note
+// [Stopping the hosts]), and as long again before SIGKILL.
+constexpr double kStopSlackS = 5;
 // After SIGKILL (or all exits), this long for the pipes to close (a process ssh left behind could
 // hold them open).
 constexpr double kDrainS = 5;
@@ -255,9 +256,9 @@ class HostGroup {
   void close_stdins() {
     for (HostProcess& p : procs_) close_fd(p.stdin_fd);
   }
-  void kill_all() {
+  void signal_all(int sig) {
     for (HostProcess& p : procs_) {
-      if (!p.exit_code) ::kill(-p.pid, SIGKILL);
+      if (!p.exit_code) ::kill(-p.pid, sig);
     }
   }
   // Pipes still open long after their process exited: given up (kDrainS).
@@ -431,16 +432,17 @@ int supervise_hosts(const std::vector<HostNode>& nodes, const LaunchConfig& c, S
   for (const HostNode& node : nodes) group.start(node, c.ssh_cmd, false);
   const HostProcess* root = nullptr;
   std::optional<int> local_signal;
-  std::optional<Clock::time_point> kill_at;
-  bool killed = false;
+  // Stopping: stdin closed, then SIGTERM, then SIGKILL to the --ssh_cmd processes still there.
+  std::optional<Clock::time_point> next_at;
+  int stage = 0;
   const auto begin_stop = [&] {
-    if (kill_at) return;
+    if (next_at) return;
     group.close_stdins();
-    kill_at = after_seconds(c.shutdown_grace_s + kStopSlackS);
+    next_at = after_seconds(c.shutdown_grace_s + kStopSlackS);
   };
   while (!group.all_done()) {
     for (HostProcess* p : group.step(signals.read_fd(), 200)) {
-      if (*p->exit_code != 0 && root == nullptr && !kill_at) {
+      if (*p->exit_code != 0 && root == nullptr && !next_at) {
         root = p;
         spdlog::error("{} exited with {}: stopping the other hosts", node_name(*p->node), *p->exit_code);
       }
@@ -452,14 +454,14 @@ int supervise_hosts(const std::vector<HostNode>& nodes, const LaunchConfig& c, S
       spdlog::warn("received {}: stopping every host", signal_name(sig));
       begin_stop();
     }
-    if (kill_at && !killed && Clock::now() >= *kill_at) {
-      spdlog::error("hosts still running {} s after being told to stop: killing their --ssh_cmd processes",
-                    c.shutdown_grace_s + kStopSlackS);
-      group.kill_all();
-      killed = true;
-      kill_at = Clock::now();
+    if (next_at && Clock::now() >= *next_at) {
+      if (stage == 2) break;  // SIGKILLed kDrainS ago: what is still open is given up
+      spdlog::error("hosts still running {} s after being told to stop: {} to their --ssh_cmd processes",
+                    c.shutdown_grace_s + (stage + 1) * kStopSlackS, stage == 0 ? "SIGTERM" : "SIGKILL");
+      group.signal_all(stage == 0 ? SIGTERM : SIGKILL);
+      next_at = after_seconds(stage == 0 ? kStopSlackS : kDrainS);
+      ++stage;
     }
-    if (killed && Clock::now() - *kill_at > std::chrono::duration<double>(kDrainS)) break;
   }
   int code = 0;
   if (local_signal) {

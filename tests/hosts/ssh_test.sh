@@ -241,8 +241,8 @@ case $scenario in
     expect_line failure.log "  message   : rank 3 gave up"
     expect_line failure.log "  host0 (node 0): exit code 143 (stopped after it)"
     [[ $(count_lines failure.log "================") == 2 ]] || fail "not exactly one failure summary"
-    for r in 0 1 2; do [[ -f out/sigterm$r ]] || fail "rank $r was not stopped with SIGTERM"; done
     wait_no_remote 10
+    for r in 0 1 2; do [[ -f out/sigterm$r ]] || fail "rank $r was not stopped with SIGTERM"; done
     echo "failure: exit 7 from rank 3 on host1, one summary, host0 stopped"
     ;;
   stop)
@@ -254,8 +254,8 @@ case $scenario in
     status=0
     wait "$bg" || status=$?
     expect_status 143
-    for r in 0 1 2 3; do [[ -f out/sigterm$r ]] || fail "SIGTERM: rank $r was not stopped with SIGTERM"; done
     wait_no_remote 10
+    for r in 0 1 2 3; do [[ -f out/sigterm$r ]] || fail "SIGTERM: rank $r was not stopped with SIGTERM"; done
     # The local launcher SIGKILLed: each remote launcher sees its stdin close and stops its workers.
     rm -rf out && mkdir out
     bg_job sigkill.log --hostfile hostfile --ssh_cmd "$ssh_cmd" --master_port $((port + 1)) --shutdown_grace 5 \
@@ -316,15 +316,20 @@ case $scenario in
       --shutdown_grace 5 "${failing_worker[@]}"
     expect_status 7
     expect_line clush.log "ddp_launch: job FAILED: host1 (node 1) of 2 failed first, exit code 7"
-    for r in 0 1 2; do [[ -f out/sigterm$r ]] || fail "clush: rank $r was not stopped with SIGTERM"; done
     wait_no_remote 10
+    for r in 0 1 2; do [[ -f out/sigterm$r ]] || fail "clush: rank $r was not stopped with SIGTERM"; done
+    # pdsh does not pass stdin on: the other host stops when ddp_launch ends its pdsh (SIGTERM after
+    # --shutdown_grace + 5 s), whose ssh then closes the channel.
     rm -rf out && mkdir out
     status=0
     on 2 env PDSH_SSH_ARGS="$ssh_options -l%u %h" timeout -s KILL 90 "$launch" --hostfile hostfile \
-      --ssh_cmd "pdsh -S -N -R ssh -w" --master_port $((port + 1)) "$test_worker" --out "$work/out" --print hi \
-      >"$work/pdsh.log" 2>&1 || status=$?
-    expect_status 0
+      --ssh_cmd "pdsh -S -N -R ssh -w" --master_port $((port + 1)) --shutdown_grace 1 "${failing_worker[@]}" \
+      --print hi >"$work/pdsh.log" 2>&1 || status=$?
+    expect_status 7
     for r in 0 1 2 3; do expect_line pdsh.log "host$((r / 2)): [rank $r]: hi"; done
+    expect_line pdsh.log "ddp_launch: job FAILED: host1 (node 1) of 2 failed first, exit code 7"
+    wait_no_remote 10 # the remote launchers stop after their pdsh ended
+    for r in 0 1; do [[ -f out/sigterm$r ]] || fail "pdsh: rank $r was not stopped with SIGTERM"; done
     # The local launcher SIGKILLed: pdsh gets SIGTERM (PR_SET_PDEATHSIG), its ssh ends, and so do
     # the hosts' launchers.
     rm -rf out && mkdir out
@@ -336,7 +341,7 @@ case $scenario in
     wait_files 4 "out/rank*.attempt0"
     kill_launcher KILL
     wait_no_remote 20
-    echo "pdsh_clush: clush stops every host; pdsh starts the job, passes exit codes, ends with the launcher"
+    echo "pdsh_clush: clush stops every host; pdsh starts the job, passes exit codes, is ended to stop a host"
     ;;
   *)
     fail "unknown scenario"
