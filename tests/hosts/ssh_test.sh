@@ -102,12 +102,14 @@ cp "$test_worker" "$work/hidden/worker" # missing on host 1 in `check`
 sshd_up 0
 if [[ $scenario == check ]]; then sshd_up 1 "$work/hidden"; else sshd_up 1; fi
 cd "$work"
+# Node ranks follow the file: host1 is node 0 (and the master), host0 node 1.
 cat >hostfile <<EOF
 # the job's hosts, in node-rank order
-host0 slots=2
+host1 slots=2
 
-host1 slots=2   # the second node
+host0 slots=2   # the second node
 EOF
+host_of_rank() { echo "host$((1 - $1 / 2))"; } # ranks 0, 1 on host1; 2, 3 on host0
 port=29500
 mkdir out
 
@@ -190,7 +192,7 @@ expect_line() {  # expect_line LOG TEXT: TEXT (fixed) is on a line of LOG
 }
 count_lines() { grep -c -F -- "$2" "$work/$1" || true; }
 
-# A failing rank 3 (host1) while ranks 0..2 sleep: the workers record SIGTERM in out/.
+# A failing rank 3 (on the second node) while ranks 0..2 sleep: the workers record SIGTERM in out/.
 failing_worker=("$test_worker" --out "$work/out" --mark-sigterm --sleep 0:60 --sleep 1:60 --sleep 2:60
   --sleep 3:0.5 --exit 3:7 --error-message "3:rank 3 gave up")
 # Workers that run until stopped.
@@ -215,20 +217,25 @@ case $scenario in
       [[ $got == "$want" ]] || fail "rank $r's arguments: '$got', not '$want'"
       grep -qxF 'env:FROM_FILE=a b $c "d"' "$f" || fail "rank $r: FROM_FILE from .ddp_env not forwarded verbatim"
       grep -qxF "env:FORWARDED=it's \"quoted\" \$HOME \\" "$f" || fail "rank $r: --env FORWARDED not verbatim"
-      grep -qxF "env:MASTER_ADDR=host0" "$f" || fail "rank $r: MASTER_ADDR is not host0"
-      expect_line run.log "host$((r / 2)): [rank $r]: hi"
+      grep -qxF "env:MASTER_ADDR=host1" "$f" || fail "rank $r: MASTER_ADDR is not host1, the file's first"
+      expect_line run.log "$(host_of_rank $r): [rank $r]: hi"
     done
     [[ $(count_lines run.log "=====") == 0 ]] || fail "a failure summary after a job that succeeded"
-    # A real job over the hosts: Gloo collectives across host0 and host1 (2 x 2 ranks), and
-    # --include choosing host1 alone.
+    # A real job over the hosts: Gloo collectives across host1 and host0 (2 x 2 ranks).
     job collectives.log --hostfile hostfile --ssh_cmd "$ssh_cmd" --master_port $((port + 1)) "$worker" collectives
     expect_status 0
-    for r in 0 1 2 3; do expect_line collectives.log "host$((r / 2)): [rank $r]: OK: collectives on rank"; done
-    job include.log --hostfile hostfile --include host1:1 --ssh_cmd "$ssh_cmd" --master_port $((port + 2)) \
-      "$worker" collectives
+    for r in 0 1 2 3; do expect_line collectives.log "$(host_of_rank $r): [rank $r]: OK: collectives on rank"; done
+    # --include host0:1: host0 alone, node 0 and master, one worker on its slot 1 (as its GPU).
+    rm -rf out && mkdir out
+    job include.log --hostfile hostfile --include host0:1 --ssh_cmd "$ssh_cmd" --master_port $((port + 2)) \
+      "$test_worker" --out "$work/out" --print hi
     expect_status 0
-    expect_line include.log "host1: [rank 0]: OK: collectives on rank 0 of 1"
-    [[ $(count_lines include.log "host0:") == 0 ]] || fail "--include host1:1 started host0"
+    expect_line include.log "host0: [rank 0]: hi"
+    [[ $(count_lines include.log "host1:") == 0 ]] || fail "--include host0:1 started host1"
+    [[ $(ls out) == rank0.attempt0 ]] || fail "--include host0:1 ran $(ls out | tr '\n' ' ')"
+    for want in WORLD_SIZE=1 MASTER_ADDR=host0 CUDA_VISIBLE_DEVICES=1; do
+      grep -qxF "env:$want" out/rank0.attempt0 || fail "--include host0:1: the worker has no $want"
+    done
     wait_no_remote 10
     echo "run: arguments and variables verbatim on 2 hosts; collectives on 2 x 2 ranks; --include"
     ;;
@@ -278,7 +285,7 @@ case $scenario in
     wait "$bg" || status=$?
     # ssh killed by SIGKILL: 137 (a connection lost on the network: ssh's 255).
     expect_status 137
-    expect_line drop.log "ddp_launch: job FAILED: host1 (node 1) of 2 failed first, exit code 137"
+    expect_line drop.log "ddp_launch: job FAILED: host1 (node 0) of 2 failed first, exit code 137"
     wait_no_remote 20
     for r in 0 1 2 3; do [[ -f out/sigterm$r ]] || fail "dropped: rank $r was not stopped with SIGTERM"; done
     echo "stop: SIGTERM, SIGKILL of the local launcher and a dropped connection stop every host"
@@ -296,7 +303,7 @@ case $scenario in
     expect_line refused.log "ddp_launch: error: host host1 (node 1): --ssh_cmd failed (exit 255): root@host1: Permission denied (publickey)."
     job missing.log --hostfile hostfile --ssh_cmd "$ssh_cmd" "$work/hidden/worker" --out "$work/out"
     expect_status 2
-    expect_line missing.log "ddp_launch: error: host host1 (node 1): training binary '$work/hidden/worker' does not exist (exit 2)"
+    expect_line missing.log "ddp_launch: error: host host1 (node 0): training binary '$work/hidden/worker' does not exist (exit 2)"
     [[ $(count_lines missing.log "error:") == 1 ]] || fail "missing binary: not one error line"
     printf 'host0 slots=1\nhost1 slots=1\nhost0 slots=1\n' >duplicate
     job duplicate.log --hostfile duplicate --ssh_cmd "$ssh_cmd" "$test_worker"
@@ -315,7 +322,7 @@ case $scenario in
     job clush.log --hostfile hostfile --ssh_cmd "clush -S -N -o '$ssh_options' -w" --master_port $port \
       --shutdown_grace 5 "${failing_worker[@]}"
     expect_status 7
-    expect_line clush.log "ddp_launch: job FAILED: host1 (node 1) of 2 failed first, exit code 7"
+    expect_line clush.log "ddp_launch: job FAILED: host0 (node 1) of 2 failed first, exit code 7"
     wait_no_remote 10
     for r in 0 1 2; do [[ -f out/sigterm$r ]] || fail "clush: rank $r was not stopped with SIGTERM"; done
     # pdsh does not pass stdin on: the other host stops when ddp_launch ends its pdsh (SIGTERM after
@@ -326,8 +333,8 @@ case $scenario in
       --ssh_cmd "pdsh -S -N -R ssh -w" --master_port $((port + 1)) --shutdown_grace 1 "${failing_worker[@]}" \
       --print hi >"$work/pdsh.log" 2>&1 || status=$?
     expect_status 7
-    for r in 0 1 2 3; do expect_line pdsh.log "host$((r / 2)): [rank $r]: hi"; done
-    expect_line pdsh.log "ddp_launch: job FAILED: host1 (node 1) of 2 failed first, exit code 7"
+    for r in 0 1 2 3; do expect_line pdsh.log "$(host_of_rank $r): [rank $r]: hi"; done
+    expect_line pdsh.log "ddp_launch: job FAILED: host0 (node 1) of 2 failed first, exit code 7"
     wait_no_remote 10 # the remote launchers stop after their pdsh ended
     for r in 0 1; do [[ -f out/sigterm$r ]] || fail "pdsh: rank $r was not stopped with SIGTERM"; done
     # The local launcher SIGKILLed: pdsh gets SIGTERM (PR_SET_PDEATHSIG), its ssh ends, and so do
