@@ -9,7 +9,9 @@
 # bounded; the hosts, every sshd and every process in them go away on every exit path.
 set -euo pipefail
 
-scenario=$1 cluster=$2 launch=$3 test_worker=$4 worker=$5
+scenario=$1
+# Absolute paths: the test works in its own folder.
+cluster=$(readlink -f "$2") launch=$(readlink -f "$3") test_worker=$(readlink -f "$4") worker=$(readlink -f "$5")
 reason=$("$cluster" check) || {
   echo "SKIP: $reason"
   exit 77
@@ -349,6 +351,29 @@ case $scenario in
     kill_launcher KILL
     wait_no_remote 20
     echo "pdsh_clush: clush stops every host; pdsh starts the job, passes exit codes, is ended to stop a host"
+    ;;
+  measure)
+    # Not a test (figures, no pass/fail): start-to-exit of a 2 x 2 job of workers that exit at
+    # once, `ddp_launch --hostfile` (its check included) against one ssh per host started by hand,
+    # alternating, 5 runs each; medians in seconds.
+    median() { sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
+    one=() hand=()
+    for rep in 1 2 3 4 5; do
+      t=$EPOCHREALTIME
+      job measure.log --hostfile hostfile --ssh_cmd "$ssh_cmd" --master_port $((port + rep)) "$test_worker"
+      expect_status 0
+      one+=("$(awk -v a="$t" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }')")
+      t=$EPOCHREALTIME
+      for k in 0 1; do
+        on 2 $ssh_cmd "host$((1 - k))" "cd $work && $launch --nnodes=2 --node_rank=$k --master_addr=host1 \
+          --master_port=$((port + 10 + rep)) --nproc_per_node=2 $test_worker" >>"$work/hand.log" 2>&1 &
+        pids+=($!)
+      done
+      wait "${pids[@]: -2}"
+      hand+=("$(awk -v a="$t" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }')")
+    done
+    echo "ddp_launch --hostfile: median $(printf '%s\n' "${one[@]}" | median) s (${one[*]})"
+    echo "ssh per host by hand:  median $(printf '%s\n' "${hand[@]}" | median) s (${hand[*]})"
     ;;
   *)
     fail "unknown scenario"
