@@ -360,7 +360,8 @@ case $scenario in
     one=() hand=()
     for rep in 1 2 3 4 5; do
       t=$EPOCHREALTIME
-      job measure.log --hostfile hostfile --ssh_cmd "$ssh_cmd" --master_port $((port + rep)) "$test_worker"
+      job measure.log --hostfile hostfile --ssh_cmd "$ssh_cmd ${MEASURE_SSH_OPTIONS:-}" --master_port $((port + rep)) \
+        "$test_worker"
       expect_status 0
       one+=("$(awk -v a="$t" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }')")
       t=$EPOCHREALTIME
