@@ -85,11 +85,14 @@ EOF
     on "$k" "${start[@]}" >"$work/sshd$k.log" 2>&1 &
   fi
   pids+=($!)
+  disown $! # `down` ends it; no "Killed" line for it
   local deadline=$((SECONDS + 20))
   until [[ -n $(on "$k" ss -Hltn "sport = :22") ]]; do
     ((SECONDS < deadline)) || fail "sshd on host $k did not listen within 20 s"
     sleep 0.1
   done
+  [[ $(on "$k" ss -Hltn "sport = :22" | awk '{print $4}') == "$addr:22" ]] ||
+    fail "sshd on host $k listens on $(on "$k" ss -Hltn "sport = :22" | awk '{print $4}'), not $addr:22 only"
 }
 
 mkdir -p /run/sshd # sshd's privilege separation folder (Debian's service makes it at boot)
