@@ -78,3 +78,26 @@ TEST_CASE("hosts: SIGTERM on the local launcher stops every host; --dry_run star
   CHECK(dry.out.find("--max_restarts 1 --nnodes=2 --node_rank=1 --master_addr=h1 --nproc_per_node=2 --watch_stdin "
                      "-- ./train '\\''it'\\''\\'\\'''\\''s'\\'''") != std::string::npos);
 }
+
+TEST_CASE("hosts: flags that cannot go with a host list are refused with one line, exit 2", "[hosts]") {
+  TempDir dir;
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--hosts", "a:1", "--nnodes", "2"}, "--nnodes and --hosts exclude each other"},
+      {{"--hosts", "a:1", "--node_rank", "0"}, "--node_rank and --hosts exclude each other"},
+      {{"--hostfile", dir.path() + "/none", "--dry_run"}, "--hostfile: cannot open"},
+      {{"--hostfile", dir.path() + "/none", "--hosts", "a"}, "--hostfile and --hosts exclude each other"},
+      {{"--include", "a"}, "--include works with --hostfile or --hosts, which are not given"},
+      {{"--hosts", "a:1", "--env", "DDP_SURELY_UNSET_VARIABLE", "--dry_run"},
+       "--env DDP_SURELY_UNSET_VARIABLE: DDP_SURELY_UNSET_VARIABLE is not set here"},
+      {{"--hosts", "a:2,b:2", "--exclude", "a:0", "--dry_run"}, "hosts a (1 slots) and b (2 slots) differ"},
+  };
+  for (const auto& [args, message] : cases) {
+    std::vector<std::string> argv = args;
+    argv.push_back("/bin/true");
+    const LaunchOutcome outcome = run_launcher(argv);
+    INFO(outcome.err);
+    CHECK(outcome.exit_code == 2);
+    CHECK(count_of(outcome.err, "ddp_launch: error: " + message) == 1);
+    CHECK(count_lines(outcome.err) == 1);
+  }
+}
