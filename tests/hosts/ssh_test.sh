@@ -203,6 +203,21 @@ failing_worker=("$test_worker" --out "$work/out" --mark-sigterm --sleep 0:60 --s
 # Workers that run until stopped.
 sleeping_worker=("$test_worker" --out "$work/out" --mark-sigterm --sleep '*:60')
 
+# sleepers LOG N: a job of sleeping workers on the hostfile's hosts in the background (master port
+# port + N), once its 4 workers run.
+sleepers() {
+  rm -rf out && mkdir out
+  bg_job "$1" --hostfile hostfile --ssh_cmd "$ssh_cmd" --master_port $((port + $2)) --shutdown_grace 5 \
+    "${sleeping_worker[@]}"
+  wait_files 4 "out/rank*.attempt0"
+}
+
+# all_stopped WHAT: every rank recorded a SIGTERM.
+all_stopped() {
+  local r
+  for r in 0 1 2 3; do [[ -f out/sigterm$r ]] || fail "$1: rank $r was not stopped with SIGTERM"; done
+}
+
 case $scenario in
   run)
     # Arguments and forwarded variables with spaces, quotes and $ arrive verbatim; node ranks follow
@@ -259,29 +274,21 @@ case $scenario in
     ;;
   stop)
     # SIGTERM to the local launcher: every host stops its workers (SIGTERM), exit 143.
-    bg_job sigterm.log --hostfile hostfile --ssh_cmd "$ssh_cmd" --master_port $port --shutdown_grace 5 \
-      "${sleeping_worker[@]}"
-    wait_files 4 "out/rank*.attempt0"
+    sleepers sigterm.log 0
     kill_launcher TERM
     status=0
     wait "$bg" || status=$?
     expect_status 143
     wait_no_remote 10
-    for r in 0 1 2 3; do [[ -f out/sigterm$r ]] || fail "SIGTERM: rank $r was not stopped with SIGTERM"; done
+    all_stopped "SIGTERM"
     # The local launcher SIGKILLed: each remote launcher sees its stdin close and stops its workers.
-    rm -rf out && mkdir out
-    bg_job sigkill.log --hostfile hostfile --ssh_cmd "$ssh_cmd" --master_port $((port + 1)) --shutdown_grace 5 \
-      "${sleeping_worker[@]}"
-    wait_files 4 "out/rank*.attempt0"
+    sleepers sigkill.log 1
     kill_launcher KILL
     wait_no_remote 20
-    for r in 0 1 2 3; do [[ -f out/sigterm$r ]] || fail "SIGKILL: rank $r was not stopped with SIGTERM"; done
+    all_stopped "SIGKILL"
     # host1's ssh connection dropped (its ssh process killed): host1's launcher stops its workers;
     # the local launcher names host1 and stops host0.
-    rm -rf out && mkdir out
-    bg_job drop.log --hostfile hostfile --ssh_cmd "$ssh_cmd" --master_port $((port + 2)) --shutdown_grace 5 \
-      "${sleeping_worker[@]}"
-    wait_files 4 "out/rank*.attempt0"
+    sleepers drop.log 2
     for p in $(ip netns pids "$name-h2"); do
       [[ $(cat "/proc/$p/comm" 2>/dev/null) == ssh && $(tr '\0' ' ' <"/proc/$p/cmdline") == *" host1 "* ]] &&
         kill -KILL "$p"
@@ -292,7 +299,7 @@ case $scenario in
     expect_status 137
     expect_line drop.log "ddp_launch: job FAILED: host1 (node 0) of 2 failed first, exit code 137"
     wait_no_remote 20
-    for r in 0 1 2 3; do [[ -f out/sigterm$r ]] || fail "dropped: rank $r was not stopped with SIGTERM"; done
+    all_stopped "dropped"
     echo "stop: SIGTERM, SIGKILL of the local launcher and a dropped connection stop every host"
     ;;
   check)
