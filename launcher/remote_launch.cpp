@@ -411,6 +411,38 @@ void print_job_summary(HostGroup& group, const HostProcess* root, std::optional<
   std::fputs(out.c_str(), stderr);
 }
 
+// Note [Root cause across hosts]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The first host whose ssh ends with a failure is not always the one that failed first: a rank
+// dies on host A, its peers on host B fail at once on the closed connections, and B's launcher may
+// finish (or its ssh report back) before A's, which is still giving its other workers their
+// --shutdown_grace. Each host's own summary names the time of its first failure (Note [Root cause]
+// in failure_report.cpp), so the root cause is the failed host with the earliest such time (the
+// hosts' clocks agree to far better than a connection timeout on a cluster with NTP); hosts without
+// one (ssh itself failed, a launcher error) count from when their ssh ended, as does everything
+// when no summary gives a time.
+std::optional<std::string> failure_time(const HostProcess& p) {
+  static const std::string kTimeField = "  time      : ";
+  for (const std::string& line : p.summary) {
+    if (line.rfind(kTimeField, 0) == 0) return line.substr(kTimeField.size());  // ISO 8601, UTC: ordered as text
+  }
+  return std::nullopt;
+}
+
+const HostProcess* root_cause(HostGroup& group, const HostProcess* first_failed) {
+  const HostProcess* best = nullptr;
+  std::optional<std::string> best_time;
+  for (const HostProcess& p : group.procs()) {
+    if (!p.exit_code || *p.exit_code == 0) continue;
+    const auto time = failure_time(p);
+    if (time && (!best_time || *time < *best_time)) {
+      best = &p;
+      best_time = time;
+    }
+  }
+  return best != nullptr ? best : first_failed;
+}
+
 // Note [Stopping the hosts]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~
 // Each host's ddp_launch runs with --watch_stdin, its stdin being ssh's channel whose local end is
@@ -423,9 +455,9 @@ void print_job_summary(HostGroup& group, const HostProcess* root, std::optional<
 // (PR_SET_PDEATHSIG): for an ssh_cmd that does not pass stdin on (pdsh), that ending is what
 // closes the connection. A connection that silently goes away (a cable pulled) is seen
 // by sshd only through TCP or ssh keep-alives (ClientAliveInterval, ServerAliveInterval).
-// The first host to fail is the root cause: every other host is stopped at once (its collectives
-// would fail anyway, later and with a less useful message), and the job's exit code is that
-// host's. The ssh processes run in process groups of their own, so a Ctrl-C on the terminal
+// The first host to fail is stopped at once (its collectives would fail anyway, later and with a
+// less useful message), and the job's exit code is the root cause's (See Note [Root cause across
+// hosts]). The ssh processes run in process groups of their own, so a Ctrl-C on the terminal
 // reaches this launcher only, which stops the hosts in this order rather than cutting their ssh.
 int supervise_hosts(const std::vector<HostNode>& nodes, const LaunchConfig& c, SignalPipe& signals) {
   HostGroup group(true);
@@ -467,6 +499,7 @@ int supervise_hosts(const std::vector<HostNode>& nodes, const LaunchConfig& c, S
   if (local_signal) {
     code = 128 + *local_signal;
   } else if (root != nullptr) {
+    root = root_cause(group, root);
     code = *root->exit_code;
   }
   if (code != 0) print_job_summary(group, local_signal ? nullptr : root, local_signal, static_cast<int>(nodes.size()));

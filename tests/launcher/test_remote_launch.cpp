@@ -101,3 +101,20 @@ TEST_CASE("hosts: flags that cannot go with a host list are refused with one lin
     CHECK(count_lines(outcome.err) == 1);
   }
 }
+
+TEST_CASE("hosts: the root cause is the earliest failure, not the first ssh to end", "[hosts]") {
+  // Host a's rank 0 fails first, but a's ssh reports 3 s late (a slow link); host b's rank 2 fails
+  // 1 s after rank 0 and b's ssh ends first. See Note [Root cause across hosts].
+  TempDir dir;
+  const std::string late_ssh = "sh -c '/bin/sh -c \"$2\" </dev/stdin; rc=$?; [ \"$1\" = a ] && sleep 3; exit $rc' fake_ssh";
+  const LaunchOutcome outcome = run_launcher(
+      {"--hosts", "a:2,b:2", "--ssh_cmd", late_ssh, "--master_addr", "127.0.0.1", "--master_port",
+       std::to_string(pick_free_port("127.0.0.1")), worker_path(), "--sleep", "0:0.2", "--exit", "0:5", "--sleep",
+       "1:60", "--sleep", "2:1.2", "--exit", "2:6", "--sleep", "3:60"},
+      {}, 60s);
+  INFO(outcome.err);
+  CHECK(outcome.exit_code == 5);
+  CHECK(count_of(outcome.err, "ddp_launch: job FAILED: a (node 0) of 2 failed first, exit code 5\n") == 1);
+  CHECK(count_of(outcome.err, "  b (node 1): exit code 6 (stopped after it)\n") == 1);
+  CHECK(count_of(outcome.err, "b (node 1) exited with 6: stopping the other hosts") == 1);  // b ended first
+}
