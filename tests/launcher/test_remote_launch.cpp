@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <fstream>
 
 #include "launcher/net.h"
 #include "tests/launcher/process_harness.h"
@@ -103,15 +104,32 @@ TEST_CASE("hosts: flags that cannot go with a host list are refused with one lin
 }
 
 TEST_CASE("hosts: the root cause is the earliest failure, not the first ssh to end", "[hosts]") {
-  // Host a's rank 0 fails first, but a's ssh reports 3 s late (a slow link); host b's rank 2 fails
-  // 1 s after rank 0 and b's ssh ends first. See Note [Root cause across hosts].
+  // Host a's rank 0 fails first; host b's rank 2 fails after it (it waits for rank 0's mark); but
+  // a's ssh reports only once b's has ended (a slow link). See Note [Root cause across hosts].
   TempDir dir;
-  const std::string late_ssh = "sh -c '/bin/sh -c \"$2\" </dev/stdin; rc=$?; [ \"$1\" = a ] && sleep 3; exit $rc' fake_ssh";
-  const LaunchOutcome outcome = run_launcher(
-      {"--hosts", "a:2,b:2", "--ssh_cmd", late_ssh, "--master_addr", "127.0.0.1", "--master_port",
-       std::to_string(pick_free_port("127.0.0.1")), worker_path(), "--sleep", "0:0.2", "--exit", "0:5", "--sleep",
-       "1:60", "--sleep", "2:1.2", "--exit", "2:6", "--sleep", "3:60"},
-      {}, 60s);
+  const std::string d = dir.path();
+  const std::string worker = d + "/worker.sh";
+  {
+    std::ofstream script(worker);
+    script << "#!/bin/sh\n"
+              "case $RANK in\n"
+              "  0) touch " << d << "/rank0-failed; exit 5 ;;\n"
+              "  2) i=0; while [ ! -e " << d << "/rank0-failed ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done\n"
+              "     sleep 1; exit 6 ;;\n"
+              "  *) exec sleep 60 ;;\n"
+              "esac\n";
+  }
+  std::filesystem::permissions(worker, std::filesystem::perms::owner_all);
+  // The fake ssh of host b marks its end; host a's waits (bounded) for that mark before it ends
+  // (not in the start-up check, which runs with --dry_run).
+  const std::string late_ssh =
+      "sh -c 'case \"$2\" in *--dry_run*) exec /bin/sh -c \"$2\";; esac; /bin/sh -c \"$2\"; rc=$?; if [ \"$1\" = b ]; then touch " + d +
+      "/b-done; else i=0; while [ ! -e " + d + "/b-done ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; "
+      "sleep 0.3; fi; exit $rc' fake_ssh";
+  const LaunchOutcome outcome =
+      run_launcher({"--hosts", "a:2,b:2", "--ssh_cmd", late_ssh, "--master_addr", "127.0.0.1", "--master_port",
+                    std::to_string(pick_free_port("127.0.0.1")), "--shutdown_grace", "5", worker},
+                   {}, 60s);
   INFO(outcome.err);
   CHECK(outcome.exit_code == 5);
   CHECK(count_of(outcome.err, "ddp_launch: job FAILED: a (node 0) of 2 failed first, exit code 5\n") == 1);
