@@ -233,10 +233,14 @@ class HostGroup {
       close_fd(p.stdin_fd);
       close_fd(p.out_fd);
       close_fd(p.err_fd);
-      if (!p.exit_code && p.pid > 0) {
-        ::kill(-p.pid, SIGKILL);
-        int status = 0;
-        ::waitpid(p.pid, &status, 0);  // SIGKILLed: returns at once
+      if (!p.exit_code && p.pid > 0) ::kill(-p.pid, SIGKILL);
+    }
+    // SIGKILLed: reaped at once, unless stuck in the kernel (bounded: kDrainS, then left to init).
+    const auto deadline = after_seconds(kDrainS);
+    for (HostProcess& p : procs_) {
+      int status = 0;
+      while (!p.exit_code && p.pid > 0 && ::waitpid(p.pid, &status, WNOHANG) == 0 && Clock::now() < deadline) {
+        ::usleep(10000);
       }
     }
   }

@@ -72,6 +72,19 @@ TEST_CASE("hosts: SIGTERM on the local launcher stops every host; --dry_run star
   CHECK(std::filesystem::exists(dir.path() + "/sigterm0"));
   CHECK(std::filesystem::exists(dir.path() + "/sigterm1"));
 
+  // SIGTERM during the start-up check: the checks are killed, nothing is left.
+  const std::string hanging_ssh = "sh -c 'echo $$ > " + dir.path() + "/tmp-$1; mv " + dir.path() + "/tmp-$1 " +
+                                  dir.path() + "/check-$1.pid; exec sleep 60' fake_ssh";  // the file appears whole
+  Child checking({launcher_path(), "--hosts", "a,b", "--ssh_cmd", hanging_ssh, "/bin/true"});
+  REQUIRE(wait_for_files(dir.path(), "check-", 2, 30s));
+  std::vector<int> check_pids;
+  for (const char* host : {"a", "b"}) check_pids.push_back(std::stoi(read_text(dir.path() + "/check-" + host + ".pid")));
+  checking.signal(SIGTERM);
+  const auto stopped = checking.wait(30s);
+  REQUIRE(stopped);
+  CHECK(stopped->exit_code == 143);
+  CHECK(wait_gone(check_pids, 10s).empty());
+
   const LaunchOutcome dry = run_launcher({"--hosts", "h1:2,h2:2", "--dry_run", "--max_restarts", "1", "--ssh_cmd",
                                           "ssh -p 2222", "./train", "it's"});
   CHECK(dry.exit_code == 0);
