@@ -116,7 +116,10 @@ host0 slots=2   # the second node
 EOF
 host_of_rank() { echo "host$((1 - $1 / 2))"; } # ranks 0, 1 on host1; 2, 3 on host0
 port=29500
-mkdir out
+mkdir out tmp
+# Every host's launcher makes its run folder in $work/tmp (forwarded by .ddp_env), so that the test
+# sees what it leaves behind.
+echo "TMPDIR=$work/tmp" >.ddp_env
 
 # job LOG LAUNCHER_ARGS...: ddp_launch on host 2 (the login node) in the foreground, bounded; sets
 # status.
@@ -222,7 +225,7 @@ case $scenario in
   run)
     # Arguments and forwarded variables with spaces, quotes and $ arrive verbatim; node ranks follow
     # the hostfile; MASTER_ADDR is its first host; every line carries its host and rank.
-    printf '# forwarded to every host\nFROM_FILE=a b $c "d"\n' >.ddp_env
+    printf '# forwarded to every host\nFROM_FILE=a b $c "d"\n' >>.ddp_env
     awkward=("two words" "it's" '$HOME' '"q"' '`id`' 'a;b' '')
     status=0
     on 2 env FORWARDED="it's \"quoted\" \$HOME \\" timeout -s KILL 90 "$launch" --hostfile hostfile \
@@ -390,3 +393,5 @@ case $scenario in
     fail "unknown scenario"
     ;;
 esac
+left=$(ls tmp)
+[[ -z $left ]] || fail "the hosts' launchers left run folders behind: $left"
