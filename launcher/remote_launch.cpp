@@ -178,17 +178,22 @@ void close_fd(int& fd) {
 // Starts argv in a process group of its own (a Ctrl-C on the terminal reaches only this launcher,
 // which then stops the hosts in order), stdin from a pipe (keep_stdin) or /dev/null.
 void start_process(HostProcess& p, const std::vector<std::string>& argv, bool keep_stdin) {
-  int in[2], out[2], err[2];
-  if (::pipe2(in, O_CLOEXEC) != 0) throw ddp::Error(ddp::str("pipe2 failed: ", std::strerror(errno)));
-  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
-    throw ddp::Error(ddp::str("pipe2 failed: ", std::strerror(errno)));
-  }
+  int fds[6] = {-1, -1, -1, -1, -1, -1};  // stdin, stdout, stderr pipes: read end, write end
+  int* const in = fds;
+  int* const out = fds + 2;
+  int* const err = fds + 4;
+  const auto fail = [&](const char* what) {
+    const int error = errno;
+    for (int& fd : fds) close_fd(fd);
+    throw ddp::Error(ddp::str(what, " failed: ", std::strerror(error)));
+  };
+  if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) fail("pipe2");
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
-  if (pid < 0) throw ddp::Error(ddp::str("fork failed: ", std::strerror(errno)));
+  if (pid < 0) fail("fork");
   if (pid == 0) {
     ::setpgid(0, 0);
     // This launcher SIGKILLed: the --ssh_cmd process ends too (See Note [Stopping the hosts]).
