@@ -79,7 +79,7 @@ constexpr FlagSpec kFlags[] = {
     {"hosts", true, "Start every host of HOST:SLOTS,... (Horovod's -H) over --ssh_cmd", nullptr},
     {"include", true, "With --hostfile/--hosts: only these hosts or slots, e.g. host1@host2:0,1", nullptr},
     {"exclude", true, "With --hostfile/--hosts: not these hosts or slots, e.g. host1@host2:0,1", nullptr},
-    {"ssh_cmd", true, "With --hostfile/--hosts: how a host is started, as `CMD HOST 'command line'` (a sh snippet)",
+    {"ssh_cmd", true, "With --hostfile/--hosts: how a host is started, as `CMD HOST 'command line'` (CMD read by sh)",
      "ssh -o BatchMode=yes"},
     {"env", true, "With --hostfile/--hosts: forward variable NAME to every host (repeatable; see also .ddp_env)", nullptr},
     {"watch_stdin", false, "Stop the workers when stdin closes (each host of --hostfile/--hosts gets it)", nullptr},

@@ -85,9 +85,11 @@ TEST_CASE("hosts: SIGTERM on the local launcher stops every host; --dry_run star
   CHECK(stopped->exit_code == 143);
   CHECK(wait_gone(check_pids, 10s).empty());
 
-  const LaunchOutcome dry = run_launcher({"--hosts", "h1:2,h2:2", "--dry_run", "--max_restarts", "1", "--ssh_cmd",
-                                          "ssh -p 2222", "./train", "it's"});
+  const LaunchOutcome dry = run_launcher({"--hosts", "h1:2,h2:2", "--dry_run", "--max_restarts", "1", "--env", "FWD_A",
+                                          "--env=FWD_B", "--ssh_cmd", "ssh -p 2222", "./train", "it's"},
+                                         {{"FWD_A", "1"}, {"FWD_B", "x y"}});
   CHECK(dry.exit_code == 0);
+  CHECK(dry.out.find(" && exec env FWD_A=1 '\\''FWD_B=x y'\\'' ") != std::string::npos);  // --env is repeatable
   CHECK(dry.out.find("h2 (node 1): ssh -p 2222 h2 'cd ") != std::string::npos);
   CHECK(dry.out.find("--max_restarts 1 --nnodes=2 --node_rank=1 --master_addr=h1 --nproc_per_node=2 --watch_stdin "
                      "-- ./train '\\''it'\\''\\'\\'''\\''s'\\'''") != std::string::npos);
