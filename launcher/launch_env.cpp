@@ -41,6 +41,4 @@ std::optional<SlurmInfo> slurm_info(const EnvironmentSnapshot& env) {
   return info;
 }
 
-int slurm_default_port(long long job_id) { return static_cast<int>(10000 + job_id % 50000); }
-
 }  // namespace ddp::launcher

@@ -91,6 +91,34 @@ std::optional<std::string> torchrun_env_name(const std::string& name) {
   return std::nullopt;
 }
 
+std::optional<std::string> torchrun_env_alias(const std::string& name) {
+  if (name == "nproc_per_node") return std::string("PET_N_PROC_PER_NODE");
+  return std::nullopt;
+}
+
+Endpoint parse_rdzv_endpoint(const std::string& flag, const std::string& text) {
+  Endpoint endpoint;
+  std::string port_text;
+  if (!text.empty() && text[0] == '[') {  // [v6] or [v6]:port
+    const auto close = text.find(']');
+    if (close == std::string::npos || (close + 1 < text.size() && text[close + 1] != ':')) {
+      throw UsageError(ddp::str(flag, " '", text, "' is not HOST[:PORT] (an IPv6 address as [ADDR]:PORT)"));
+    }
+    endpoint.host = text.substr(1, close - 1);
+    if (close + 1 < text.size()) port_text = text.substr(close + 2);
+  } else {
+    const auto colon = text.rfind(':');
+    endpoint.host = text.substr(0, colon);
+    if (colon != std::string::npos) port_text = text.substr(colon + 1);
+    if (colon != std::string::npos && text.find(':') != colon) {
+      throw UsageError(ddp::str(flag, " '", text, "': write an IPv6 address as [ADDR]:PORT"));
+    }
+  }
+  if (endpoint.host.empty()) throw UsageError(ddp::str(flag, " '", text, "' has no host (e.g. node1:29400)"));
+  if (!port_text.empty() || text.back() == ':') endpoint.port = parse_int_flag(flag + " port", port_text, 0, 65535);
+  return endpoint;
+}
+
 bool parse_env_switch(const std::string& variable, const std::string& value) {
   return parse_int_flag(variable + " (0: off, other integers: on, as torchrun reads it)", value, INT_MIN, INT_MAX) != 0;
 }

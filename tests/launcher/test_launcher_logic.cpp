@@ -77,7 +77,7 @@ TEST_CASE("defaults follow torchrun", "[launcher][config]") {
   CHECK(c.node_rank == 0);
   CHECK(c.nproc.number == 1);
   CHECK(c.master_addr == "127.0.0.1");
-  CHECK(c.master_port == 29500);
+  CHECK(c.master_port == 0);  // one node: a free port (See Note [Free port on one node])
   CHECK(c.run_id == "none");
   CHECK(c.max_restarts == 0);
   CHECK(c.shutdown_grace_s == Approx(10));
@@ -134,7 +134,7 @@ TEST_CASE("bad input is one clear UsageError", "[launcher][config]") {
       {{"--gpus", "0,0", "/bin/true"}, "names GPU 0 twice"},
       {{"--gpus", "a,b", "/bin/true"}, "--gpus"},
       {{"--nproc_per_node", "4", "--gpus", "0,1", "/bin/true"}, "give one GPU per worker"},
-      {{"--rdzv_endpoint", "nohostport", "/bin/true"}, "HOST:PORT"},
+      {{"--rdzv_endpoint", ":29400", "/bin/true"}, "has no host"},
       {{"--rdzv_endpoint", "h:1", "--node_rank", "0", "/bin/true"}, "exclude each other"},
       {{"--standalone", "--nnodes", "2", "/bin/true"}, "--standalone"},
       {{"--nproc_per_node", "2"}, "no training binary"},
@@ -228,7 +228,7 @@ TEST_CASE("worker environment for several nnodes x nproc", "[launcher][env]") {
           CHECK(vars.at("TORCHELASTIC_RUN_ID") == "job7");
           CHECK(vars.at("TORCHELASTIC_ERROR_FILE") == "/e/" + std::to_string(lr));
           CHECK(vars.count("CUDA_VISIBLE_DEVICES") == 0);
-          CHECK(vars.size() == 15);
+          CHECK(vars.size() == 16);
         }
       }
       CHECK(static_cast<int>(ranks.size()) == nnodes * nproc);
