@@ -14,6 +14,7 @@ debian_packages=(g++ cmake ninja-build pkg-config libcxxopts-dev libspdlog-dev c
                  libcpp-httplib-dev prometheus  # ddp_launch --metrics_port and its test (docs/observability.md)
                  libssl-dev                    # the rendezvous plugin's HMAC proofs (docs/launcher.md)
                  iproute2                      # scripts/netns-cluster.sh, the hosts tests (docs/hosts.md)
+                 slurmctld slurmd slurm-client munge openmpi-bin  # hosts.slurm_cluster, hosts.mpirun (docs/launcher.md)
                  gnuplot-nox)                   # scripts/plot_bench.sh and its test
 # --fuzz (scripts/fuzz.sh): clang and its runtimes (libFuzzer, ASan, UBSan) as well.
 [[ ${1:-} == --fuzz ]] && debian_packages+=(clang-14 libclang-rt-14-dev)
@@ -45,6 +46,12 @@ if ((${#missing[@]})); then
   [[ -n $own_policy ]] && "${sudo[@]}" rm -f "$policy"
   if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null; then
     "${sudo[@]}" systemctl disable --now prometheus >/dev/null 2>&1 || true
+  fi
+  # The same for munge and Slurm: the tests start their own daemons inside the namespace hosts.
+  if command -v systemctl >/dev/null; then
+    for unit in munge slurmd slurmctld; do
+      [[ " ${missing[*]} " == *" $unit "* ]] && { "${sudo[@]}" systemctl disable --now "$unit" >/dev/null 2>&1 || true; }
+    done
   fi
 fi
 

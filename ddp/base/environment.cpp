@@ -264,7 +264,7 @@ WorkerEnvironment parse_worker_environment(const EnvLookup& env, int rank_overri
   if (!port && out.launch_source == LaunchSource::kSlurm) {
     if (auto job = env(env::kSlurmJobId)) {
       port = std::to_string(slurm_default_port(parse_int(*job, env::kSlurmJobId, 0, kMaxInt)));
-      port_from = str(env::kSlurmJobId, " (See Note [Slurm default port])");
+      port_from = str(env::kSlurmJobId, " (10000 + id % 50000)");
     }
   }
   const bool mpi = out.launch_source == LaunchSource::kOpenMpi || out.launch_source == LaunchSource::kPmi;
