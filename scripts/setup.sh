@@ -50,7 +50,9 @@ if ((${#missing[@]})); then
   # The same for munge and Slurm: the tests start their own daemons inside the namespace hosts.
   if command -v systemctl >/dev/null; then
     for unit in munge slurmd slurmctld; do
-      [[ " ${missing[*]} " == *" $unit "* ]] && { "${sudo[@]}" systemctl disable --now "$unit" >/dev/null 2>&1 || true; }
+      if [[ " ${missing[*]} " == *" $unit "* ]]; then
+        "${sudo[@]}" systemctl disable --now "$unit" >/dev/null 2>&1 || true
+      fi
     done
   fi
 fi
