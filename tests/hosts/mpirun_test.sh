@@ -8,33 +8,9 @@
 # rights to make namespaces, without mpirun or without the data.
 set -euo pipefail
 
-cluster=$1 train=$2
-reason=$("$cluster" check) || {
-  echo "SKIP: $reason"
-  exit 77
-}
-command -v mpirun >/dev/null || {
-  echo "SKIP: no mpirun (scripts/setup.sh installs openmpi-bin)"
-  exit 77
-}
-if [[ ! -d /usr/share/datasets/fashion-mnist ]]; then
-  echo "SKIP: no Fashion-MNIST in /usr/share/datasets/fashion-mnist (scripts/setup.sh installs it)"
-  exit 77
-fi
-for stale in $(ip netns list | sed -n -E 's/^mp([0-9]+)-sw.*/\1/p' | sort -u); do
-  if [[ ! -d /proc/$stale || $(awk '{print $3}' "/proc/$stale/stat" 2>/dev/null) == Z ]]; then
-    "$cluster" down "mp$stale"
-  fi
-done
-name="mp$$"
-work=$(mktemp -d)
-cleanup() {
-  "$cluster" down "$name"
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 143' INT TERM
-"$cluster" up "$name" 2
+train=$2
+source "$(dirname "${BASH_SOURCE[0]}")/bed.sh"
+bed_up "$1" mp 2 mpirun
 
 # The rsh agent: "agent [ssh options] HOST COMMAND..." -> COMMAND on namespace host HOST.
 cat >"$work/agent.sh" <<SH

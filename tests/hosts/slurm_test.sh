@@ -14,36 +14,9 @@
 # Everything is started here and removed on exit (the hosts take every daemon with them).
 set -euo pipefail
 
-cluster=$1 launch=$2 train=$3 example=$4
-reason=$("$cluster" check) || {
-  echo "SKIP: $reason"
-  exit 77
-}
-for tool in munged slurmctld slurmd sbatch srun scancel scontrol sinfo; do
-  command -v "$tool" >/dev/null || {
-    echo "SKIP: no $tool (scripts/setup.sh installs slurmctld, slurmd, slurm-client and munge)"
-    exit 77
-  }
-done
-if [[ ! -d /usr/share/datasets/fashion-mnist ]]; then
-  echo "SKIP: no Fashion-MNIST in /usr/share/datasets/fashion-mnist (scripts/setup.sh installs it)"
-  exit 77
-fi
-# Runs SIGKILLed by a CTest timeout could not clean up: remove the hosts of runs whose script is gone.
-for stale in $(ip netns list | sed -n -E 's/^sl([0-9]+)-sw.*/\1/p' | sort -u); do
-  if [[ ! -d /proc/$stale || $(awk '{print $3}' "/proc/$stale/stat" 2>/dev/null) == Z ]]; then
-    "$cluster" down "sl$stale"
-  fi
-done
-name="sl$$"
-work=$(mktemp -d)
-cleanup() {
-  "$cluster" down "$name"  # munged, slurmctld, the slurmds and every job process live in the hosts
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 143' INT TERM
-"$cluster" up "$name" 3
+launch=$2 train=$3 example=$4
+source "$(dirname "${BASH_SOURCE[0]}")/bed.sh"
+bed_up "$1" sl 3 munged slurmctld slurmd sbatch srun scancel scontrol sinfo
 
 fail() {
   echo "FAIL (slurm): $*"
