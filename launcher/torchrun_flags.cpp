@@ -21,7 +21,8 @@
 // - the short options -r (--redirects), -t (--tee), -m (--module) and -h, also as `-r3` and `-r=3`;
 // - PET_<NAME> as the default of the flags whose argparse action is `env` or `check_env` (a switch's
 //   variable is an integer: 0 off). A flag on the command line wins over its variable.
-// Flags that only make sense for a Python entry point (-m, --run_path, --logs_specs) are refused;
+// -m, --run_path and a `.py` target run Python as torchrun does (See Note [Python workers] in
+// worker_command.cpp); --logs_specs (a Python entry point) is refused;
 // flags whose torchrun meaning has no counterpart in ddp_launch yet (--numa_binding, an event log
 // handler that prints) are refused naming
 // what to use instead, never ignored: a job that asked for them would silently behave differently.
@@ -214,12 +215,6 @@ std::vector<std::string> parse_duplicate_filters(const std::string& text) {
 }
 
 void refuse_torchrun_only(const std::string& name, const std::string& value) {
-  if (name == "module") {
-    throw UsageError("-m/--module runs a Python module; ddp_launch runs a binary: give its path (as torchrun --no-python)");
-  }
-  if (name == "run_path") {
-    throw UsageError("--run_path runs a Python script inside torchrun's interpreter; ddp_launch runs a binary: drop it");
-  }
   if (name == "logs_specs") {
     throw UsageError(ddp::str("--logs_specs ", value,
                               ": names a Python entry point (torchrun.logs_specs); ddp_launch's logs are set by "
