@@ -10,6 +10,7 @@
 #include <set>
 
 #include "launcher/config.h"
+#include "tests/launcher/config_support.h"
 #include "ddp/base/error_file.h"
 #include "launcher/gpu_select.h"
 #include "launcher/hostlist.h"
@@ -21,6 +22,7 @@
 #include "launcher/worker_process.h"
 
 using namespace ddp::launcher;
+using namespace ddp::launcher::testing;
 using ddp::EnvironmentSnapshot;
 using ddp::UsageError;
 using ddp::WorkerError;
@@ -30,26 +32,6 @@ using ddp::format_error_json;
 using ddp::write_error_file;
 
 namespace {
-
-EnvironmentSnapshot plain_env(std::map<std::string, std::string> extra = {}) {
-  extra.emplace("PATH", "/usr/bin:/bin");
-  return EnvironmentSnapshot::from_map(std::move(extra));
-}
-
-LaunchConfig parse(std::vector<std::string> args, const EnvironmentSnapshot& env = plain_env()) {
-  std::vector<const char*> argv{"ddp_launch"};
-  for (const auto& a : args) argv.push_back(a.c_str());
-  return parse_launch_args(static_cast<int>(argv.size()), argv.data(), env).config;
-}
-
-std::string usage_error(std::vector<std::string> args, const EnvironmentSnapshot& env = plain_env()) {
-  try {
-    parse(std::move(args), env);
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 std::map<std::string, std::string> as_map(const std::vector<std::pair<std::string, std::string>>& vars) {
   return {vars.begin(), vars.end()};
