@@ -382,6 +382,10 @@ static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSn
   } else if (slurm) {
     c.nnodes = slurm->nnodes;
     c.notes.push_back(ddp::str("nnodes=", c.nnodes, " from SLURM_NNODES"));
+    if (c.nnodes > 1 && !slurm->in_step) {
+      c.warnings.push_back(ddp::str("SLURM_NNODES=", c.nnodes, " but no srun step (SLURM_STEP_ID is unset: the batch script "
+                                    "itself?): every node needs its own ddp_launch: srun --ntasks-per-node 1 ddp_launch ..."));
+    }
   }
   const bool rdzv = given("rdzv_endpoint");
   if (given("node_rank")) {

@@ -101,6 +101,7 @@ struct LaunchConfig {
   std::vector<std::string> program_args;
   // Where the values came from, for the start-up line ("slurm" or "flags").
   std::vector<std::string> notes;
+  std::vector<std::string> warnings;  // lines printed at start-up as warnings
 };
 
 // Result of parsing: either a config, or a request to print help / version.

@@ -15,6 +15,7 @@ struct SlurmInfo {
   int node_id = 0;
   std::vector<std::string> hosts;  // SLURM_JOB_NODELIST, expanded
   std::optional<long long> job_id;
+  bool in_step = true;  // SLURM_STEP_ID set: an srun task (not the batch script itself)
 };
 
 // Slurm's variables, when SLURM_JOB_NODELIST / SLURM_NNODES / SLURM_NODEID are all present.

@@ -136,6 +136,7 @@ int run(const LaunchConfig& c, const EnvironmentSnapshot& env) {
   local.cpu_slices = resolve_cpu_binding(c, local.nproc, machine);
   if (c.gpus.mode == GpuRequest::Mode::kAuto) spdlog::info("--gpus auto picked GPUs {}", ddp::join(local.gpus, ","));
   for (const auto& note : c.notes) spdlog::info("{}", note);
+  for (const auto& warning : c.warnings) spdlog::warn("{}", warning);
 
   const std::unique_ptr<RendezvousHandler> rendezvous = make_rendezvous_handler(c, local.nproc);
   RunContext run;

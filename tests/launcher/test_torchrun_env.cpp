@@ -116,3 +116,13 @@ TEST_CASE("workers get torchrun's whole environment", "[launcher][worker_env]") 
   // The config carries --signals_to_handle's text as given.
   CHECK(parse({"--signals_to_handle", "SIGTERM,SIGUSR1", "/bin/true"}).signals_to_handle == "SIGTERM,SIGUSR1");
 }
+
+TEST_CASE("Slurm's placement outside an srun step is taken with a warning", "[launcher][config][slurm]") {
+  std::map<std::string, std::string> batch = {{"SLURM_JOB_NODELIST", "n[1-3]"}, {"SLURM_NNODES", "3"},
+                                              {"SLURM_NODEID", "0"}, {"SLURM_JOB_ID", "9"}};
+  const auto in_batch_script = parse({"/bin/true"}, plain_env(batch));
+  REQUIRE(in_batch_script.warnings.size() == 1);
+  CHECK_THAT(in_batch_script.warnings[0], Catch::Contains("srun --ntasks-per-node 1 ddp_launch"));
+  batch.emplace("SLURM_STEP_ID", "0");
+  CHECK(parse({"/bin/true"}, plain_env(batch)).warnings.empty());
+}
