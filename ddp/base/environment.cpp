@@ -285,9 +285,10 @@ WorkerEnvironment parse_worker_environment(const EnvLookup& env, int rank_overri
                               " (a free TCP port on rank 0's host)", how));
   }
   out.master_port = parse_int(*port, env::kMasterPort, 1, 65535);
-  out.description = str("rank ", out.rank, " of ", out.world_size, " from ", launch_source_name(out.launch_source),
-                        chosen ? str(" (", describe(*chosen), ")") : std::string(), ", master ", out.master_addr,
-                        ":", out.master_port, " from ", addr_from, " and ", port_from);
+  const std::string from = chosen ? str(launch_source_name(out.launch_source), " (", describe(*chosen), ")")
+                                  : std::string("InitOptions::rank and InitOptions::world_size");
+  out.description = str("rank ", out.rank, " of ", out.world_size, " from ", from, ", master ", out.master_addr, ":",
+                        out.master_port, " from ", addr_from, " and ", port_from);
   return out;
 }
 
