@@ -1,6 +1,7 @@
 #include "ddp/process_group.h"
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -509,8 +510,9 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   info.log_dir = diagnostics_dir(env);
   std::string host;
   int port = 0;
+  std::optional<WorkerEnvironment> launch_env;  // env://: where rank and size came from, logged below
   if (method.kind == InitMethod::Kind::kEnv) {
-    const WorkerEnvironment launch = parse_worker_environment(env, options.rank, options.world_size);
+    const WorkerEnvironment& launch = launch_env.emplace(parse_worker_environment(env, options.rank, options.world_size));
     info.rank = launch.rank;
     info.size = launch.world_size;
     info.local_rank = launch.local_rank;
@@ -553,10 +555,18 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   info.device = backend == "nccl" ? cuda::bind_local_device(info.local_rank, info.local_size, env)
                                   : torch::Device(torch::kCPU);
   Logger logger = Logger::for_rank(info.rank);
+  // See Note [Launch sources] in ddp/base/environment.cpp: said once (rank 0), at info level unless a
+  // launcher (ddp_launch, torchrun) set the variables.
+  if (launch_env && info.rank == 0) {
+    logger.log(launch_env->launch_source == LaunchSource::kLauncher ? LogLevel::kDebug : LogLevel::kInfo,
+               launch_env->description);
+  }
   set_threads_per_rank(env, info.local_size, logger);
 
   const bool peers_on_other_hosts = info.size > info.local_size;
-  auto base_store = make_store(method, host, port, info.rank, info.size, info.timeout, peers_on_other_hosts);
+  const bool alone = launch_env && launch_env->launch_source == LaunchSource::kNone && info.size == 1;
+  auto base_store = alone ? c10::intrusive_ptr<c10d::Store>(c10::make_intrusive<c10d::HashStore>())  // alone: no port
+                          : make_store(method, host, port, info.rank, info.size, info.timeout, peers_on_other_hosts);
   check_world_size(*base_store, info.rank, info.size, info.timeout);
   auto store = c10::make_intrusive<c10d::PrefixStore>("ddp/default_pg", base_store);
 

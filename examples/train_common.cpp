@@ -17,6 +17,7 @@
 #include "ddp/base/env_names.h"
 #include "ddp/agent_channel.h"
 #include "ddp/checkpoint.h"
+#include "examples/stop_signal.h"
 #include "ddp/data_parallel.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/base/error.h"
@@ -316,6 +317,8 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
   int64_t trained_samples = 0;
   ddp::ProgressReporter to_launcher;
   bool stopped = false;  // --max-steps reached
+  std::optional<examples::StopSignal> stop_signal;  // See Note [Checkpoint on a signal]
+  if (!options.checkpoint_on_signal.empty()) stop_signal.emplace(options.checkpoint_on_signal);
   for (int64_t epoch = start_epoch; epoch < options.epochs && !stopped; ++epoch) {
     const auto epoch_start = Clock::now();
     sets.train->set_epoch(epoch);
@@ -371,6 +374,15 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
       }
       if (options.max_steps > 0 && global_step >= options.max_steps) {
         stopped = !last;
+        break;
+      }
+      if (stop_signal && !last && stop_signal->requested(rt.group.get())) {
+        save(options, rt, trainee, optimizer, global_step, sampler.state(micro * options.batch_size));
+        if (rt.main()) {
+          std::cout << "signal " << stop_signal->name() << ": checkpoint of step " << global_step << " written to "
+                    << options.checkpoint_dir << ", stopping (resume with --resume)" << std::endl;
+        }
+        stopped = true;
         break;
       }
     }

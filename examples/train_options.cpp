@@ -55,6 +55,7 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, const Pro
       ("threads", "intra-op threads per process (0: $OMP_NUM_THREADS, else cores / processes on the node)", cxxopts::value<int64_t>()->default_value("0"))
       ("limit", "use only the first N training and test samples (0: all)", cxxopts::value<int64_t>()->default_value("0"))
       ("metrics-json", "write the run's figures to this JSON file", cxxopts::value<std::string>()->default_value(""))
+      ("checkpoint-on-signal", "on this signal (USR1: Slurm's warning), write a checkpoint at the next step and stop", cxxopts::value<std::string>()->default_value(""))
       ("h,help", "print this help");
   // Debug flags for the tests, left out of --help.
   cli.add_options(kDebugGroup)
@@ -117,6 +118,10 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, const Pro
     o.metrics_json = result["metrics-json"].as<std::string>();
     o.save_params = result["save-params"].as<std::string>();
     o.max_steps = positive<int64_t>(result, "max-steps", 0);
+    o.checkpoint_on_signal = result["checkpoint-on-signal"].as<std::string>();
+    if (!o.checkpoint_on_signal.empty() && o.checkpoint_dir.empty()) {
+      throw UsageError("--checkpoint-on-signal needs --checkpoint-dir");
+    }
   } catch (const cxxopts::exceptions::exception& e) {
     throw UsageError(str(e.what(), " (see --help)"));
   }

@@ -43,6 +43,7 @@ struct TrainOptions {
   std::string metrics_json;
   std::string save_params;  // debug: final parameters, for the equivalence tests
   int64_t max_steps = 0;    // debug: stop when the global step reaches this (an interruption; 0: none)
+  std::string checkpoint_on_signal;  // e.g. USR1: checkpoint and stop at the next step (empty: off)
 };
 
 // Parses argv. Returns nullopt after printing --help. Throws ddp::UsageError with a one-line

@@ -11,7 +11,9 @@
 #include <set>
 #include <sstream>
 
+#include "launcher/pet_env.h"
 #include "launcher/torchrun_flags.h"
+#include "launcher/worker_command.h"
 
 namespace ddp::launcher {
 namespace {
@@ -30,9 +32,9 @@ constexpr FlagSpec kFlags[] = {
     {"node_rank", true, "Rank of this node, 0..nnodes-1", nullptr},
     {"nproc_per_node", true, "Workers on this node: a number, gpu, cpu or auto", nullptr},
     {"master_addr", true, "Address of the node with rank 0", nullptr},
-    {"master_port", true, "Port on the master node (0: a free port, single node only)", nullptr},
-    {"standalone", false, "Single node on loopback with a free port", nullptr},
-    {"rdzv_endpoint", true, "HOST:PORT of the c10d store for dynamic rendezvous", nullptr},
+    {"master_port", true, "Port on the master node (0 or unset on one node: a free port; 29500 across nodes)", nullptr},
+    {"standalone", false, "Single node on loopback with a free port (or --master_port)", nullptr},
+    {"rdzv_endpoint", true, "HOST[:PORT] of the c10d store for dynamic rendezvous (port 29400; HOST:0 on one node: a free port)", nullptr},
     {"rdzv_id", true, "Id of the job, the same on every node", nullptr},
     {"rdzv_backend", true, "Accepted for torchrun compatibility: c10d (with --rdzv_endpoint) or static", nullptr},
     {"rdzv_timeout", true, "Seconds to wait for every node at rendezvous", "600"},
@@ -68,7 +70,8 @@ constexpr FlagSpec kFlags[] = {
      "(OMP_NUM_THREADS = its CPU count unless set)",
      "none"},
     {"dry_run", false, "Print each worker's command and environment, start nothing", nullptr},
-    {"no_python", false, "Accepted for torchrun compatibility (ddp_launch always runs a binary)", nullptr},
+    {"no_python", false, "Exec the target as a binary even if its name ends in .py", nullptr},
+    {"python", true, "Interpreter for a .py target, -m or --run_path (default: $PYTHON_EXEC, $PYTHON, python3)", nullptr},
     {"virtual_local_rank", false, "LOCAL_RANK=0 for every worker, which sees only its own GPU (as device 0)", nullptr},
     {"duplicate_stdout_filters", true,
      "Also write tee'd stdout lines containing any of these (a,b; ',,' is a comma) to <attempt>/filtered_stdout.log",
@@ -83,9 +86,9 @@ constexpr FlagSpec kFlags[] = {
      "ssh -o BatchMode=yes"},
     {"env", true, "With --hostfile/--hosts: forward variable NAME to every host (repeatable; see also .ddp_env)", nullptr},
     {"watch_stdin", false, "Stop the workers when stdin closes (each host of --hostfile/--hosts gets it)", nullptr},
+    {"module", false, "The target is a Python module: PYTHON -u -m MODULE args", nullptr},
+    {"run_path", false, "The target is a Python script (as a .py target: PYTHON -u SCRIPT args)", nullptr},
     // torchrun's flags that ddp_launch refuses, saying why: see Note [torchrun's command line].
-    {"module", false, "Refused: a Python module (-m)", nullptr},
-    {"run_path", false, "Refused: a Python script in torchrun's interpreter", nullptr},
     {"logs_specs", true, "Refused: a Python entry point", nullptr},
     {"numa_binding", true, "Refused: use --cpu_bind exclusive", nullptr},
     {"run_id", true, "TORCHELASTIC_RUN_ID (default: rdzv_id, or 'none')", nullptr},
@@ -139,26 +142,6 @@ std::string random_run_id() {
   std::ostringstream out;
   out << std::hex << rd() << rd();
   return out.str();
-}
-
-void parse_host_port(const std::string& text, std::string& host, int& port) {
-  std::string port_text;
-  if (!text.empty() && text[0] == '[') {  // [v6]:port
-    const auto close = text.find(']');
-    if (close == std::string::npos || close + 1 >= text.size() || text[close + 1] != ':') {
-      throw UsageError(ddp::str("--rdzv_endpoint '", text, "' is not HOST:PORT"));
-    }
-    host = text.substr(1, close - 1);
-    port_text = text.substr(close + 2);
-  } else {
-    const auto colon = text.rfind(':');
-    if (colon == std::string::npos || colon == 0) {
-      throw UsageError(ddp::str("--rdzv_endpoint '", text, "' is not HOST:PORT (e.g. node1:29400)"));
-    }
-    host = text.substr(0, colon);
-    port_text = text.substr(colon + 1);
-  }
-  port = parse_int_flag("--rdzv_endpoint port", port_text, 1, 65535);
 }
 
 bool is_numeric_address(const std::string& text) {
@@ -271,46 +254,6 @@ GpuRequest parse_gpu_request(const std::string& text) {
   return req;
 }
 
-// Looks a program up the way execvp does: a name with '/' is taken as is, else searched in PATH.
-// Returns the path, or throws UsageError saying what was wrong (missing, not executable).
-static std::string resolve_program(const std::string& name, const std::string& path_var) {
-  auto check = [](const std::string& path, std::string& why) {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) {
-      why = "does not exist";
-      return false;
-    }
-    if (S_ISDIR(st.st_mode)) {
-      why = "is a directory";
-      return false;
-    }
-    // access() alone lets root "execute" anything; exec needs an x bit too.
-    if (::access(path.c_str(), X_OK) != 0 || (st.st_mode & (S_IXUSR | S_IXGRP | S_IXOTH)) == 0) {
-      why = "is not executable (chmod +x it?)";
-      return false;
-    }
-    return true;
-  };
-  std::string why;
-  if (name.empty()) throw UsageError("the training binary is an empty string");
-  if (name.find('/') != std::string::npos) {
-    if (!check(name, why)) throw UsageError(ddp::str("training binary '", name, "' ", why));
-    return name;
-  }
-  std::string first_problem;
-  for (auto dir : split_list(path_var, ':')) {
-    if (dir.empty()) dir = ".";
-    const std::string candidate = dir + "/" + name;
-    if (check(candidate, why)) return candidate;
-    if (why != "does not exist" && first_problem.empty()) first_problem = candidate + " " + why;
-  }
-  if (!first_problem.empty()) {
-    throw UsageError(ddp::str("training binary '", name, "': ", first_problem));
-  }
-  throw UsageError(ddp::str("training binary '", name,
-                            "' not found in PATH (give a path like ./", name, ")"));
-}
-
 // Splits argv into the launcher's own flags (normalised: '-' -> '_' in long names) and the worker
 // command (from the first positional argument on, verbatim).
 struct SplitArgs {
@@ -340,6 +283,9 @@ static SplitArgs split_launcher_args(int argc, const char* const* argv) {
   for (; i < argc; ++i) split.program.emplace_back(argv[i]);
   return split;
 }
+
+static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSnapshot& env,
+                        const std::vector<std::string>& program);
 
 ParseResult parse_launch_args(int argc, const char* const* argv, const EnvironmentSnapshot& env) {
   const SplitArgs split = split_launcher_args(argc, argv);
@@ -403,27 +349,30 @@ ParseResult parse_launch_args(int argc, const char* const* argv, const Environme
     return result;
   }
   // A flag on the command line, else torchrun's PET_<NAME> variable, else the default: see
-  // Note [torchrun's command line].
-  auto from_env = [&](const char* name) -> std::optional<std::string> {
-    if (opts.count(name) > 0) return std::nullopt;
-    const auto variable = torchrun_env_name(name);
-    auto value = variable ? env.get(*variable) : std::nullopt;
-    if (value && value->empty()) return std::nullopt;  // set but empty: the default, as torchrun's falsy default
-    return value;
-  };
-  auto given = [&](const char* name) { return opts.count(name) > 0 || from_env(name).has_value(); };
-  auto text = [&](const char* name) {
-    const auto value = from_env(name);
-    return value ? *value : opts[name].as<std::string>();
-  };
-  // A switch: on the command line, or its PET_ variable an integer other than 0.
-  auto on = [&](const char* name) {
-    if (opts.count(name) > 0) return true;
-    const auto value = from_env(name);
-    return value && parse_env_switch(*torchrun_env_name(name), *value);
-  };
+  // Note [PET variables] in launcher/pet_env.cpp.
+  FlagValues values([&](const char* name) { return opts.count(name) > 0; },
+                    [&](const char* name) { return opts[name].as<std::string>(); }, env);
+  values.naming_variables([&] { fill_config(result.config, values, env, split.program); });
+  result.config.launcher_args = split.launcher_args;  // the base of each host's command line
+  return result;
+}
 
-  LaunchConfig& c = result.config;
+// Note [Free port on one node]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// torchrun on one node without --master_port serves its store on a free port (c10d on localhost:0),
+// so two jobs on one shared machine never collide; a fixed default (29500) made the second job fail.
+// ddp_launch does the same: one node (and not Slurm, whose nodes derive the job's port) and no
+// --master_port means port 0, which the static rendezvous turns into a free port and the start-up
+// line announces ("master 127.0.0.1:PORT"). --master_port P is exactly P, with --standalone too.
+// Across nodes the port must be agreed in advance: 29500, torchrun's default. --rdzv_endpoint HOST:0
+// (torchrun's recipe for one-node jobs) is the same: one node needs no rendezvous store.
+
+// Every value of the configuration, validated. See Note [torchrun's command line].
+static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSnapshot& env,
+                        const std::vector<std::string>& program) {
+  auto given = [&](const char* name) { return values.given(name); };
+  auto text = [&](const char* name) { return values.text(name); };
+  auto on = [&](const char* name) { return values.on(name); };
   const std::optional<SlurmInfo> slurm = slurm_info(env);
 
   // Topology: flags first, then Slurm's variables, then defaults.
@@ -443,6 +392,10 @@ ParseResult parse_launch_args(int argc, const char* const* argv, const Environme
   } else if (slurm) {
     c.nnodes = slurm->nnodes;
     c.notes.push_back(ddp::str("nnodes=", c.nnodes, " from SLURM_NNODES"));
+    if (c.nnodes > 1 && !slurm->in_step) {
+      c.warnings.push_back(ddp::str("SLURM_NNODES=", c.nnodes, " but no srun step (SLURM_STEP_ID is unset: the batch script "
+                                    "itself?): every node needs its own ddp_launch: srun --ntasks-per-node 1 ddp_launch ..."));
+    }
   }
   const bool rdzv = given("rdzv_endpoint");
   if (given("node_rank")) {
@@ -465,6 +418,8 @@ ParseResult parse_launch_args(int argc, const char* const* argv, const Environme
   } else if (slurm && slurm->job_id) {
     c.master_port = slurm_default_port(*slurm->job_id);
     c.notes.push_back(ddp::str("master_port=", c.master_port, " from SLURM_JOB_ID"));
+  } else if (c.nnodes == 1) {
+    c.master_port = 0;  // See Note [Free port on one node]
   }
   c.standalone = on("standalone");
   if (c.standalone) {
@@ -472,16 +427,29 @@ ParseResult parse_launch_args(int argc, const char* const* argv, const Environme
     if (rdzv) throw UsageError("--standalone and --rdzv_endpoint exclude each other");
     c.node_rank = 0;
     c.master_addr = "127.0.0.1";
-    c.master_port = 0;
+    if (!given("master_port")) c.master_port = 0;  // --master_port P: exactly P (torchrun ignores it)
   }
   if (rdzv) {
     if (given("node_rank")) {
       throw UsageError("--node_rank and --rdzv_endpoint exclude each other: the rendezvous assigns node ranks");
     }
-    parse_host_port(text("rdzv_endpoint"), c.rdzv_host, c.rdzv_port);
+    const Endpoint endpoint = parse_rdzv_endpoint("--rdzv_endpoint", text("rdzv_endpoint"));
+    c.rdzv_host = endpoint.host;
+    c.rdzv_port = endpoint.port;
     if (given("rdzv_backend") && text("rdzv_backend") != "c10d") {
       throw UsageError(ddp::str("--rdzv_backend ", text("rdzv_backend"),
                                 ": only c10d is supported with --rdzv_endpoint"));
+    }
+    if (c.rdzv_port == 0) {  // torchrun's recipe for several one-node jobs on a host: HOST:0
+      if (c.nnodes != 1) {
+        throw UsageError(ddp::str("--rdzv_endpoint ", text("rdzv_endpoint"), ": port 0 (a free port) works on one node only; "
+                                  "with --nnodes ", c.nnodes, " give every node the same port"));
+      }
+      c.notes.push_back(ddp::str("--rdzv_endpoint ", c.rdzv_host, ":0 on one node: this host, a free port"));
+      c.rdzv_host.clear();  // one node needs no rendezvous: See Note [Free port on one node]
+      c.node_rank = 0;
+      c.master_addr = "127.0.0.1";
+      c.master_port = given("master_port") ? c.master_port : 0;
     }
   } else if (given("rdzv_backend") && text("rdzv_backend") != "static" && text("rdzv_backend") != "c10d") {
     throw UsageError(ddp::str("--rdzv_backend ", text("rdzv_backend"), ": use c10d (with --rdzv_endpoint) or static"));
@@ -577,7 +545,8 @@ ParseResult parse_launch_args(int argc, const char* const* argv, const Environme
   } else if (!given("shutdown_grace") && env.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")) {
     c.shutdown_grace_s = parse_seconds_flag("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", *env.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT"));
   }
-  c.forwarded_signals = parse_signals_to_handle(text("signals_to_handle"));
+  c.signals_to_handle = text("signals_to_handle");
+  c.forwarded_signals = parse_signals_to_handle(c.signals_to_handle);
   const std::string start_method = text("start_method");
   if (start_method != "spawn" && start_method != "fork" && start_method != "forkserver") {
     refuse_torchrun_only("start_method", start_method);
@@ -587,15 +556,11 @@ ParseResult parse_launch_args(int argc, const char* const* argv, const Environme
     refuse_torchrun_only("event_log_handler", event_log_handler);
   }
   c.virtual_local_rank = on("virtual_local_rank");
-  for (const char* name : {"module", "run_path"}) {
-    if (on(name)) refuse_torchrun_only(name, "1");
-  }
   for (const char* name : {"logs_specs", "numa_binding"}) {
     if (given(name)) refuse_torchrun_only(name, text(name));
   }
   if (given("duplicate_stdout_filters")) c.duplicate_stdout_filters = parse_duplicate_filters(text("duplicate_stdout_filters"));
   if (given("duplicate_stderr_filters")) c.duplicate_stderr_filters = parse_duplicate_filters(text("duplicate_stderr_filters"));
-  on("no_python");  // checked (PET_NO_PYTHON must be an integer); a binary runs either way
   c.hang_timeout_s = parse_seconds_flag("--hang_timeout", text("hang_timeout"));
   c.metrics_port = parse_int_flag("--metrics_port", text("metrics_port"), 0, 65535);
   c.metrics_addr = text("metrics_addr");
@@ -629,23 +594,29 @@ ParseResult parse_launch_args(int argc, const char* const* argv, const Environme
   }
 
   // One command, every host (the host list is read and checked by launch_on_hosts).
-  if (opts.count("hostfile")) c.hostfile = opts["hostfile"].as<std::string>();
-  if (opts.count("hosts")) c.hosts = opts["hosts"].as<std::string>();
-  if (opts.count("include")) c.include_hosts = opts["include"].as<std::string>();
-  if (opts.count("exclude")) c.exclude_hosts = opts["exclude"].as<std::string>();
-  c.ssh_cmd = opts["ssh_cmd"].as<std::string>();
-  c.watch_stdin = opts.count("watch_stdin") > 0;
-  c.launcher_args = split.launcher_args;
+  if (given("hostfile")) c.hostfile = text("hostfile");
+  if (given("hosts")) c.hosts = text("hosts");
+  if (given("include")) c.include_hosts = text("include");
+  if (given("exclude")) c.exclude_hosts = text("exclude");
+  c.ssh_cmd = text("ssh_cmd");
+  c.watch_stdin = on("watch_stdin");
 
-  // The worker command.
-  if (split.program.empty()) {
+  // The worker command: a binary, or a Python script or module (See Note [Python workers]).
+  if (program.empty()) {
     throw UsageError("no training binary given: ddp_launch [options] TRAINING_BINARY [its arguments...]");
   }
-  const auto path_var = env.get("PATH");
-  const bool on_hosts = !c.hostfile.empty() || !c.hosts.empty();  // each host resolves it in its own PATH
-  if (!on_hosts) c.program_path = resolve_program(split.program.front(), path_var.value_or("/usr/local/bin:/usr/bin:/bin"));
-  c.program_args = split.program;
-  return result;
+  if (!c.hostfile.empty() || !c.hosts.empty()) {  // each host resolves the command in its own PATH
+    c.program_args = program;
+    return;
+  }
+  PythonRequest python;
+  python.module = on("module");
+  python.run_path = on("run_path");
+  python.no_python = on("no_python");
+  if (given("python")) python.python = text("python");
+  WorkerCommand command = resolve_worker_command(program, python, env);
+  c.program_path = std::move(command.path);
+  c.program_args = std::move(command.args);
 }
 
 }  // namespace ddp::launcher

@@ -68,6 +68,7 @@ struct LaunchConfig {
   std::string role = "default";  // ROLE_NAME
   // Supervision.
   std::vector<int> forwarded_signals;  // --signals_to_handle
+  std::string signals_to_handle;       // its text, as given: TORCHELASTIC_SIGNALS_TO_HANDLE
   int max_restarts = 0;
   double monitor_interval_s = 0.1;
   double shutdown_grace_s = 10;
@@ -110,6 +111,7 @@ struct LaunchConfig {
   std::vector<std::string> launcher_args;
   // Where the values came from, for the start-up line ("slurm" or "flags").
   std::vector<std::string> notes;
+  std::vector<std::string> warnings;  // lines printed at start-up as warnings
 };
 
 // Result of parsing: either a config, or a request to print help / version.

@@ -1,12 +1,8 @@
 #pragma once
-// Slurm host-list syntax: "ns[3182447,3185995,3186000-3186002]", "node[001-003]", "a[1-2],b3",
-// "rack[1-2]-n[01-02]" (several bracket groups expand as a cartesian product, left to right).
-#include <string>
-#include <vector>
+// The launcher's name for the Slurm host-list parser, whose one home is ddp/base/hostlist.h (the
+// library reads SLURM_JOB_NODELIST too, for a direct srun launch).
+#include "ddp/base/hostlist.h"
 
 namespace ddp::launcher {
-
-// Expands a host list; throws UsageError on malformed input (unbalanced brackets, bad ranges).
-std::vector<std::string> expand_hostlist(const std::string& text);
-
+using ddp::expand_hostlist;
 }  // namespace ddp::launcher

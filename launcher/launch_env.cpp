@@ -34,13 +34,12 @@ std::optional<SlurmInfo> slurm_info(const EnvironmentSnapshot& env) {
   info.node_id = static_cast<int>(parse_env_integer(env::kSlurmNodeId, *node_id, 0));
   info.hosts = expand_hostlist(*nodelist);
   if (auto job = env.get(env::kSlurmJobId)) info.job_id = parse_env_integer(env::kSlurmJobId, *job, 0);
+  info.in_step = env.get(env::kSlurmStepId).has_value();
   if (info.node_id >= info.nnodes) {
     throw UsageError(ddp::str(env::kSlurmNodeId, "=", info.node_id, " is not below ", env::kSlurmNnodes, "=",
                               info.nnodes));
   }
   return info;
 }
-
-int slurm_default_port(long long job_id) { return static_cast<int>(10000 + job_id % 50000); }
 
 }  // namespace ddp::launcher

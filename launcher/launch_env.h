@@ -15,6 +15,7 @@ struct SlurmInfo {
   int node_id = 0;
   std::vector<std::string> hosts;  // SLURM_JOB_NODELIST, expanded
   std::optional<long long> job_id;
+  bool in_step = true;  // SLURM_STEP_ID set: an srun task (not the batch script itself)
 };
 
 // Slurm's variables, when SLURM_JOB_NODELIST / SLURM_NNODES / SLURM_NODEID are all present.
@@ -22,12 +23,8 @@ struct SlurmInfo {
 // environment comes from its one EnvironmentSnapshot (ddp/base/environment.h), so tests pass a fake.
 std::optional<SlurmInfo> slurm_info(const EnvironmentSnapshot& env);
 
-// Note [Slurm default port]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~
-// Under Slurm, without --master_port, every node of a job must agree on a port without talking to
-// each other, and two jobs sharing a node should not collide: port = 10000 + SLURM_JOB_ID % 50000
-// (always in 10000..59999, below the usual ephemeral range 32768.. only in part; collisions need two
-// jobs whose ids differ by a multiple of 50000 on the same first node).
-int slurm_default_port(long long job_id);
+// The port under Slurm without --master_port: ddp::slurm_default_port (See Note [Slurm default port]
+// in ddp/base/environment.h), the same as a binary that srun starts directly computes.
+using ddp::slurm_default_port;
 
 }  // namespace ddp::launcher

@@ -57,7 +57,8 @@ void print_dry_run(const LaunchConfig& c, const NodeAssignment& node, const Loca
               "nothing is started\n",
               local.nproc, dynamic ? "<assigned at rendezvous>" : std::to_string(node.node_rank).c_str(), c.nnodes,
               c.nnodes * local.nproc, dynamic ? "<rank 0 node>" : node.master_addr.c_str(),
-              dynamic ? "<free port>" : std::to_string(node.master_port).c_str(), c.run_id.c_str());
+              dynamic || node.master_port == 0 ? "<free port>" : std::to_string(node.master_port).c_str(),
+              c.run_id.c_str());
   // Everything else the flags decided, so that two command lines with the same meaning print the
   // same dry run (tests compare torchrun's spellings with ddp_launch's).
   std::vector<std::string> signals;
@@ -77,7 +78,10 @@ void print_dry_run(const LaunchConfig& c, const NodeAssignment& node, const Loca
     const std::string prefix = rank_prefix(w.rank);
     std::printf("%scommand: %s (executable: %s)\n", prefix.c_str(), cmd.c_str(), c.program_path.c_str());
     std::string vars;
-    for (const auto& [k, v] : w.launcher_set) vars += " " + k + "=" + shell_quote(v);
+    for (const auto& [k, v] : w.launcher_set) {
+      const bool free_port = k == ddp::env::kMasterPort && v == "0";  // chosen at start (Note [Free port on one node])
+      vars += " " + k + "=" + (free_port ? std::string("<free port>") : shell_quote(v));
+    }
     std::printf("%senv:%s (plus the launcher's environment)\n", prefix.c_str(), vars.c_str());
     if (!w.cpus.empty()) std::printf("%scpus: %s\n", prefix.c_str(), format_cpu_list(w.cpus).c_str());
     std::printf("%soutput: stdout to %s, stderr to %s%s%s\n", prefix.c_str(),
@@ -133,6 +137,7 @@ int run(const LaunchConfig& c, const EnvironmentSnapshot& env) {
   local.cpu_slices = resolve_cpu_binding(c, local.nproc, machine);
   if (c.gpus.mode == GpuRequest::Mode::kAuto) spdlog::info("--gpus auto picked GPUs {}", ddp::join(local.gpus, ","));
   for (const auto& note : c.notes) spdlog::info("{}", note);
+  for (const auto& warning : c.warnings) spdlog::warn("{}", warning);
 
   const std::unique_ptr<RendezvousHandler> rendezvous = make_rendezvous_handler(c, local.nproc);
   RunContext run;
@@ -140,7 +145,7 @@ int run(const LaunchConfig& c, const EnvironmentSnapshot& env) {
   run.inherited.erase("DDP_RDZV_TOKEN");  // the launchers' secret (See Note [Rendezvous token]), not the workers'
   if (c.dry_run) {
     const bool dynamic = rendezvous->is_dynamic();
-    const NodeAssignment node = dynamic ? assignment_from_flags(c, local.nproc) : rendezvous->next_rendezvous();
+    const NodeAssignment node = assignment_from_flags(c, local.nproc);  // binds and probes nothing
     run.run_folder = "<per-run folder>";
     print_dry_run(c, node, local, run, dynamic);
     return 0;

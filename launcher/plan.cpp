@@ -53,6 +53,7 @@ std::vector<WorkerLaunch> plan_workers(const LaunchConfig& c, const NodeAssignme
     if (!c.log_dir.empty()) slot.log_dir = attempt_dir(run.run_folder, attempt);
     if (!local.gpus.empty()) slot.visible_gpu = local.gpus[lr];
     slot.virtual_local_rank = c.virtual_local_rank;
+    slot.signals_to_handle = c.signals_to_handle;
     slot.agent_socket = run.agent_socket;
     if (!local.cpu_slices.empty()) slot.cpus = local.cpu_slices[lr];
     WorkerLaunch w;

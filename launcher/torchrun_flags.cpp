@@ -21,7 +21,8 @@
 // - the short options -r (--redirects), -t (--tee), -m (--module) and -h, also as `-r3` and `-r=3`;
 // - PET_<NAME> as the default of the flags whose argparse action is `env` or `check_env` (a switch's
 //   variable is an integer: 0 off). A flag on the command line wins over its variable.
-// Flags that only make sense for a Python entry point (-m, --run_path, --logs_specs) are refused;
+// -m, --run_path and a `.py` target run Python as torchrun does (See Note [Python workers] in
+// worker_command.cpp); --logs_specs (a Python entry point) is refused;
 // flags whose torchrun meaning has no counterpart in ddp_launch yet (--numa_binding, an event log
 // handler that prints) are refused naming
 // what to use instead, never ignored: a job that asked for them would silently behave differently.
@@ -89,6 +90,34 @@ std::optional<std::string> torchrun_env_name(const std::string& name) {
     return variable;
   }
   return std::nullopt;
+}
+
+std::optional<std::string> torchrun_env_alias(const std::string& name) {
+  if (name == "nproc_per_node") return std::string("PET_N_PROC_PER_NODE");
+  return std::nullopt;
+}
+
+Endpoint parse_rdzv_endpoint(const std::string& flag, const std::string& text) {
+  Endpoint endpoint;
+  std::string port_text;
+  if (!text.empty() && text[0] == '[') {  // [v6] or [v6]:port
+    const auto close = text.find(']');
+    if (close == std::string::npos || (close + 1 < text.size() && text[close + 1] != ':')) {
+      throw UsageError(ddp::str(flag, " '", text, "' is not HOST[:PORT] (an IPv6 address as [ADDR]:PORT)"));
+    }
+    endpoint.host = text.substr(1, close - 1);
+    if (close + 1 < text.size()) port_text = text.substr(close + 2);
+  } else {
+    const auto colon = text.rfind(':');
+    endpoint.host = text.substr(0, colon);
+    if (colon != std::string::npos) port_text = text.substr(colon + 1);
+    if (colon != std::string::npos && text.find(':') != colon) {
+      throw UsageError(ddp::str(flag, " '", text, "': write an IPv6 address as [ADDR]:PORT"));
+    }
+  }
+  if (endpoint.host.empty()) throw UsageError(ddp::str(flag, " '", text, "' has no host (e.g. node1:29400)"));
+  if (!port_text.empty() || text.back() == ':') endpoint.port = parse_int_flag(flag + " port", port_text, 0, 65535);
+  return endpoint;
 }
 
 bool parse_env_switch(const std::string& variable, const std::string& value) {
@@ -186,12 +215,6 @@ std::vector<std::string> parse_duplicate_filters(const std::string& text) {
 }
 
 void refuse_torchrun_only(const std::string& name, const std::string& value) {
-  if (name == "module") {
-    throw UsageError("-m/--module runs a Python module; ddp_launch runs a binary: give its path (as torchrun --no-python)");
-  }
-  if (name == "run_path") {
-    throw UsageError("--run_path runs a Python script inside torchrun's interpreter; ddp_launch runs a binary: drop it");
-  }
   if (name == "logs_specs") {
     throw UsageError(ddp::str("--logs_specs ", value,
                               ": names a Python entry point (torchrun.logs_specs); ddp_launch's logs are set by "

@@ -15,6 +15,10 @@ const char* torchrun_short_option(char letter);
 // torchrun reads one for that flag (its argparse actions `env` and `check_env`); nullopt otherwise.
 std::optional<std::string> torchrun_env_name(const std::string& name);
 
+// Older spellings torchrun's users still set: PET_N_PROC_PER_NODE (Kubeflow's older operators) for
+// --nproc_per_node; nullopt for every other flag.
+std::optional<std::string> torchrun_env_alias(const std::string& name);
+
 // A switch's value from its PET_ variable ("0" off, any other integer on), as torchrun's check_env.
 // Throws UsageError when the variable is not an integer.
 bool parse_env_switch(const std::string& variable, const std::string& value);
@@ -25,6 +29,15 @@ struct RendezvousConf {
   std::optional<double> join_timeout_s;  // --rdzv_timeout's torchrun spelling
 };
 RendezvousConf parse_rdzv_conf(const std::string& text);
+
+// --rdzv_endpoint HOST[:PORT] (IPv6 as [ADDR]:PORT): the port defaults to torchrun's 29400; 0 is
+// "a free port" (one node only, checked by the caller). Throws UsageError naming `flag`.
+struct Endpoint {
+  std::string host;
+  int port = 29400;
+};
+inline constexpr int kDefaultRendezvousPort = 29400;
+Endpoint parse_rdzv_endpoint(const std::string& flag, const std::string& text);
 
 // --signals_to_handle "SIGTERM,SIGINT,SIGUSR1": signal numbers, in order, without repeats. Throws
 // UsageError naming an unknown signal or one that cannot be handled (SIGKILL, SIGSTOP, SIGCHLD).

@@ -11,6 +11,16 @@ namespace ddp::launcher {
 // --gpus and NVML number GPUs in PCI bus order; CUDA's default order (fastest first) can differ, so
 // the launcher pins CUDA to PCI order unless the user chose an order.
 
+// Note [torchrun's worker environment]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A worker gets every variable torchrun 2.13 sets (checked against the venv's torchrun by a worker
+// that records its environment): the ranks, ROLE_*, GROUP_*, MASTER_*, TORCHELASTIC_* and
+// TORCH_NCCL_ASYNC_ERROR_HANDLING=1 unless the user set it. One is left out on purpose:
+// TORCHELASTIC_USE_AGENT_STORE=True tells a Python worker that the agent serves the store on
+// MASTER_PORT, so its env:// init only connects; ddp_launch serves no store for its workers (rank 0
+// does, as under a plain `MASTER_ADDR=... python train.py`), so the variable is never true here and
+// never set: set to True it would leave every Python rank waiting for a store nobody serves.
+
 int global_rank(const NodeAssignment& node, int local_rank) {
   return node.node_rank * node.nproc_per_node + local_rank;
 }
@@ -36,6 +46,7 @@ std::vector<std::pair<std::string, std::string>> launcher_variables(const NodeAs
       {env::kMaxRestarts, std::to_string(node.max_restarts)},
       {env::kRunId, node.run_id},
       {env::kErrorFile, slot.error_file},
+      {env::kSignalsToHandle, slot.signals_to_handle},
   };
   if (slot.visible_gpu) {
     vars.emplace_back(env::kCudaVisibleDevices, *slot.visible_gpu);
@@ -62,6 +73,8 @@ std::vector<std::string> worker_environment(const std::map<std::string, std::str
   std::map<std::string, std::string> env = inherited;
   for (auto& [key, value] : launcher_variables(node, slot)) env[key] = value;
   if (auto omp = omp_threads_default(inherited, node.nproc_per_node, slot)) env[env::kOmpNumThreads] = *omp;
+  // torchrun's default (See Note [torchrun's worker environment]).
+  env.emplace(env::kTorchNcclAsyncErrorHandling, "1");
   // See Note [GPU numbering].
   if (slot.visible_gpu && env.find(env::kCudaDeviceOrder) == env.end()) env[env::kCudaDeviceOrder] = "PCI_BUS_ID";
   std::vector<std::string> out;

@@ -29,6 +29,7 @@ struct WorkerSlot {
   std::optional<std::string> agent_socket;  // DDP_AGENT_SOCKET (heartbeats), when the job is watched
   std::optional<std::string> log_dir;      // DDP_LOG_DIR: the attempt's log folder (--log_dir only)
   std::vector<int> cpus;                   // --cpu_bind: the CPUs it is pinned to (empty: not pinned)
+  std::string signals_to_handle;           // TORCHELASTIC_SIGNALS_TO_HANDLE (--signals_to_handle)
 };
 
 // rank = node_rank * nproc_per_node + local_rank (every node runs the same number of workers).

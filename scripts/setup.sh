@@ -15,6 +15,7 @@ debian_packages=(g++ cmake ninja-build pkg-config libcxxopts-dev libspdlog-dev c
                  libssl-dev                    # the rendezvous plugin's HMAC proofs (docs/launcher.md)
                  iproute2                      # scripts/netns-cluster.sh, the hosts tests (docs/hosts.md)
                  openssh-server openssh-client pdsh clustershell  # --hostfile's tests: an sshd per namespace host
+                 slurmctld slurmd slurm-client munge openmpi-bin  # hosts.slurm_cluster, hosts.mpirun (docs/launcher.md)
                  gnuplot-nox)                   # scripts/plot_bench.sh and its test
 # --fuzz (scripts/fuzz.sh): clang and its runtimes (libFuzzer, ASan, UBSan) as well.
 [[ ${1:-} == --fuzz ]] && debian_packages+=(clang-14 libclang-rt-14-dev)
@@ -50,6 +51,14 @@ if ((${#missing[@]})); then
   # openssh-server: the tests start their own sshd per namespace host; none for the machine.
   if [[ " ${missing[*]} " == *" openssh-server "* ]] && command -v systemctl >/dev/null; then
     "${sudo[@]}" systemctl disable --now ssh.service ssh.socket >/dev/null 2>&1 || true
+  fi
+  # The same for munge and Slurm: the tests start their own daemons inside the namespace hosts.
+  if command -v systemctl >/dev/null; then
+    for unit in munge slurmd slurmctld; do
+      if [[ " ${missing[*]} " == *" $unit "* ]]; then
+        "${sudo[@]}" systemctl disable --now "$unit" >/dev/null 2>&1 || true
+      fi
+    done
   fi
 fi
 

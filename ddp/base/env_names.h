@@ -32,6 +32,11 @@ inline constexpr char kRestartCount[] = "TORCHELASTIC_RESTART_COUNT";
 inline constexpr char kMaxRestarts[] = "TORCHELASTIC_MAX_RESTARTS";
 inline constexpr char kRunId[] = "TORCHELASTIC_RUN_ID";
 inline constexpr char kErrorFile[] = "TORCHELASTIC_ERROR_FILE";  // see Note [Error file] in run_main.h
+// torchrun's too: the signals the agent forwards (--signals_to_handle), and whether the agent serves
+// the store (ddp_launch never does, so it never sets it: a Python rank 0 serves it on MASTER_PORT).
+inline constexpr char kSignalsToHandle[] = "TORCHELASTIC_SIGNALS_TO_HANDLE";
+inline constexpr char kUseAgentStore[] = "TORCHELASTIC_USE_AGENT_STORE";
+inline constexpr char kTorchNcclAsyncErrorHandling[] = "TORCH_NCCL_ASYNC_ERROR_HANDLING";  // 1 unless set
 // ddp_launch's own: the heartbeat socket (see Note [Agent channel] in ddp/base/agent_message.h) and the attempt's log folder.
 inline constexpr char kAgentSocket[] = "DDP_AGENT_SOCKET";
 inline constexpr char kLogDir[] = "DDP_LOG_DIR";
@@ -40,11 +45,24 @@ inline constexpr char kCudaVisibleDevices[] = "CUDA_VISIBLE_DEVICES";
 inline constexpr char kCudaDeviceOrder[] = "CUDA_DEVICE_ORDER";
 inline constexpr char kOmpNumThreads[] = "OMP_NUM_THREADS";
 
-// Slurm (srun): a worker falls back to these when RANK and WORLD_SIZE are unset...
+// Schedulers that start the training binary directly (See Note [Launch sources] in
+// ddp/base/environment.cpp). Slurm (srun): a worker uses these when RANK and WORLD_SIZE are unset...
 inline constexpr char kSlurmProcId[] = "SLURM_PROCID";                 // -> RANK
 inline constexpr char kSlurmNtasks[] = "SLURM_NTASKS";                 // -> WORLD_SIZE
 inline constexpr char kSlurmLocalId[] = "SLURM_LOCALID";               // -> LOCAL_RANK
 inline constexpr char kSlurmNtasksPerNode[] = "SLURM_NTASKS_PER_NODE";  // -> LOCAL_WORLD_SIZE
+inline constexpr char kSlurmTasksPerNode[] = "SLURM_TASKS_PER_NODE";    // "2(x3),1": LOCAL_WORLD_SIZE per node
+inline constexpr char kSlurmStepId[] = "SLURM_STEP_ID";  // set in an srun task, not in the batch script
+// OpenMPI's mpirun.
+inline constexpr char kOmpiRank[] = "OMPI_COMM_WORLD_RANK";
+inline constexpr char kOmpiSize[] = "OMPI_COMM_WORLD_SIZE";
+inline constexpr char kOmpiLocalRank[] = "OMPI_COMM_WORLD_LOCAL_RANK";
+inline constexpr char kOmpiLocalSize[] = "OMPI_COMM_WORLD_LOCAL_SIZE";
+// MPICH / Intel MPI (PMI).
+inline constexpr char kPmiRank[] = "PMI_RANK";
+inline constexpr char kPmiSize[] = "PMI_SIZE";
+inline constexpr char kMpiLocalRankId[] = "MPI_LOCALRANKID";
+inline constexpr char kMpiLocalNranks[] = "MPI_LOCALNRANKS";
 // ... and ddp_launch reads these to place its node in a Slurm allocation.
 inline constexpr char kSlurmJobNodelist[] = "SLURM_JOB_NODELIST";
 inline constexpr char kSlurmNnodes[] = "SLURM_NNODES";

@@ -8,6 +8,7 @@
 
 #include "ddp/base/env_names.h"
 #include "ddp/base/error.h"
+#include "ddp/base/hostlist.h"
 
 extern char** environ;
 
@@ -89,47 +90,205 @@ std::string diagnostics_dir(const EnvLookup& env) {
   return "";
 }
 
+// Note [Launch sources]
+// ~~~~~~~~~~~~~~~~~~~~~
+// The same binary runs under ddp_launch or torchrun (RANK, WORLD_SIZE, ...), started directly by
+// srun (SLURM_PROCID, SLURM_NTASKS, ...), by OpenMPI's mpirun (OMPI_COMM_WORLD_*), by MPICH's or Intel
+// MPI's mpiexec (PMI_RANK, PMI_SIZE), or alone (nothing: a world of size 1, so a serial run needs no
+// launcher). Schedulers nest, so several sources can be present at once, and which one describes
+// this process follows from who started whom:
+// - an agent (ddp_launch, torchrun: RANK/WORLD_SIZE with TORCHELASTIC_RUN_ID) is the process's
+//   parent; the scheduler variables it inherited describe the agent itself (ddp_launch under srun
+//   sees SLURM_PROCID = its node), so the agent's win and the others are not looked at;
+// - an MPI launcher started inside a Slurm allocation starts its daemons with srun, so its ranks
+//   inherit the daemon's SLURM_PROCID: MPI's variables win over Slurm's;
+// - any other pair that is present must agree on rank and world size: RANK/WORLD_SIZE set by hand
+//   (or by a PyTorchJob) next to Slurm's or MPI's, or OpenMPI's next to PMI's. Disagreeing, one of
+//   them is stale (a RANK exported in the shell and copied to every rank by `mpirun -x`, say), and
+//   guessing would start a job in which two processes claim the same rank: an error names both.
+// A partial set (RANK without WORLD_SIZE) is an error, never a world of size 1. Slurm's variables
+// count only in an srun task (SLURM_STEP_ID set): the batch script itself has SLURM_PROCID=0 and the
+// allocation's SLURM_NTASKS, so a binary run there without srun would wait for ranks that never come.
+namespace {
+
+struct SourceReading {
+  LaunchSource source = LaunchSource::kNone;
+  const char* rank_name = "";
+  const char* size_name = "";
+  int rank = 0;
+  int size = 1;
+};
+
+// The rank and size one source gives, nullopt when neither variable is set. Throws when only one is.
+std::optional<SourceReading> read_source(const EnvLookup& env, LaunchSource source, const char* rank_name,
+                                         const char* size_name) {
+  const auto rank = env(rank_name);
+  const auto size = env(size_name);
+  if (!rank && !size) return std::nullopt;
+  if (!rank || !size) {
+    const char* missing = rank ? size_name : rank_name;
+    throw InvalidArgument(str("environment variable ", missing, " is not set but ", rank ? rank_name : size_name,
+                              " is", kHowToSet, " (a partial set is never taken for a world of size 1)"));
+  }
+  SourceReading reading{source, rank_name, size_name, parse_int(*rank, rank_name, 0, kMaxInt),
+                        parse_int(*size, size_name, 1, kMaxInt)};
+  if (reading.rank >= reading.size) {
+    throw InvalidArgument(str(rank_name, "=", reading.rank, " is not below ", size_name, "=", reading.size));
+  }
+  return reading;
+}
+
+std::string describe(const SourceReading& r) {
+  return str(r.rank_name, "=", r.rank, ", ", r.size_name, "=", r.size);
+}
+
+// Both present: they must agree (See Note [Launch sources]).
+void check_agree(const std::optional<SourceReading>& a, const std::optional<SourceReading>& b) {
+  if (!a || !b || (a->rank == b->rank && a->size == b->size)) return;
+  throw InvalidArgument(str("conflicting launch sources: ", launch_source_name(a->source), " says ", describe(*a),
+                            " but ", launch_source_name(b->source), " says ", describe(*b),
+                            "; unset the stale ones (e.g. a RANK exported in the shell)"));
+}
+
+// "2(x3),1" (SLURM_TASKS_PER_NODE) at node `node`: the tasks of that node; nullopt when malformed.
+std::optional<int> tasks_on_node(const std::string& text, int node) {
+  int first = 0;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const std::size_t paren = item.find("(x");
+    int tasks = 0;
+    int repeat = 1;
+    try {
+      tasks = parse_int(item.substr(0, paren), env::kSlurmTasksPerNode, 1, kMaxInt);
+      if (paren != std::string::npos) {
+        if (item.back() != ')') return std::nullopt;
+        repeat = parse_int(item.substr(paren + 2, item.size() - paren - 3), env::kSlurmTasksPerNode, 1, kMaxInt);
+      }
+    } catch (const InvalidArgument&) {
+      return std::nullopt;
+    }
+    if (node < first + repeat) return tasks;
+    first += repeat;
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+const char* launch_source_name(LaunchSource source) {
+  switch (source) {
+    case LaunchSource::kLauncher: return "torchrun";
+    case LaunchSource::kSlurm: return "slurm";
+    case LaunchSource::kOpenMpi: return "openmpi";
+    case LaunchSource::kPmi: return "pmi";
+    case LaunchSource::kNone: return "none";
+  }
+  return "none";
+}
+
+int slurm_default_port(long long job_id) { return static_cast<int>(10000 + job_id % 50000); }
+
 WorkerEnvironment parse_worker_environment(const EnvLookup& env, int rank_override,
                                            int world_size_override) {
   WorkerEnvironment out;
-  const bool torchrun_style = env(env::kRank) || env(env::kWorldSize);
-  const bool slurm = !torchrun_style && env(env::kSlurmProcId);
-  out.source = slurm ? "slurm" : "torchrun";
-
-  auto rank = rank_override >= 0 ? std::optional<int>(rank_override)
-                                 : first_int(env, {env::kRank, env::kSlurmProcId}, 0);
-  auto world = world_size_override >= 0 ? std::optional<int>(world_size_override)
-                                        : first_int(env, {env::kWorldSize, env::kSlurmNtasks}, 1);
-  if (!rank) throw InvalidArgument(str("environment variable ", env::kRank, " is not set", kHowToSet));
-  if (!world) throw InvalidArgument(str("environment variable ", env::kWorldSize, " is not set", kHowToSet));
-  out.rank = *rank;
-  out.world_size = *world;
+  const auto launcher = read_source(env, LaunchSource::kLauncher, env::kRank, env::kWorldSize);
+  const bool agent = launcher && env(env::kRunId).has_value();
+  std::optional<SourceReading> chosen = launcher;
+  if (!agent) {  // See Note [Launch sources]
+    // A batch script (no srun step) sees the allocation's SLURM_NTASKS and SLURM_PROCID=0: not its own.
+    const auto slurm = env(env::kSlurmStepId)
+                           ? read_source(env, LaunchSource::kSlurm, env::kSlurmProcId, env::kSlurmNtasks)
+                           : std::nullopt;
+    const auto ompi = read_source(env, LaunchSource::kOpenMpi, env::kOmpiRank, env::kOmpiSize);
+    const auto pmi = read_source(env, LaunchSource::kPmi, env::kPmiRank, env::kPmiSize);
+    check_agree(ompi, pmi);
+    const auto scheduler = ompi ? ompi : pmi ? pmi : slurm;
+    check_agree(launcher, scheduler);
+    if (!chosen) chosen = scheduler;
+  }
+  out.launch_source = chosen ? chosen->source : LaunchSource::kNone;
+  out.source = launch_source_name(out.launch_source);
+  out.rank = rank_override >= 0 ? rank_override : chosen ? chosen->rank : 0;
+  out.world_size = world_size_override >= 0 ? world_size_override : chosen ? chosen->size : 1;
   if (out.world_size < 1) throw InvalidArgument(str(env::kWorldSize, "=", out.world_size, " must be >= 1"));
   if (out.rank >= out.world_size) {
     throw InvalidArgument(str(env::kRank, "=", out.rank, " is not below ", env::kWorldSize, "=", out.world_size));
   }
-  // A single-node job without LOCAL_* is its own local world.
-  out.local_rank = first_int(env, {env::kLocalRank, env::kSlurmLocalId}, 0).value_or(out.rank);
-  out.local_world_size =
-      first_int(env, {env::kLocalWorldSize, env::kSlurmNtasksPerNode}, 1).value_or(out.world_size);
+
+  // Where the process sits on its node; a source without local variables is its own node.
+  const char* local_rank_name = env::kLocalRank;
+  const char* local_size_name = env::kLocalWorldSize;
+  if (out.launch_source == LaunchSource::kSlurm) {
+    local_rank_name = env::kSlurmLocalId;
+    local_size_name = env::kSlurmNtasksPerNode;
+  } else if (out.launch_source == LaunchSource::kOpenMpi) {
+    local_rank_name = env::kOmpiLocalRank;
+    local_size_name = env::kOmpiLocalSize;
+  } else if (out.launch_source == LaunchSource::kPmi) {
+    local_rank_name = env::kMpiLocalRankId;
+    local_size_name = env::kMpiLocalNranks;
+  }
+  out.local_rank = first_int(env, {local_rank_name}, 0).value_or(out.rank);
+  out.local_world_size = first_int(env, {local_size_name}, 1).value_or(out.world_size);
   out.group_rank = first_int(env, {env::kGroupRank}, 0).value_or(0);
   out.group_world_size = first_int(env, {env::kGroupWorldSize}, 1).value_or(1);
+  if (out.launch_source == LaunchSource::kSlurm) {
+    out.group_rank = first_int(env, {env::kSlurmNodeId}, 0).value_or(0);
+    out.group_world_size = first_int(env, {env::kSlurmNnodes}, 1).value_or(1);
+    if (!env(env::kSlurmNtasksPerNode)) {
+      const auto per_node = env(env::kSlurmTasksPerNode);
+      const auto tasks = per_node ? tasks_on_node(*per_node, out.group_rank) : std::nullopt;
+      out.local_world_size = tasks.value_or(out.local_world_size);
+    }
+  }
   out.restart_count = first_int(env, {env::kRestartCount}, 0).value_or(0);
   out.max_restarts = first_int(env, {env::kMaxRestarts}, 0).value_or(0);
   out.run_id = env(env::kRunId).value_or("");
 
+  // The master: MASTER_ADDR/MASTER_PORT; under Slurm, else the first node and the job's port; alone,
+  // nothing is needed (no TCP store).
+  std::string addr_from = env::kMasterAddr;
+  std::string port_from = env::kMasterPort;
   auto addr = env(env::kMasterAddr);
+  auto port = env(env::kMasterPort);
+  if ((!addr || addr->empty()) && out.launch_source == LaunchSource::kSlurm) {
+    if (auto nodelist = env(env::kSlurmJobNodelist); nodelist && !nodelist->empty()) {
+      addr = expand_hostlist(*nodelist).front();
+      addr_from = str("the first host of ", env::kSlurmJobNodelist);
+    }
+  }
+  if (!port && out.launch_source == LaunchSource::kSlurm) {
+    if (auto job = env(env::kSlurmJobId)) {
+      port = std::to_string(slurm_default_port(parse_int(*job, env::kSlurmJobId, 0, kMaxInt)));
+      port_from = str(env::kSlurmJobId, " (10000 + id % 50000)");
+    }
+  }
+  const bool mpi = out.launch_source == LaunchSource::kOpenMpi || out.launch_source == LaunchSource::kPmi;
+  const std::string how = mpi ? " (pass it to every rank: mpirun -x MASTER_ADDR=HOST -x MASTER_PORT=PORT)" : "";
+  if (out.launch_source == LaunchSource::kNone && out.world_size == 1) {
+    out.master_addr = addr && !addr->empty() ? *addr : "127.0.0.1";
+    out.master_port = port ? parse_int(*port, env::kMasterPort, 1, 65535) : 0;
+    out.description = "no launcher variables (RANK/WORLD_SIZE, Slurm's, MPI's): running alone, a world of size 1";
+    return out;
+  }
   if (!addr || addr->empty()) {
     throw InvalidArgument(str("environment variable ", env::kMasterAddr, " is not set", kHowToSet,
-                              " (the host name or address of rank 0)"));
+                              " (the host name or address of rank 0)", how));
   }
   out.master_addr = *addr;
-  auto port = env(env::kMasterPort);
   if (!port) {
     throw InvalidArgument(str("environment variable ", env::kMasterPort, " is not set", kHowToSet,
-                              " (a free TCP port on rank 0's host)"));
+                              " (a free TCP port on rank 0's host)", how));
   }
   out.master_port = parse_int(*port, env::kMasterPort, 1, 65535);
+  const std::string from = chosen ? str(launch_source_name(out.launch_source), " (", describe(*chosen), ")")
+                                  : std::string("InitOptions::rank and InitOptions::world_size");
+  out.description = str("rank ", out.rank, " of ", out.world_size, " from ", from, ", master ", out.master_addr, ":",
+                        out.master_port, " from ", addr_from, " and ", port_from);
   return out;
 }
 

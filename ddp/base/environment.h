@@ -31,16 +31,29 @@ struct EnvironmentSnapshot {
   EnvLookup lookup() const;
 };
 
-// What a launcher (ddp_launch, torchrun, srun) told this worker.
+// Where this process's rank and world size came from. See Note [Launch sources] in environment.cpp.
+enum class LaunchSource {
+  kLauncher,  // RANK/WORLD_SIZE: ddp_launch, torchrun, a PyTorchJob, or set by hand
+  kSlurm,     // SLURM_PROCID/SLURM_NTASKS: srun started the binary
+  kOpenMpi,   // OMPI_COMM_WORLD_*: OpenMPI's mpirun
+  kPmi,       // PMI_RANK/PMI_SIZE: MPICH's or Intel MPI's mpiexec
+  kNone,      // nothing: a world of size 1
+};
+// "torchrun", "slurm", "openmpi", "pmi", "none".
+const char* launch_source_name(LaunchSource source);
+
+// What a launcher (ddp_launch, torchrun, srun, mpirun) told this worker.
 struct WorkerEnvironment {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
   int local_world_size = 1;
   std::string master_addr;
-  int master_port = 0;
-  // "torchrun" when RANK/WORLD_SIZE were set, "slurm" when they came from SLURM_PROCID/SLURM_NTASKS.
-  std::string source;
+  int master_port = 0;  // 0 only with LaunchSource::kNone and no MASTER_PORT: no TCP store needed
+  LaunchSource launch_source = LaunchSource::kNone;
+  std::string source;  // launch_source_name(launch_source)
+  // One line saying which variables gave rank, size and master (logged once by init_process_group).
+  std::string description;
   // The node (GROUP_RANK, GROUP_WORLD_SIZE; 0 and 1 when unset) and the attempt
   // (TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS: 0 when unset; TORCHELASTIC_RUN_ID).
   int group_rank = 0;
@@ -50,13 +63,21 @@ struct WorkerEnvironment {
   std::string run_id;
 };
 
-// Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, falling back to
-// SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE for the first four, and the
-// optional GROUP_* and TORCHELASTIC_* variables.
-// Throws ddp::InvalidArgument naming the missing or malformed variable.
-// rank_override / world_size_override (>= 0) replace RANK / WORLD_SIZE (explicit arguments win).
+// Reads the launcher's variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT), else Slurm's, OpenMPI's or PMI's (See Note [Launch sources]), and the optional GROUP_*
+// and TORCHELASTIC_* variables. None at all: rank 0 of a world of size 1.
+// Throws ddp::InvalidArgument naming the missing, malformed or conflicting variables.
+// rank_override / world_size_override (>= 0) replace the rank / world size (explicit arguments win).
 WorkerEnvironment parse_worker_environment(const EnvLookup& env, int rank_override = -1,
                                            int world_size_override = -1);
+
+// Note [Slurm default port]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// Under Slurm, without MASTER_PORT / --master_port, every node of a job must agree on a port without
+// talking to each other, and two jobs sharing a node should not collide: port = 10000 + SLURM_JOB_ID
+// % 50000 (always in 10000..59999; collisions need two jobs whose ids differ by a multiple of 50000 on
+// the same first node). ddp_launch under srun and a binary started by srun directly use the same.
+int slurm_default_port(long long job_id);
 
 // Where a worker sits on its node when the init method names rank and world size explicitly
 // (tcp://, file://): LOCAL_RANK / LOCAL_WORLD_SIZE when set, else the whole world is local.

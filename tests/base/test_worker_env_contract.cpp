@@ -92,7 +92,8 @@ TEST_CASE("every variable ddp_launch sets is a name of the contract", "[env_cont
   const std::set<std::string> contract = {
       kRank, kLocalRank, kWorldSize, kLocalWorldSize, kGroupRank, kGroupWorldSize, kRoleName, kRoleRank,
       kRoleWorldSize, kMasterAddr, kMasterPort, kRestartCount, kMaxRestarts, kRunId, kErrorFile,
-      kAgentSocket, kLogDir, kCudaVisibleDevices, kCudaDeviceOrder, kOmpNumThreads};
+      kAgentSocket, kLogDir, kCudaVisibleDevices, kCudaDeviceOrder, kOmpNumThreads, kSignalsToHandle,
+      kTorchNcclAsyncErrorHandling};
   NodeAssignment node;
   node.nproc_per_node = 2;
   WorkerSlot slot;

@@ -163,7 +163,7 @@ TEST_CASE("environment: torchrun variables") {
 }
 
 TEST_CASE("environment: Slurm fallback and explicit overrides") {
-  const auto env = ddp::parse_worker_environment(env_of({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "6"},
+  const auto env = ddp::parse_worker_environment(env_of({{"SLURM_STEP_ID", "0"}, {"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "6"},
                                                          {"SLURM_LOCALID", "2"}, {"MASTER_ADDR", "a"},
                                                          {"MASTER_PORT", "1234"}}));
   REQUIRE(env.rank == 5);

@@ -266,3 +266,40 @@ TEST_CASE("train_cifar10 trains LeNet and ResNet-18 on generated files in the CI
   REQUIRE_SUCCESS(r);
   CHECK_THAT(read_text(tmp / "r.json"), Contains("\"model\": \"resnet18\""));
 }
+
+TEST_CASE("mode ddp with no launcher at all: a world of size 1, said once", "[training][ddp]") {
+  // The same binary as under ddp_launch, started alone (See Note [Launch sources]).
+  const Run alone = run("env -i PATH=/usr/bin:/bin OMP_NUM_THREADS=1 " + kBin +
+                        "/train_fashion_mnist --mode ddp --limit 256 --epochs 1 --batch-size 64");
+  REQUIRE_SUCCESS(alone);
+  CHECK_THAT(alone.output, Contains("no launcher variables (RANK/WORLD_SIZE, Slurm's, MPI's): running alone, a world "
+                                    "of size 1"));
+  CHECK_THAT(alone.output, Contains("1 process(es)"));
+  // A partial set is still an error.
+  const Run partial = run("env -i PATH=/usr/bin:/bin RANK=0 " + kBin + "/train_fashion_mnist --mode ddp --limit 64");
+  CHECK(partial.exit_code != 0);
+  CHECK_THAT(partial.output, Contains("WORLD_SIZE is not set but RANK is"));
+}
+
+TEST_CASE("checkpoint on SIGUSR1: ddp_launch forwards SIGUSR1, every rank checkpoints at one step and stops",
+          "[training][ddp]") {
+  TempDir tmp;
+  // 50 epochs: the run cannot end before the signal; it stops at the step after it (exit 128 + 10).
+  const std::string log = tmp / "run.log";
+  const std::string launch = kBin + "/ddp_launch --nproc_per_node 2 --signals_to_handle SIGTERM,SIGUSR1 " + kBin +
+                             "/train_fashion_mnist --mode ddp --limit 512 --epochs 50 --batch-size 32 --checkpoint-dir " +
+                             (tmp / "ck") + " --checkpoint-on-signal USR1";
+  const Run stopped = run("sh -c '" + launch + " >" + log + " 2>&1 & pid=$!; i=0; " +
+                          "until grep -q \"steps per epoch\" " + log + " || [ $i -ge 1200 ]; do sleep 0.1; i=$((i+1)); done; " +
+                          "kill -USR1 $pid; wait $pid; status=$?; cat " + log + "; exit $status'");
+  INFO(stopped.output);
+  CHECK(stopped.exit_code == 128 + 10);
+  CHECK_THAT(stopped.output, Contains("received SIGUSR1: forwarding it to 2 workers"));
+  REQUIRE_THAT(stopped.output, Contains("signal USR1: checkpoint of step "));
+  const std::string after = stopped.output.substr(stopped.output.find("checkpoint of step ") + 19);
+  const int step = std::stoi(after);
+  char folder[32];
+  std::snprintf(folder, sizeof folder, "step-%012d", step);
+  CHECK(fs::exists(tmp.path / "ck" / folder / "MANIFEST"));
+  CHECK_THAT(stopped.output, !Contains("epoch 50/50"));
+}

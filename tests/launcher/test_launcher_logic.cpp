@@ -10,6 +10,7 @@
 #include <set>
 
 #include "launcher/config.h"
+#include "tests/launcher/config_support.h"
 #include "ddp/base/error_file.h"
 #include "launcher/gpu_select.h"
 #include "launcher/hostlist.h"
@@ -21,6 +22,7 @@
 #include "launcher/worker_process.h"
 
 using namespace ddp::launcher;
+using namespace ddp::launcher::testing;
 using ddp::EnvironmentSnapshot;
 using ddp::UsageError;
 using ddp::WorkerError;
@@ -30,26 +32,6 @@ using ddp::format_error_json;
 using ddp::write_error_file;
 
 namespace {
-
-EnvironmentSnapshot plain_env(std::map<std::string, std::string> extra = {}) {
-  extra.emplace("PATH", "/usr/bin:/bin");
-  return EnvironmentSnapshot::from_map(std::move(extra));
-}
-
-LaunchConfig parse(std::vector<std::string> args, const EnvironmentSnapshot& env = plain_env()) {
-  std::vector<const char*> argv{"ddp_launch"};
-  for (const auto& a : args) argv.push_back(a.c_str());
-  return parse_launch_args(static_cast<int>(argv.size()), argv.data(), env).config;
-}
-
-std::string usage_error(std::vector<std::string> args, const EnvironmentSnapshot& env = plain_env()) {
-  try {
-    parse(std::move(args), env);
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 std::map<std::string, std::string> as_map(const std::vector<std::pair<std::string, std::string>>& vars) {
   return {vars.begin(), vars.end()};
@@ -77,7 +59,7 @@ TEST_CASE("defaults follow torchrun", "[launcher][config]") {
   CHECK(c.node_rank == 0);
   CHECK(c.nproc.number == 1);
   CHECK(c.master_addr == "127.0.0.1");
-  CHECK(c.master_port == 29500);
+  CHECK(c.master_port == 0);  // one node: a free port (See Note [Free port on one node])
   CHECK(c.run_id == "none");
   CHECK(c.max_restarts == 0);
   CHECK(c.shutdown_grace_s == Approx(10));
@@ -134,7 +116,7 @@ TEST_CASE("bad input is one clear UsageError", "[launcher][config]") {
       {{"--gpus", "0,0", "/bin/true"}, "names GPU 0 twice"},
       {{"--gpus", "a,b", "/bin/true"}, "--gpus"},
       {{"--nproc_per_node", "4", "--gpus", "0,1", "/bin/true"}, "give one GPU per worker"},
-      {{"--rdzv_endpoint", "nohostport", "/bin/true"}, "HOST:PORT"},
+      {{"--rdzv_endpoint", ":29400", "/bin/true"}, "has no host"},
       {{"--rdzv_endpoint", "h:1", "--node_rank", "0", "/bin/true"}, "exclude each other"},
       {{"--standalone", "--nnodes", "2", "/bin/true"}, "--standalone"},
       {{"--nproc_per_node", "2"}, "no training binary"},
@@ -228,7 +210,7 @@ TEST_CASE("worker environment for several nnodes x nproc", "[launcher][env]") {
           CHECK(vars.at("TORCHELASTIC_RUN_ID") == "job7");
           CHECK(vars.at("TORCHELASTIC_ERROR_FILE") == "/e/" + std::to_string(lr));
           CHECK(vars.count("CUDA_VISIBLE_DEVICES") == 0);
-          CHECK(vars.size() == 15);
+          CHECK(vars.size() == 16);
         }
       }
       CHECK(static_cast<int>(ranks.size()) == nnodes * nproc);

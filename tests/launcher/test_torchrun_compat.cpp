@@ -96,10 +96,21 @@ TEST_CASE("torchrun flags that cannot apply to a binary: one line saying why, ex
     std::map<std::string, std::string> env;
   };
   const std::vector<Case> cases = {
-      {{"-m", w}, "-m/--module runs a Python module", {}},
-      {{"--module", w}, "-m/--module runs a Python module", {}},
-      {{w}, "-m/--module runs a Python module", {{"PET_MODULE", "1"}}},
-      {{"--run-path", w}, "--run_path runs a Python script", {}},
+      {{"-m", "--no-python", w}, "--no_python and -m/--module exclude each other", {}},
+      {{w}, "--no_python and -m/--module exclude each other", {{"PET_MODULE", "1"}, {"PET_NO_PYTHON", "1"}}},
+      {{"--run-path", "--no_python", w}, "--no_python and --run_path exclude each other", {}},
+      {{"/nonexistent/train.py"}, "training script '/nonexistent/train.py' does not exist", {}},
+      {{"--python", "/nonexistent/python", "-m", "json.tool"}, "Python interpreter (--python) '/nonexistent/python' does not exist", {}},
+      {{"-m", "json.tool"}, "Python interpreter (PYTHON) 'no-such-python-xyz' not found in PATH", {{"PYTHON", "no-such-python-xyz"}}},
+      // A malformed PET_ variable is named (the user never typed the flag); both spellings of one.
+      {{w}, "PET_NPROC_PER_NODE='two' (torchrun's variable for --nproc_per_node): --nproc_per_node", {{"PET_NPROC_PER_NODE", "two"}}},
+      {{w}, "PET_N_PROC_PER_NODE='0' (torchrun's variable for --nproc_per_node)", {{"PET_N_PROC_PER_NODE", "0"}}},
+      {{w}, "PET_NPROC_PER_NODE='3' and PET_N_PROC_PER_NODE='2' disagree", {{"PET_NPROC_PER_NODE", "3"}, {"PET_N_PROC_PER_NODE", "2"}}},
+      {{w}, "PET_MASTER_PORT='0' (torchrun's variable for --master_port): --master_port 0", {{"PET_NNODES", "2"}, {"PET_MASTER_PORT", "0"}}},
+      {{w}, "PET_MAX_RESTARTS='-1'", {{"PET_MAX_RESTARTS", "-1"}}},
+      {{w}, "PET_RDZV_ENDPOINT='h:x'", {{"PET_RDZV_ENDPOINT", "h:x"}}},
+      {{w}, "PET_SIGNALS_TO_HANDLE='SIGFOO'", {{"PET_SIGNALS_TO_HANDLE", "SIGFOO"}}},
+      {{"--rdzv-endpoint", "localhost:0", "--nnodes", "2", w}, "port 0 (a free port) works on one node only", {}},
       {{"--logs-specs", "custom", w}, "--logs_specs custom: names a Python entry point", {}},
       {{"--numa-binding", "node", w}, "--numa_binding node: not supported", {}},
       {{"--event-log-handler", "console", w}, "no torchelastic event log", {}},

@@ -1,10 +1,10 @@
-#include "launcher/hostlist.h"
+#include "ddp/base/hostlist.h"
 
 #include <cctype>
 
 #include "ddp/base/error.h"
 
-namespace ddp::launcher {
+namespace ddp {
 namespace {
 
 [[noreturn]] void bad(const std::string& text, const std::string& why) {
@@ -106,4 +106,4 @@ std::vector<std::string> expand_hostlist(const std::string& text) {
   return hosts;
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp

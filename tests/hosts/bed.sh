@@ -1,0 +1,34 @@
+# Sourced by the hosts tests that bring their own daemons (slurm_test.sh, mpirun_test.sh): a bed of
+# namespace hosts named PREFIX<pid>, made after the checks, removed on every exit.
+#   bed_up CLUSTER PREFIX N TOOL...   skips (exit 77) without namespaces, a TOOL or Fashion-MNIST;
+#                                     sets name (the bed) and work (a scratch folder)
+# A bed of a run that was SIGKILLed (a CTest timeout) is removed by the next run of the same test.
+bed_up() {
+  cluster=$1
+  local prefix=$2 n=$3 reason tool stale
+  shift 3
+  reason=$("$cluster" check) || {
+    echo "SKIP: $reason"
+    exit 77
+  }
+  for tool in "$@"; do
+    command -v "$tool" >/dev/null || {
+      echo "SKIP: no $tool (scripts/setup.sh installs it)"
+      exit 77
+    }
+  done
+  if [[ ! -d /usr/share/datasets/fashion-mnist ]]; then
+    echo "SKIP: no Fashion-MNIST in /usr/share/datasets/fashion-mnist (scripts/setup.sh installs it)"
+    exit 77
+  fi
+  for stale in $(ip netns list | sed -n -E "s/^$prefix([0-9]+)-sw.*/\\1/p" | sort -u); do
+    if [[ ! -d /proc/$stale || $(awk '{print $3}' "/proc/$stale/stat" 2>/dev/null) == Z ]]; then
+      "$cluster" down "$prefix$stale"
+    fi
+  done
+  name="$prefix$$"
+  work=$(mktemp -d)
+  trap '"$cluster" down "$name"; rm -rf "$work"' EXIT  # every daemon and job process lives in the hosts
+  trap 'exit 143' INT TERM
+  "$cluster" up "$name" "$n"
+}
