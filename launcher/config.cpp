@@ -364,7 +364,7 @@ ParseResult parse_launch_args(int argc, const char* const* argv, const Environme
 // ddp_launch does the same: one node (and not Slurm, whose nodes derive the job's port) and no
 // --master_port means port 0, which the static rendezvous turns into a free port and the start-up
 // line announces ("master 127.0.0.1:PORT"). --master_port P is exactly P, with --standalone too.
-// Across nodes the port must be agreed in advance: 29500, torchrun's default. --rdzv_endpoint HOST:0
+// Across nodes (a host list included) the port must be agreed in advance: 29500, torchrun's default. --rdzv_endpoint HOST:0
 // (torchrun's recipe for one-node jobs) is the same: one node needs no rendezvous store.
 
 // Every value of the configuration, validated. See Note [torchrun's command line].
@@ -418,7 +418,7 @@ static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSn
   } else if (slurm && slurm->job_id) {
     c.master_port = slurm_default_port(*slurm->job_id);
     c.notes.push_back(ddp::str("master_port=", c.master_port, " from SLURM_JOB_ID"));
-  } else if (c.nnodes == 1) {
+  } else if (c.nnodes == 1 && !given("hostfile") && !given("hosts")) {  // a host list: its first host is the master
     c.master_port = 0;  // See Note [Free port on one node]
   }
   c.standalone = on("standalone");
