@@ -127,6 +127,15 @@ std::pair<std::string, std::string> split_word(const std::string& line) {
   return {line.substr(0, space), line.substr(space + 1)};
 }
 
+std::optional<int> parse_line_int(const std::string& text) {
+  const bool negative = !text.empty() && text[0] == '-';
+  const std::string digits = negative ? text.substr(1) : text;
+  if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
+  }
+  return negative ? -std::stoi(digits) : std::stoi(digits);
+}
+
 JobChannel::JobChannel(std::unique_ptr<JobCoordinator> coordinator, std::unique_ptr<JobLink> link,
                        double success_linger_s)
     : coordinator_(std::move(coordinator)), link_(std::move(link)), success_linger_s_(success_linger_s) {}

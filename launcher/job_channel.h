@@ -5,6 +5,7 @@
 // two ends: job_coordinator.h (node 0) and job_link.h (every node, node 0 included).
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,8 @@ class LineConnection {
 
 // The first word of `line` and the rest (split at the first space).
 std::pair<std::string, std::string> split_word(const std::string& line);
+// A number of the channel's lines: optional '-', at most 9 digits; nullopt for anything else.
+std::optional<int> parse_line_int(const std::string& text);
 
 // Both ends of this node's part in the job channel; destroyed in order (the link says goodbye,
 // then the coordinator lingers, bounded, until the other launchers have heard the end).

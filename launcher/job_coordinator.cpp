@@ -42,13 +42,6 @@ struct Connection {
   bool said_bye = false;
 };
 
-std::optional<int> parse_int(const std::string& text) {
-  if (text.empty() || text.size() > 9 || text.find_first_not_of("0123456789") != std::string::npos) {
-    return std::nullopt;
-  }
-  return std::stoi(text);
-}
-
 class CoordinatorLoop {
  public:
   CoordinatorLoop(int listen_fd, JobCoordinatorOptions options, int wake_fd)
@@ -145,10 +138,11 @@ class CoordinatorLoop {
     if (word == "ping") return;
     if (word == "failed") {
       const auto [round, what] = split_word(rest);
-      if (!over_ && parse_int(round) == round_) stop_round(c.node, ddp::str(name_of(c.node), ": ", what));
+      if (!over_ && parse_line_int(round) == round_) stop_round(c.node, ddp::str(name_of(c.node), ": ", what));
     } else if (word == "ended") {
       const auto [round, kind] = split_word(rest);
-      if (!over_ && parse_int(round) == round_ && (kind == "ok" || kind == "failed" || kind == "final")) ended(c.node, kind);
+      const bool known_kind = kind == "ok" || kind == "failed" || kind == "final";
+      if (!over_ && parse_line_int(round) == round_ && known_kind) ended(c.node, kind);
     } else if (word == "progress") {
       broadcast(ddp::str("progress ", c.node, " ", rest), c.node);
     } else if (word == "bye") {
@@ -165,9 +159,12 @@ class CoordinatorLoop {
     const auto [node_text, r1] = split_word(rest);
     const auto [first_text, r2] = split_word(r1);
     const auto [nproc_text, host] = split_word(r2);
-    const auto node = parse_int(node_text), first = parse_int(first_text), nproc = parse_int(nproc_text);
-    if (!node || !first || !nproc || *node >= options_.nnodes || host.empty() || host.find(' ') != std::string::npos ||
-        (nodes_[*node].connection && connections_[*nodes_[*node].connection].link.is_open())) {
+    const auto node = parse_line_int(node_text);
+    const auto first = parse_line_int(first_text);
+    const auto nproc = parse_line_int(nproc_text);
+    const bool valid = node && first && nproc && *node >= 0 && *node < options_.nnodes && *first >= 0 && *nproc >= 1 &&
+                       !host.empty() && host.find(' ') == std::string::npos;
+    if (!valid || (nodes_[*node].connection && connections_[*nodes_[*node].connection].link.is_open())) {
       c.link.close();
       return;
     }

@@ -17,15 +17,6 @@
 namespace ddp::launcher {
 namespace {
 
-std::optional<int> parse_int(const std::string& text) {
-  const bool negative = !text.empty() && text[0] == '-';
-  const std::string digits = negative ? text.substr(1) : text;
-  if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) {
-    return std::nullopt;
-  }
-  return negative ? -std::stoi(digits) : std::stoi(digits);
-}
-
 // A non-blocking socket connecting to host:port (-1 when the name does not resolve now).
 int start_connect(const std::string& host, int port) {
   addrinfo hints{};
@@ -125,14 +116,14 @@ void JobLink::on_line(const std::string& line) {
     const auto [k, r1] = split_word(rest);
     const auto [first, r2] = split_word(r1);
     const auto [nproc, host] = split_word(r2);
-    const auto node = parse_int(k), f = parse_int(first), n = parse_int(nproc);
+    const auto node = parse_line_int(k), f = parse_line_int(first), n = parse_line_int(nproc);
     if (node && f && n) nodes_[*node] = {*f, *n, host};
   } else if (word == "stop") {  // stop ROUND NODE TEXT
     const auto [round, r1] = split_word(rest);
     const auto [node, what] = split_word(r1);
-    const auto r = parse_int(round);
-    if (r && parse_int(node) != options_.node_rank) stops_.emplace(*r, what);
-    if (r && parse_int(node) == options_.node_rank) stops_.emplace(*r, "");  // our own failure, acknowledged
+    const auto r = parse_line_int(round);
+    if (r && parse_line_int(node) != options_.node_rank) stops_.emplace(*r, what);
+    if (r && parse_line_int(node) == options_.node_rank) stops_.emplace(*r, "");  // our own failure, acknowledged
   } else if (word == "lost") {  // lost NODE TEXT
     const auto [node, what] = split_word(rest);
     add_news(what);
@@ -140,7 +131,7 @@ void JobLink::on_line(const std::string& line) {
   } else if (word == "progress") {  // progress NODE ROUND RANK:STEP,...
     const auto [node, r1] = split_word(rest);
     const auto [round, list] = split_word(r1);
-    const auto r = parse_int(round);
+    const auto r = parse_line_int(round);
     if (!r) return;
     if (*r != remote_steps_round_) {
       remote_steps_.clear();
@@ -153,7 +144,7 @@ void JobLink::on_line(const std::string& line) {
       const std::string item = list.substr(begin, end - begin);
       const auto colon = item.find(':');
       if (colon != std::string::npos) {
-        const auto rank = parse_int(item.substr(0, colon));
+        const auto rank = parse_line_int(item.substr(0, colon));
         try {
           if (rank) remote_steps_[*rank] = std::stoll(item.substr(colon + 1));
         } catch (const std::exception&) {
@@ -163,7 +154,7 @@ void JobLink::on_line(const std::string& line) {
     }
   } else if (word == "verdict") {  // verdict ROUND restart|done
     const auto [round, kind] = split_word(rest);
-    if (const auto r = parse_int(round)) verdicts_[*r] = kind;
+    if (const auto r = parse_line_int(round)) verdicts_[*r] = kind;
   } else if (word == "note") {
     spdlog::error("{}", rest);
     add_news(rest);
@@ -220,7 +211,8 @@ std::string JobLink::describe_behind(int round, const std::vector<std::pair<int,
 
 RoundVerdict JobLink::finish_round(int round, const std::string& kind, double timeout_s, SignalPipe& signals,
                                    std::string& why) {
-  const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  const auto until =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
   bool sent = false;
   while (true) {
     pump();
@@ -255,8 +247,8 @@ std::string JobLink::name_of_node(int node) const {
   const auto it = nodes_.find(node);
   if (it == nodes_.end()) return ddp::str("node ", node);
   const NodeInfo& n = it->second;
-  const std::string ranks =
-      n.nproc == 1 ? ddp::str("rank ", n.first_rank) : ddp::str("ranks ", n.first_rank, "-", n.first_rank + n.nproc - 1);
+  const std::string ranks = n.nproc == 1 ? ddp::str("rank ", n.first_rank)
+                                         : ddp::str("ranks ", n.first_rank, "-", n.first_rank + n.nproc - 1);
   return ddp::str(n.host, " (node ", node, ", ", ranks, ")");
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Cross-host figures on the network-namespace test bed (docs/hosts.md, scripts/netns-cluster.sh):
 #   scripts/bench-hosts.sh [RUNS [FIGURES]]   (root or CAP_NET_ADMIN; default 3 runs of each figure;
-#   FIGURES a comma list of first_step, host_loss, host_down, restart: default all four)
+#   FIGURES a comma list of first_step, host_loss, host_down, restart: default all four;
+#   BENCH_TOOLS="ddp" or "torch" times one side only)
 # 1. start to the end of the first step of a 3-host job (1 worker per host, one step, then a barrier:
 #    the moment rank 0 prints "finished 1 steps"), with static rendezvous (--master_addr host0) and
 #    c10d rendezvous (--rdzv_endpoint host0:29400);
@@ -224,6 +225,8 @@ summary() {  # summary LABEL VALUES...: min, median, max of numeric values
 
 tools=(ddp)
 [[ -x $torchrun ]] && tools+=(torch)
+# BENCH_TOOLS="ddp" or "torch": only one side.
+[[ -z ${BENCH_TOOLS:-} ]] || read -r -a tools <<<"$BENCH_TOOLS"
 port=29500
 declare -A results
 for ((run = 1; run <= runs; run++)); do

@@ -77,7 +77,8 @@ int silent_launcher(int port, int node) {
   to.sin_port = htons(static_cast<uint16_t>(port));
   to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0);
-  const std::string hello = "hello " + std::to_string(node) + " " + std::to_string(node) + " 1 host" + std::to_string(node) + "\n";
+  const std::string n = std::to_string(node);
+  const std::string hello = "hello " + n + " " + n + " 1 host" + n + "\n";
   REQUIRE(::write(fd, hello.data(), hello.size()) == static_cast<ssize_t>(hello.size()));
   return fd;
 }
