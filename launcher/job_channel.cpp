@@ -47,7 +47,7 @@
 // - Every wait is bounded: connecting and a round's verdict by --rdzv_timeout (2 s with nothing to
 //   restart), the coordinator's linger at the end (it outlives node 0's group until the other
 //   launchers have left, so that none mistakes node 0's normal exit for its loss) by --rdzv_timeout
-//   after a success and 3 s after a failure.
+//   after a success and 1 s after a failure (the others are stopping then, and have the verdict).
 // - Trust: the channel is as open as the job's own TCPStore (which any client on the network can
 //   write to): a launcher is recognised by its hello (a node rank not taken); anything else that is
 //   not a launcher's line closes the connection.
@@ -142,7 +142,7 @@ JobChannel::JobChannel(std::unique_ptr<JobCoordinator> coordinator, std::unique_
 
 JobChannel::~JobChannel() {
   link_.reset();  // goodbye first: node 0's own link must not count as lost
-  if (coordinator_) coordinator_->set_linger(succeeded_ ? success_linger_s_ : 3);
+  if (coordinator_) coordinator_->set_linger(succeeded_ ? success_linger_s_ : 1);
   coordinator_.reset();
 }
 

@@ -66,7 +66,7 @@ class JobChannel {
   JobChannel& operator=(const JobChannel&) = delete;
   JobLink* link() const { return link_.get(); }
   // How long node 0's launcher waits at the end for the other launchers to leave: the job
-  // succeeded, so they are ending too (--rdzv_timeout), or it failed (a few seconds).
+  // succeeded, so they are ending too (--rdzv_timeout), or it failed (1 s).
   void set_job_succeeded(bool succeeded) { succeeded_ = succeeded; }
 
  private:

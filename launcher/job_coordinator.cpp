@@ -50,7 +50,10 @@ class CoordinatorLoop {
   void run(const std::atomic<double>& linger_s) {
     while (!ending_) step(100);
     // The job ended on this node: tell everyone still here, then wait (bounded) until they leave.
-    if (!over_) broadcast(ddp::str("verdict ", round_, " done"));
+    if (!over_) {
+      note_silent_nodes(-1);
+      broadcast(ddp::str("verdict ", round_, " done"));
+    }
     const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                           std::chrono::duration<double>(linger_s.load()));
     while (Clock::now() < until && any_member_connected()) step(50);
@@ -203,16 +206,25 @@ class CoordinatorLoop {
     if (kind != "ok") stop_round(node, ddp::str(name_of(node), ": its worker group failed"));
     // No next round can include this node: it ends now, and needs nobody else to.
     if (kind == "final" || (kind == "failed" && round_ >= options_.max_restarts)) {
-      for (int k = 0; k < options_.nnodes; ++k) {
-        const double silent_s = std::chrono::duration<double>(Clock::now() - nodes_[k].last_heard).count();
-        if (nodes_[k].known && !nodes_[k].lost && nodes_[k].ended_round != round_ && silent_s > 1) {
-          send_to(node, ddp::str("note ", name_of(k), ": nothing heard from its launcher for ",
-                                 static_cast<int>(silent_s * 10) / 10.0, " s (cut off from the network, or stopped?)"));
-        }
-      }
+      note_silent_nodes(node);
       send_to(node, ddp::str("verdict ", round_, " done"));
     }
     settle_round();
+  }
+
+  // Tells `to` (every launcher when -1) which nodes that have not ended the round have been silent
+  // for over 1 s (their launchers ping every 250 ms): a partition closes nothing, so this is how the
+  // others learn of it before their verdict.
+  void note_silent_nodes(int to) {
+    for (int k = 0; k < options_.nnodes; ++k) {
+      const double silent_s = std::chrono::duration<double>(Clock::now() - nodes_[k].last_heard).count();
+      if (!nodes_[k].known || nodes_[k].lost || nodes_[k].ended_round == round_ || silent_s <= 1) continue;
+      const std::string note = ddp::str("note ", name_of(k), ": nothing heard from its launcher for ",
+                                        static_cast<int>(silent_s * 10) / 10.0,
+                                        " s (cut off from the network, or stopped?)");
+      if (to < 0) broadcast(note);
+      else send_to(to, note);
+    }
   }
 
   void disconnected(size_t i) {

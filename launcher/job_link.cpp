@@ -99,6 +99,10 @@ void JobLink::pump() {
 void JobLink::connection_lost() {
   link_.close();
   if (!hello_sent_ || coordinator_gone_) return;
+  // After its verdict "done" the coordinator goes away with node 0's launcher: not a loss.
+  for (const auto& [round, kind] : verdicts_) {
+    if (kind == "done") return;
+  }
   coordinator_gone_ = true;
   const std::string what = ddp::str(name_of_node(0), " was lost: the job's coordinator, in its launcher, closed the ",
                                      "connection (the launcher or its host is gone)");
