@@ -25,7 +25,8 @@ bool coordinated_restart(const SupervisorOptions& options, SignalPipe& signals, 
   const RoundVerdict verdict = link.finish_round(attempt, kind, wait_s, signals, why);
   result.stopped_by = run.stopped_by;
   result.elsewhere = link.news();
-  if (failed && !result.root_cause) result.exit_code = 1;  // stopped from elsewhere, its workers exited cleanly
+  // Stopped from elsewhere while its own workers exited cleanly: the job failed all the same.
+  if (failed && result.exit_code == 0) result.exit_code = 1;
   if (verdict == RoundVerdict::kRestart && !final) {
     if (failed) {
       spdlog::warn("the job's round {} failed ({}): every host restarts its group, restart {} of {}", attempt,
