@@ -41,10 +41,11 @@ bool coordinated_restart(const SupervisorOptions& options, SignalPipe& signals, 
     }
     return true;
   }
-  if (verdict == RoundVerdict::kNoAnswer && wait_s > 2) {
+  if (verdict == RoundVerdict::kNoAnswer && wait_s > 2 && failed) {
     spdlog::error("{}: ending", why);
     result.elsewhere.push_back(why);
-    if (result.exit_code == 0) result.exit_code = 1;
+  } else if (verdict == RoundVerdict::kNoAnswer && wait_s > 2) {
+    spdlog::warn("{}: this host's group succeeded, ending", why);  // as torchrun's exit barrier timing out
   }
   if (verdict == RoundVerdict::kSignalled && result.exit_code == 0) result.exit_code = 1;
   return false;
