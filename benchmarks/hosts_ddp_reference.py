@@ -6,9 +6,14 @@ loss of torchrun + Python DDP are timed on the same job as ddp_launch + C++ DDP.
   .venv/bin/torchrun --nnodes 3 --node_rank K --master_addr 198.18.0.1 --master_port 29500 \\
       --nproc_per_node 2 benchmarks/hosts_ddp_reference.py --steps 1
 
-Prints "finished N steps" on each rank at the end, as fault_worker does.
+Prints "finished N steps" on each rank at the end, as fault_worker does. For the restart figure, as
+fault_worker's DDP_FAULT=rank=R,step=S,kind=exit with --pid-dir D and --say-first-step: with
+--fail-rank R --fail-step S --fault-file F, rank R writes CLOCK_MONOTONIC's ns to F and exits 3
+before step S, unless F exists (once per job); with --say-first-step rank 0
+prints "trained a step in attempt A at NS" after its first step.
 """
 import argparse
+import os
 import time
 
 import torch
@@ -20,20 +25,35 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--step-ms", type=float, default=0)
+    parser.add_argument("--fail-rank", type=int, default=-1)
+    parser.add_argument("--fail-step", type=int, default=0)
+    parser.add_argument("--fault-file", default="")
+    parser.add_argument("--say-first-step", action="store_true")
     args = parser.parse_args()
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(11)
     net = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1)).double()
     model = nn.parallel.DistributedDataParallel(net)
     optimizer = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+    say_first_step = args.say_first_step and rank == 0
     for step in range(args.steps):
+        # Once: torchrun's restart count grows only on the agents whose own workers failed.
+        if rank == args.fail_rank and step + 1 == args.fail_step and not os.path.exists(args.fault_file):
+            with open(args.fault_file, "w") as f:
+                f.write(f"{time.monotonic_ns()}\n")
+            print(f"fault: exit on rank {rank} at step {step + 1}", flush=True)
+            os._exit(3)
         torch.manual_seed(1000 * step + rank)
         x = torch.randn(16, 8, dtype=torch.double)
         y = x.sum(1, keepdim=True).sin()
         optimizer.zero_grad()
         nn.functional.mse_loss(model(x), y).backward()
         optimizer.step()
+        if say_first_step:
+            say_first_step = False
+            print(f"trained a step in attempt {attempt} at {time.monotonic_ns()}", flush=True)
         time.sleep(args.step_ms / 1000)
     dist.barrier()
     print(f"finished {args.steps} steps", flush=True)

@@ -11,7 +11,9 @@
 #include <spdlog/spdlog.h>
 
 #include "ddp/base/files.h"
+#include "ddp/base/str.h"
 #include "launcher/agent_socket.h"
+#include "launcher/job_link.h"
 #include "launcher/progress_board.h"
 
 // Note [Supervision]
@@ -111,6 +113,7 @@ class Attempt {
       handle_signals();
       reap();
       check_hangs();
+      follow_job();
       if (stop_deadline_ && Clock::now() >= *stop_deadline_ && !killed_) kill_all(SIGKILL);
       if (reap_deadline_ && Clock::now() >= *reap_deadline_) give_up_on_unreaped();
       if (running_count() == 0) break;
@@ -121,7 +124,7 @@ class Attempt {
     for (auto& w : workers_) {
       if (w.pid > 0) ::kill(-w.pid, SIGKILL);  // reaped (or unreaped): never the pid itself, it may be reused
     }
-    return {std::move(failures), launcher_signal, unreaped_};
+    return {std::move(failures), launcher_signal, unreaped_, stopped_by_};
   }
 
  private:
@@ -161,7 +164,8 @@ class Attempt {
     const auto stuck = options_.progress->stuck(Clock::now(), options_.hang_timeout_s);
     if (stuck.empty()) return;
     for (const auto& s : stuck) {
-      const std::string line = describe_stuck(s);
+      std::string line = describe_stuck(s);
+      if (options_.link != nullptr) line += options_.link->describe_behind(attempt_, local_steps());
       spdlog::error("{} (--hang_timeout {} s): stopping the job", line, options_.hang_timeout_s);
       for (auto& w : workers_) {
         if (w.launch.rank != s.worker.rank || !w.running) continue;
@@ -173,7 +177,37 @@ class Attempt {
         options_.progress->count_failure();
       }
     }
+    if (options_.link != nullptr) {
+      options_.link->report_failure(attempt_, describe_stuck(stuck.front()) +
+                                                  options_.link->describe_behind(attempt_, local_steps()) +
+                                                  " (--hang_timeout)");
+    }
     begin_stop(true, "the hang watchdog stopped the job");
+  }
+
+  // This node's ranks' last reported steps.
+  std::vector<std::pair<int, std::int64_t>> local_steps() const {
+    std::vector<std::pair<int, std::int64_t>> steps;
+    if (options_.progress == nullptr) return steps;
+    for (const RankProgress& r : options_.progress->snapshot().ranks) {
+      if (r.step) steps.emplace_back(r.worker.rank, *r.step);
+    }
+    return steps;
+  }
+
+  // See Note [Coordinated restarts]: another node's failure (or loss) stops this group too; with
+  // the hang watchdog on, this node's progress goes to the others.
+  void follow_job() {
+    if (options_.link == nullptr) return;
+    options_.link->pump();
+    if (const auto stop = options_.link->take_stop(attempt_)) {
+      if (!stopping_ && failures.empty()) stopped_by_ = *stop;
+      if (!stopping_) {
+        spdlog::warn("{}", *stop);
+        begin_stop(true, "the job stopped on another host");
+      }
+    }
+    if (options_.hang_timeout_s > 0 && !stopping_) options_.link->publish_progress(attempt_, local_steps());
   }
 
   int running_count() const {
@@ -182,6 +216,7 @@ class Attempt {
 
   int next_timeout_ms() const {
     int ms = std::max(1, static_cast<int>(options_.monitor_interval_s * 1000));
+    if (options_.link != nullptr) ms = std::min(ms, 250);  // its pings (See Note [Coordinated restarts])
     const auto until = [&](Clock::time_point deadline) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
       ms = std::min<long long>(ms, std::max<long long>(0, left + 1));
@@ -238,6 +273,8 @@ class Attempt {
       }
     }
     const int agent_fd = options_.agent != nullptr ? options_.agent->fd() : -1;
+    const int link_fd = options_.link != nullptr ? options_.link->poll_fd() : -1;
+    if (link_fd >= 0) fds.push_back({link_fd, options_.link->poll_events(), 0});
     if (agent_fd >= 0) fds.push_back({agent_fd, POLLIN, 0});
     const int n = ::poll(fds.data(), fds.size(), timeout_ms);
     if (n <= 0) return;
@@ -302,6 +339,9 @@ class Attempt {
       exit.after_stop = stopping_before;
       exit.observed_pass = pass_;
       if (!stopping_before && options_.progress != nullptr) options_.progress->count_failure();
+      if (!stopping_before && options_.link != nullptr) {
+        options_.link->report_failure(attempt_, ddp::str("rank ", exit.rank, " exited with ", describe_exit(exit)));
+      }
       failures.push_back(std::move(exit));
       failed = true;
     }
@@ -363,6 +403,7 @@ class Attempt {
   std::optional<Clock::time_point> stop_deadline_;
   std::optional<Clock::time_point> reap_deadline_;  // SIGKILL sent: see Note [Unreapable workers]
   bool unreaped_ = false;
+  std::optional<std::string> stopped_by_;  // See Note [Coordinated restarts]
 };
 
 }  // namespace

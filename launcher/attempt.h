@@ -15,6 +15,8 @@ struct AttemptOutcome {
   std::vector<WorkerExit> failures;    // empty: every worker exited 0
   std::optional<int> launcher_signal;  // a signal the launcher received and forwarded
   bool unreaped = false;               // a worker was given up on: see Note [Unreapable workers]
+  // Another node's failure or loss that stopped this group (See Note [Coordinated restarts]).
+  std::optional<std::string> stopped_by;
 };
 
 // Starts `launches`, supervises them until every one has ended (and every process group is gone),

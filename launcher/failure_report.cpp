@@ -87,6 +87,17 @@ std::size_t root_cause_index(const std::vector<WorkerExit>& failures) {
 std::string format_failure_summary(const SupervisorResult& result, const std::string& host_name) {
   const std::string rule(64, '=');
   std::string out = rule + "\n";
+  // See Note [Coordinated restarts] in launcher/job_channel.cpp: what came from the other hosts.
+  std::string job;
+  if (result.stopped_by) job += ddp::str("Stopped from another host: ", *result.stopped_by, "\n");
+  if (!result.elsewhere.empty()) {
+    job += "Elsewhere in the job:\n";
+    for (const auto& line : result.elsewhere) job += ddp::str("  ", line, "\n");
+  }
+  if (!result.root_cause && !job.empty() && !result.launcher_signal) {
+    out += ddp::str("ddp_launch: worker group FAILED on host ", host_name, ": stopped because of another host\n", job);
+    return out + rule + "\n";
+  }
   if (!result.root_cause) {
     out += ddp::str("ddp_launch: stopped by ", signal_name(result.launcher_signal.value_or(0)),
                     "; every worker exited cleanly\n");
@@ -95,6 +106,7 @@ std::string format_failure_summary(const SupervisorResult& result, const std::st
   const WorkerExit& e = *result.root_cause;
   out += ddp::str("ddp_launch: worker group FAILED", result.attempts > 1 ? ddp::str(" after ", result.attempts, " attempts") : "",
                   result.launcher_signal ? " (launcher received " + signal_name(*result.launcher_signal) + ")" : "", "\n");
+  out += job;
   out += "Root cause (first observed failure):\n";
   out += ddp::str("  time      : ", format_time(e.time), "\n");
   out += ddp::str("  host      : ", host_name, "\n");

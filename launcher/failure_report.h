@@ -38,6 +38,11 @@ struct SupervisorResult {
   std::optional<int> launcher_signal;     // a signal the launcher received and forwarded
   std::optional<WorkerExit> root_cause;   // the first failure of the last attempt
   std::vector<WorkerExit> other_failures;
+  // Multi-node jobs (See Note [Coordinated restarts]): what stopped this node's group from
+  // elsewhere ("host2 (node 2, rank 2): rank 2 exited with 3"), and what this launcher heard of the
+  // rest of the job (lost hosts with their ranks, nodes that did not report).
+  std::optional<std::string> stopped_by;
+  std::vector<std::string> elsewhere;
 };
 
 // Which of an attempt's failures is the root cause (an index into failures, which must not be

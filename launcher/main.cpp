@@ -12,6 +12,7 @@
 #include "launcher/agent_socket.h"
 #include "launcher/config.h"
 #include "launcher/gpu_select.h"
+#include "launcher/job_channel.h"
 #include "launcher/line_splitter.h"
 #include "launcher/log_layout.h"
 #include "launcher/metrics_server.h"
@@ -185,6 +186,8 @@ int run(const LaunchConfig& c, const EnvironmentSnapshot& env) {
                global_rank(node, 0), global_rank(node, local.nproc - 1), node.nnodes * local.nproc, node.node_rank,
                node.nnodes, node.master_addr, node.master_port, node.run_id);
   if (writes_log_files(c, local.nproc)) folder.keep();
+  // Multi-node: the launchers' job channel (See Note [Coordinated restarts] in launcher/job_channel.cpp).
+  const std::unique_ptr<JobChannel> channel = open_job_channel(c, node, local.nproc, this_host_name());
 
   const GroupFactory make_group = [&](int attempt) {
     std::vector<WorkerLaunch> group = plan_workers(c, node, local, run, attempt);
@@ -205,7 +208,10 @@ int run(const LaunchConfig& c, const EnvironmentSnapshot& env) {
   options.forwarded_signals = c.forwarded_signals;
   options.duplicate_stdout_filters = c.duplicate_stdout_filters;
   options.duplicate_stderr_filters = c.duplicate_stderr_filters;
+  options.link = channel ? channel->link() : nullptr;
+  options.round_timeout_s = c.rdzv_timeout_s;
   const SupervisorResult result = supervise(options, make_group);
+  if (channel) channel->set_job_succeeded(result.exit_code == 0);
   if (result.exit_code != 0) {
     std::fputs(format_failure_summary(result, options.host_name).c_str(), stderr);
   }

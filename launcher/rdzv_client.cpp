@@ -50,7 +50,12 @@ class StoreRendezvous : public RendezvousHandler {
     const int listen_fd = listen_address == route.master_address
                               ? listen_on(config_.rdzv_host, config_.rdzv_port)
                               : listen_on_address(listen_address, config_.rdzv_port);
-    const int port = pick_free_port(advertise);
+    // The master port, if this node gets rank 0; the next port is the launchers' job channel (See
+    // Note [Coordinated restarts] in launcher/job_channel.cpp), so both must be free.
+    int port = pick_free_port(advertise);
+    for (int tries = 0; tries < 20 && probe_bind(advertise, port + 1) != BindProbe::kFree; ++tries) {
+      port = pick_free_port(advertise);
+    }
     ddp_rdzv_request req{config_.rdzv_host.c_str(), config_.rdzv_port, config_.rdzv_id.c_str(), config_.nnodes,
                          listen_fd, advertise.c_str(), port, config_.rdzv_timeout_s, config_.rdzv_token.c_str(),
                          config_.keep_c10_logs ? 0 : 1};

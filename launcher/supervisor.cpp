@@ -3,8 +3,55 @@
 #include <spdlog/spdlog.h>
 
 #include "launcher/attempt.h"
+#include "launcher/job_link.h"
 
 namespace ddp::launcher {
+namespace {
+
+// What the rest of a multi-node job says after this node's round `attempt` ended: whether every
+// node restarts together (See Note [Coordinated restarts] in launcher/job_channel.cpp).
+bool coordinated_restart(const SupervisorOptions& options, SignalPipe& signals, int attempt, const AttemptOutcome& run,
+                         SupervisorResult& result) {
+  JobLink& link = *options.link;
+  const bool failed = result.root_cause.has_value() || run.stopped_by.has_value();
+  const bool final = run.launcher_signal.has_value() || run.unreaped;
+  const bool restarts_left = attempt < options.max_restarts;
+  const std::string kind = final ? "final" : failed ? "failed" : "ok";
+  // A round that cannot restart waits only briefly, for what the coordinator heard before (a lost
+  // host); one that may restart waits for every node (the re-rendezvous), bounded by --rdzv_timeout.
+  double wait_s = restarts_left && !final ? options.round_timeout_s : (link.connected_once() ? 2 : 0);
+  if (!failed && !restarts_left) wait_s = 0;
+  std::string why;
+  const RoundVerdict verdict = link.finish_round(attempt, kind, wait_s, signals, why);
+  result.stopped_by = run.stopped_by;
+  result.elsewhere = link.news();
+  // Stopped from elsewhere while its own workers exited cleanly: the job failed all the same.
+  if (failed && result.exit_code == 0) result.exit_code = 1;
+  if (verdict == RoundVerdict::kRestart && !final) {
+    if (failed) {
+      spdlog::warn("the job's round {} failed ({}): every host restarts its group, restart {} of {}", attempt,
+                   run.stopped_by ? *run.stopped_by
+                                  : ddp::str("rank ", result.root_cause->rank, " exited with ",
+                                             describe_exit(*result.root_cause)),
+                   attempt + 1, options.max_restarts);
+    } else {
+      spdlog::warn("this host's group finished, but the job's round {} failed elsewhere: every host restarts its "
+                   "group, restart {} of {}",
+                   attempt, attempt + 1, options.max_restarts);
+    }
+    return true;
+  }
+  if (verdict == RoundVerdict::kNoAnswer && wait_s > 2 && failed) {
+    spdlog::error("{}: ending", why);
+    result.elsewhere.push_back(why);
+  } else if (verdict == RoundVerdict::kNoAnswer && wait_s > 2) {
+    spdlog::warn("{}: this host's group succeeded, ending", why);  // as torchrun's exit barrier timing out
+  }
+  if (verdict == RoundVerdict::kSignalled && result.exit_code == 0) result.exit_code = 1;
+  return false;
+}
+
+}  // namespace
 
 SupervisorResult supervise(const SupervisorOptions& options, const GroupFactory& make_group) {
   SignalPipe signals(options.forwarded_signals);
@@ -22,15 +69,15 @@ SupervisorResult supervise(const SupervisorOptions& options, const GroupFactory&
         if (i != first) result.other_failures.push_back(run.failures[i]);
       }
     }
-    if (run.launcher_signal) {
-      result.exit_code = 128 + *run.launcher_signal;
+    result.exit_code = run.launcher_signal      ? 128 + *run.launcher_signal
+                       : result.root_cause ? result.root_cause->launcher_exit_code()
+                                           : 0;
+    if (options.link != nullptr) {
+      if (coordinated_restart(options, signals, attempt, run, result)) continue;
+      if (run.unreaped) spdlog::error("not restarting: a worker of this attempt was not reaped after SIGKILL");
       return result;
     }
-    if (!result.root_cause) {
-      result.exit_code = 0;
-      return result;
-    }
-    result.exit_code = result.root_cause->launcher_exit_code();
+    if (run.launcher_signal || !result.root_cause) return result;
     if (attempt >= options.max_restarts) return result;
     if (run.unreaped) {  // See Note [Unreapable workers]
       spdlog::error("not restarting: a worker of this attempt was not reaped after SIGKILL");

@@ -15,6 +15,7 @@
 namespace ddp::launcher {
 
 class AgentSocket;
+class JobLink;
 class ProgressBoard;
 
 // One attempt's workers, built by the caller for attempt k (restart count k); the caller also makes
@@ -45,6 +46,11 @@ struct SupervisorOptions {
   // Reaps a worker if it has ended: waitpid(pid, status, WNOHANG) when empty. Tests inject one that
   // never reaps some workers.
   std::function<pid_t(pid_t pid, int* status)> try_reap;
+  // A multi-node job's channel to the other launchers (nullptr with one node): a failure anywhere
+  // stops every host's group and restarts are rounds of the whole job. See Note [Coordinated
+  // restarts] in launcher/job_channel.cpp.
+  JobLink* link = nullptr;
+  double round_timeout_s = 600;  // --rdzv_timeout: how long a round's end waits for the other nodes
 };
 
 // Runs attempts until one succeeds, restarts are used up, or the launcher is signalled.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Cross-host figures on the network-namespace test bed (docs/hosts.md, scripts/netns-cluster.sh):
 #   scripts/bench-hosts.sh [RUNS [FIGURES]]   (root or CAP_NET_ADMIN; default 3 runs of each figure;
-#   FIGURES a comma list of first_step, host_loss, host_down: default all three)
+#   FIGURES a comma list of first_step, host_loss, host_down, restart: default all four;
+#   BENCH_TOOLS="ddp" or "torch" times one side only)
 # 1. start to the end of the first step of a 3-host job (1 worker per host, one step, then a barrier:
 #    the moment rank 0 prints "finished 1 steps"), with static rendezvous (--master_addr host0) and
 #    c10d rendezvous (--rdzv_endpoint host0:29400);
@@ -10,6 +11,10 @@
 # 3. the same from host 1 losing every process at once (its launcher and its workers SIGKILLed
 #    together: the host's power lost), which is what a torchrun job sees of a lost host, since
 #    torchrun's workers outlive its agent;
+# 4. restart: a coordinated restart (--max_restarts 3, 3 hosts x 1 worker, c10d and static
+#    rendezvous): from rank 2 exiting 3 before step 150 (the time it wrote, CLOCK_MONOTONIC) to rank 0
+#    having trained its first step of attempt 1 (the time it printed): stop, re-rendezvous, start,
+#    connect, a step;
 # each for ddp_launch + C++ DDP (build/bin/fault_worker, the fault tests' worker) and, when
 # .venv/bin/torchrun exists, for torchrun + Python DDP on the same job
 # (benchmarks/hosts_ddp_reference.py, with GLOO_SOCKET_IFNAME=eth0, which PyTorch needs there). Every wait is bounded (a host loss is given 60 s); the bed
@@ -18,7 +23,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 runs=${1:-3}
-figures=${2:-first_step,host_loss,host_down}
+figures=${2:-first_step,host_loss,host_down,restart}
 cluster=$DDP_ROOT/scripts/netns-cluster.sh
 bin=$DDP_BUILD_DIR/bin
 torchrun=$DDP_ROOT/.venv/bin/torchrun
@@ -88,12 +93,16 @@ drain_bed() {
   echo gone
 }
 
-# launch TOOL MODE K PORT NPROC WORKER_ARGS...: host K's launcher, output in $work/hostK.log.
+# launch TOOL MODE K PORT NPROC WORKER_ARGS...: host K's launcher, output in $work/hostK.log;
+# extra_env and extra_flags (the launcher's) when set.
+extra_env=()
+extra_flags=()
 launch() {
   local tool=$1 mode=$2 k=$3 port=$4 nproc=$5 cmd
   shift 5
   if [[ $tool == ddp ]]; then
-    cmd=("$bin/ddp_launch" --nproc_per_node "$nproc" --monitor_interval 0.05 --shutdown_grace 3)
+    cmd=(env "${extra_env[@]}" "$bin/ddp_launch" --nproc_per_node "$nproc" --monitor_interval 0.05 --shutdown_grace 3
+      "${extra_flags[@]}")
     if [[ $mode == static ]]; then
       cmd+=(--nnodes 3 --node_rank "$k" --master_addr "$host0" --master_port "$port")
     else
@@ -103,7 +112,7 @@ launch() {
   else
     # PyTorch advertises the hostname's address, 127.0.1.1 on the bed as on Debian (docs/hosts.md):
     # without the interface named, its ranks cannot connect (connectFullMesh ... Connection refused).
-    cmd=(env GLOO_SOCKET_IFNAME=eth0 "$torchrun" --nproc_per_node "$nproc")
+    cmd=(env GLOO_SOCKET_IFNAME=eth0 "${extra_env[@]}" "$torchrun" --nproc_per_node "$nproc" "${extra_flags[@]}")
     if [[ $mode == static ]]; then
       cmd+=(--nnodes 3 --node_rank "$k" --master_addr "$host0" --master_port "$port")
     else
@@ -164,6 +173,47 @@ host_loss() {
   wait || true
 }
 
+# A coordinated restart: from the fault (rank 2, before step 150 of attempt 0) to rank 0's first
+# step of attempt 1, in seconds.
+restart() {
+  local tool=$1 mode=$2 port=$3 deadline fault trained
+  rm -rf "$work"/host*.log "$work/pids"
+  mkdir -p "$work/pids"
+  extra_flags=(--max_restarts 3)  # torchrun needs more than one round here (docs/hosts.md)
+  if [[ $tool == ddp ]]; then
+    extra_env=(DDP_FAULT=rank=2,step=150,kind=exit,attempt=0)
+    for k in 0 1 2; do
+      launch ddp "$mode" "$k" "$port" 1 --steps 400 --step-ms 20 --pid-dir "$work/pids" --say-first-step
+    done
+  else
+    extra_flags+=(--monitor_interval 0.05)  # as ddp_launch's here
+    for k in 0 1 2; do
+      launch torch "$mode" "$k" "$port" 1 --steps 400 --step-ms 20 --fail-rank 2 --fail-step 150 \
+        --fault-file "$work/pids/fault.at" --say-first-step
+    done
+  fi
+  extra_env=()
+  extra_flags=()
+  deadline=$((SECONDS + 90))
+  # Rank 0's first step after the fault (torchrun's restart count grows only where a worker failed,
+  # so the attempt number it prints is not the round).
+  until [[ -s $work/pids/fault.at ]] && fault=$(cat "$work/pids/fault.at") &&
+    trained=$(sed -n -E 's/.*trained a step in attempt [0-9]+ at ([0-9]+).*/\1/p' "$work"/host*.log 2>/dev/null |
+      awk -v f="$fault" '$1 > f { print; exit }') && [[ -n $trained ]]; do
+    if ((SECONDS >= deadline)); then
+      echo "no step after the fault within 90 s" >&2
+      tail -n 5 "$work"/host*.log >&2
+      drain_bed 0 >/dev/null
+      wait || true
+      return 1
+    fi
+    sleep 0.05
+  done
+  drain_bed 0 >/dev/null
+  wait || true
+  awk -v a="$fault" -v b="$trained" 'BEGIN { printf "%.2f", (b - a) / 1e9 }'
+}
+
 summary() {  # summary LABEL VALUES...: min, median, max of numeric values
   local label=$1
   shift
@@ -175,6 +225,8 @@ summary() {  # summary LABEL VALUES...: min, median, max of numeric values
 
 tools=(ddp)
 [[ -x $torchrun ]] && tools+=(torch)
+# BENCH_TOOLS="ddp" or "torch": only one side.
+[[ -z ${BENCH_TOOLS:-} ]] || read -r -a tools <<<"$BENCH_TOOLS"
 port=29500
 declare -A results
 for ((run = 1; run <= runs; run++)); do
@@ -199,6 +251,19 @@ for ((run = 1; run <= runs; run++)); do
       echo "run $run: $tool: every process of host 1 SIGKILLed to every process gone: $value"
       results["$tool host_down"]+="$value;"
     fi
+    if [[ ,$figures, == *,restart,* ]]; then
+      # torchrun's static rendezvous does not coordinate restarts across hosts: each agent restarts
+      # when its own workers fail, seconds apart, and the early ones' ranks fail to connect to the
+      # stale rank 0 (connectFullMesh ... Connection refused), every time here (docs/hosts.md).
+      modes=(c10d static)
+      [[ $tool == ddp ]] || modes=(c10d)
+      for mode in "${modes[@]}"; do
+        port=$((port + 2))  # ddp_launch's job channel takes the master port + 1
+        value=$(restart "$tool" "$mode" "$port" || echo failed)
+        echo "run $run: $tool $mode: a worker's failure to training again after a coordinated restart: $value s"
+        results["$tool restart $mode"]+="$value "
+      done
+    fi
   done
 done
 echo
@@ -208,6 +273,14 @@ for tool in "${tools[@]}"; do
     for mode in static c10d; do
       # shellcheck disable=SC2086  # one value per word
       summary "$label, start to step 1 ($mode)" ${results["$tool first_step $mode"]}
+    done
+  fi
+  if [[ ,$figures, == *,restart,* ]]; then
+    modes=(c10d static)
+    [[ $tool == ddp ]] || modes=(c10d)
+    for mode in "${modes[@]}"; do
+      # shellcheck disable=SC2086  # one value per word
+      summary "$label, a failure to training again ($mode)" ${results["$tool restart $mode"]}
     done
   fi
   for figure in host_loss host_down; do

@@ -345,13 +345,42 @@ case $scenario in
     [[ -f $work/ck/step-000000000008/MANIFEST ]] || fail "the resumed job wrote no checkpoint of step 8"
     # Bit for bit: the same data, the same sums in Gloo's all-reduce, the same optimizer state.
     cmp "$work/whole.bin" "$work/resumed.bin" || fail "the resumed job's parameters differ from the uninterrupted job's"
+    # A coordinated restart resumes it too (Note [Coordinated restarts]): in round 0 every rank
+    # stops after step 7 (--max-steps) and host2's rank then exits 1; every host restarts, every
+    # rank resumes from step-000000000006, and the job ends with the uninterrupted run's parameters.
+    cat >"$work/fail_once.sh" <<EOF
+#!/bin/sh
+if [ "\$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
+  "$train" "\$@" --max-steps 7 || exit
+  [ "\$(hostname)" != host2 ] || { echo "fail_once: rank \$RANK on host2 fails after step 7"; exit 1; }
+  exit 0
+fi
+exec "$train" "\$@"
+EOF
+    chmod +x "$work/fail_once.sh"
+    for k in 0 1 2; do
+      start $k -- --nnodes 3 --node_rank $k --nproc_per_node 1 --master_addr "$host0" --master_port $((port + 3)) \
+        --max_restarts 1 --shutdown_grace 3 "$work/fail_once.sh" --mode ddp --limit 384 --epochs 2 --batch-size 32 \
+        --seed 5 --checkpoint-dir "$work/ck2" --checkpoint-every 3 --resume --allow-fresh-start \
+        --save-params "$work/restarted.bin"
+    done
+    finish
+    grep -q "fail_once: rank 2 on host2 fails after step 7" "$work/host2.log" || fail "rank 2 did not fail on host2"
+    for k in 0 1 2; do
+      grep -q "restart 1 of 1" "$work/host$k.log" || fail "host $k's launcher did not restart with the job"
+    done
+    grep -q "resuming from .*step-000000000006" "$work/host0.log" || fail "round 1 did not resume from step 6"
+    cmp "$work/whole.bin" "$work/restarted.bin" ||
+      fail "the restarted job's parameters differ from the uninterrupted job's"
     ;;
   host_kill)
     # Host 1's launcher SIGKILLed mid-training (3 hosts x 2 workers, collective timeout 30 s): its
     # workers die with it (the parent-death signal); hosts 0 and 2 see their peers' connections
     # close, fail, and stop within --shutdown_grace (3 s) + a few seconds, long before the timeout.
+    # Restarts are left (--max_restarts 2), but a lost host ends the job: membership is fixed
+    # (Note [Coordinated restarts]).
     for k in 0 1 2; do
-      fault_job $k 2 --shutdown_grace 3 -- --timeout-ms 30000
+      fault_job $k 2 --shutdown_grace 3 --max_restarts 2 -- --timeout-ms 30000
     done
     wait_training 6
     lose_launcher 1 0 2
@@ -362,8 +391,10 @@ case $scenario in
       grep -q "^  host      : host$k$" "$work/host$k.log" || fail "host $k's summary does not name host$k"
       grep -q -E "^  rank      : ($((2 * k))|$((2 * k + 1))) " "$work/host$k.log" ||
         fail "host $k's summary does not name one of its ranks $((2 * k)), $((2 * k + 1))"
-      grep -q -E "Connection (closed|reset) by peer" "$work/host$k.log" ||
-        fail "host $k's summary does not say that a peer's connection closed"
+      # The job channel (Note [Coordinated restarts]) named the lost host and its ranks to every survivor.
+      grep -q -E "^  host1 \(node 1, ranks 2-3\) was lost: its launcher's connection .* closed" "$work/host$k.log" ||
+        fail "host $k's summary does not name the lost host1 and its ranks 2-3"
+      ! grep -q "restart 1 of 2" "$work/host$k.log" || fail "host $k restarted without host1"
     done
     echo "host 1 lost: hosts 0 and 2 stopped after $elapsed s; every worker gone"
     ;;
@@ -391,6 +422,11 @@ case $scenario in
     # c10d's own store wait never returns once its host is cut off (see Note [Bounded store wait]).
     grep -q -E "timed out after 3 s on rank 2: .*the store did not answer|rank 2 waited 3 s for rank 0" \
       "$work/host2.log" || fail "rank 2 does not say that it timed out"
+    # The survivors' summaries name the host cut off and its rank (the job channel heard nothing from it).
+    for k in 0 1; do
+      grep -q -E "^  host2 \(node 2, rank 2\): nothing heard from its launcher for" "$work/host$k.log" ||
+        fail "host $k's summary does not name host2 and its rank 2"
+    done
     echo "host 2 cut off: every launcher ended after $elapsed s"
     ;;
   slow_host)
@@ -410,13 +446,21 @@ case $scenario in
     elapsed=$(seconds_since "$stopped")
     within "$elapsed" $((2 + 2 + 10)) "the job ending after host 2 stopped"
     wait_ended 2 $(rank_pids)
-    grep -q -E "rank 2 \(pid $(rank_pids 2), local_rank 0\) made no progress for [0-9.]+ s .*\(--hang_timeout 2 s\)" \
-      "$work/host2.log" || fail "host 2's watchdog did not name rank 2"
-    grep -q "stopped by the hang watchdog" "$work/host2.log" || fail "host 2's summary does not name the watchdog"
-    # Each node's watchdog sees only its own ranks: hosts 0 and 1 may name theirs too (silent as
-    # well, waiting in the all-reduce), but at a later step than rank 2's, which is the one behind.
-    behind=$(sed -n -E 's/.*rank 2 \(pid [0-9]+, local_rank 0\) made no progress .*last heartbeat at step ([0-9]+).*/\1/p' \
-      "$work/host2.log" | head -n 1)
+    # The first watchdog to fire (host2's on rank 2, or another host's on its own rank, silent in
+    # the all-reduce) stops the job on every host (Note [Coordinated restarts]); its line names the
+    # rank that did not arrive, from every launcher's progress, and every launcher prints it.
+    grep -q "stopped by the hang watchdog" "$work"/host*.log || fail "no summary names the watchdog"
+    behind=$(sed -n -E 's/.*did not arrive: rank 2 on host2 at step ([0-9]+),.*/\1/p' "$work"/host*.log | head -n 1)
+    [[ -n $behind ]] || fail "no launcher names rank 2 on host2 as the rank that did not arrive"
+    for k in 0 1 2; do
+      grep -q -E "did not arrive: rank 2 on host2 at step $behind, the others at" "$work/host$k.log" ||
+        fail "host $k's launcher does not name rank 2 on host2 as the rank that did not arrive"
+    done
+    if grep -q -E "rank 2 \(pid [0-9]+, local_rank 0\) made no progress" "$work/host2.log"; then
+      grep -q -E "rank 2 \(pid $(rank_pids 2), local_rank 0\) made no progress for [0-9.]+ s .*step $behind" \
+        "$work/host2.log" || fail "host 2's watchdog did not name rank 2 at step $behind"
+    fi
+    # A watchdog on hosts 0 or 1 names its own rank, silent in the all-reduce, at a later step.
     for k in 0 1; do
       for step in $(sed -n -E "s/.*rank $k \(pid [0-9]+, local_rank 0\) made no progress .*last heartbeat at step ([0-9]+).*--hang_timeout.*/\1/p" \
         "$work/host$k.log"); do
@@ -424,6 +468,43 @@ case $scenario in
       done
     done
     echo "host 2 stopped: every launcher ended after $elapsed s"
+    ;;
+  restart)
+    # Coordinated restarts (Note [Coordinated restarts]), with static then c10d rendezvous, --max_restarts
+    # 1: rank 2 (on host2 in the static job) exits 3 before step 8 of round 0; every host stops its
+    # group and all start round 1 together: every rank records its pid as attempt 1
+    # (TORCHELASTIC_RESTART_COUNT=1 on every host), resumes from the checkpoint of step 5, and the
+    # job succeeds on every host.
+    restart_job() {  # restart_job static|c10d
+      local k job=$1 rdzv
+      mkdir -p "$work/$job/pids"
+      for k in 0 1 2; do
+        rdzv=(--node_rank $k --master_addr "$host0" --master_port $port)
+        [[ $job == static ]] || rdzv=(--rdzv_endpoint host0:29400 --rdzv_id restart --rdzv_timeout 30)
+        start $k DDP_FAULT=rank=2,step=8,kind=exit,attempt=0 -- --nnodes 3 --nproc_per_node 1 "${rdzv[@]}" \
+          --max_restarts 1 --monitor_interval 0.05 --shutdown_grace 3 "$fault_worker" train --steps 12 \
+          --step-ms 20 --timeout-ms 30000 --checkpoint-dir "$work/$job/ck" --checkpoint-every 5 --resume \
+          --pid-dir "$work/$job/pids"
+        [[ $job == static || $k != 0 ]] || wait_listening 0 29400
+      done
+      finish
+      for k in 0 1 2; do
+        [[ -f $work/$job/pids/rank$k.attempt1.pid ]] || fail "rank $k did not run with restart count 1 ($job)"
+        grep -q "every host restarts its group, restart 1 of 1" "$work/host$k.log" ||
+          fail "host $k's launcher did not restart with the job ($job)"
+      done
+      [[ ! -e $work/$job/pids/rank0.attempt2.pid ]] || fail "a third round ran ($job)"
+      expect_in_logs 3 "resumed from step 5"
+      expect_in_logs 3 "finished 12 steps"
+      expect_in_logs 1 "fault: exit on rank 2 at step 8"
+    }
+    restart_job static
+    grep -q "fault: exit on rank 2 at step 8" "$work/host2.log" || fail "rank 2 did not fail on host2"
+    for k in 0 1; do
+      grep -q "host2 (node 2, rank 2): rank 2 exited with 3" "$work/host$k.log" ||
+        fail "host $k's launcher did not say that host2's rank 2 failed"
+    done
+    restart_job c10d
     ;;
   rdzv_kill)
     # The rendezvous host (host0, --rdzv_endpoint host0:29400) loses its launcher while host 1

@@ -596,3 +596,38 @@ TEST_CASE("--cpu_bind exclusive pins each worker, its threads and its restarts t
   CHECK_THAT(refused.err, Catch::Contains("--cpu_bind exclusive needs a CPU per worker"));
   CHECK_FALSE(std::filesystem::exists(marker));
 }
+
+TEST_CASE("node 0 whose job channel port (--master_port + 1) is taken says so, exit 2", "[process][bad_input]") {
+  // See Note [Coordinated restarts] in launcher/job_channel.cpp.
+  TempDir dir;
+  int busy = -1, master_port = 0;
+  for (int tries = 0; tries < 20 && master_port == 0; ++tries) {
+    busy = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(busy, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    REQUIRE(::listen(busy, 1) == 0);
+    socklen_t len = sizeof addr;
+    ::getsockname(busy, reinterpret_cast<sockaddr*>(&addr), &len);
+    const int port = ntohs(addr.sin_port) - 1;
+    if (ddp::launcher::probe_bind("127.0.0.1", port) == ddp::launcher::BindProbe::kFree) {
+      master_port = port;
+    } else {
+      ::close(busy);
+    }
+  }
+  REQUIRE(master_port != 0);
+  const auto outcome =
+      run_launcher(with_worker({"--nnodes", "2", "--node_rank", "0", "--master_addr", "127.0.0.1", "--master_port",
+                                std::to_string(master_port)},
+                               {"--out", dir.path()}),
+                   {}, std::chrono::seconds(30));
+  ::close(busy);
+  INFO(outcome.err);
+  CHECK(outcome.exit_code == 2);
+  CHECK_THAT(outcome.err, Catch::Contains("port " + std::to_string(master_port + 1) +
+                                          " on 127.0.0.1 (the launchers' job channel: --master_port + 1) cannot be "
+                                          "bound: Address already in use; pick another --master_port"));
+  CHECK(list_dir(dir.path()).empty());  // no worker started
+}
