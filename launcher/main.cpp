@@ -211,6 +211,10 @@ int run(const LaunchConfig& c, const EnvironmentSnapshot& env) {
   options.link = channel ? channel->link() : nullptr;
   options.round_timeout_s = c.rdzv_timeout_s;
   const SupervisorResult result = supervise(options, make_group);
+  // --watch_stdin's SIGTERM asks to stop the workers; once they are stopped (here another host's
+  // failure may have stopped them first) it must not kill this launcher before it reports: ssh would
+  // turn a death by signal into exit code 255 and the summary would be lost.
+  if (c.watch_stdin) ::signal(SIGTERM, SIG_IGN);
   if (channel) channel->set_job_succeeded(result.exit_code == 0);
   if (result.exit_code != 0) {
     std::fputs(format_failure_summary(result, options.host_name).c_str(), stderr);
