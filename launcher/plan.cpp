@@ -54,6 +54,7 @@ std::vector<WorkerLaunch> plan_workers(const LaunchConfig& c, const NodeAssignme
     if (!local.gpus.empty()) slot.visible_gpu = local.gpus[lr];
     slot.virtual_local_rank = c.virtual_local_rank;
     slot.agent_socket = run.agent_socket;
+    slot.join_timeout_s = c.rdzv_timeout_s;  // See Note [Waiting is never silent] in ddp/join_wait.h
     if (!local.cpu_slices.empty()) slot.cpus = local.cpu_slices[lr];
     WorkerLaunch w;
     w.local_rank = lr;

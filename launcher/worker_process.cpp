@@ -128,6 +128,7 @@ std::optional<cpu_set_t> cpu_mask(const std::vector<int>& cpus) {
 void setup_stream(OutputStream& s, int console_fd, int rank) {
   ::fcntl(s.fd, F_SETFL, ::fcntl(s.fd, F_GETFL) | O_NONBLOCK);
   s.console_fd = console_fd;
+  s.console_is_terminal = console_fd >= 0 && ::isatty(console_fd) == 1;
   s.prefix = rank_prefix(rank);
 }
 
@@ -228,6 +229,9 @@ void OutputStream::emit(std::string_view line) {
   out.reserve(prefix.size() + line.size());
   out += prefix;
   out += line;
+  // See Note [Progress lines] in launcher/line_splitter.h: on a terminal, an update also erases
+  // what a longer previous update left at the end of the line.
+  if (console_is_terminal && is_progress_piece(line)) out.insert(out.size() - 1, "\x1b[K");
   if (console_fd >= 0) write_or_drop(console_fd, out);
   if (filtered_fd >= 0 && filters != nullptr) {
     for (const auto& needle : *filters) {

@@ -44,6 +44,7 @@ class SignalPipe {
 struct OutputStream {
   int fd = -1;
   int console_fd = -1;  // 1 or 2, or -1 when this stream is not shown
+  bool console_is_terminal = false;  // See Note [Progress lines] in launcher/line_splitter.h
   int file_fd = -1;
   LineSplitter splitter;
   std::string prefix;
