@@ -62,6 +62,11 @@ std::string data_folder(const TempDir& dir) {
   return data;
 }
 
+// `command` run in `dir` (the program reads ./data), through sh: timeout(1) runs programs, not `cd`.
+std::string in_dir(const TempDir& dir, const std::string& command) {
+  return "sh -c 'cd " + dir.path.string() + " && " + command + "'";
+}
+
 // Splits at '\n' and '\r'.
 std::vector<std::string> pieces(const std::string& text) {
   std::vector<std::string> out(1);
@@ -81,7 +86,7 @@ TEST_CASE("mnist port: trains on 2 ranks under ddp_launch --standalone, every ra
           "[examples][mnist_port]") {
   TempDir dir;
   data_folder(dir);
-  const auto run = run_command("cd " + dir.path.string() + " && " + kLaunch + " --standalone --nproc_per_node 2 " + kPort);
+  const auto run = run_command(in_dir(dir, kLaunch + " --standalone --nproc_per_node 2 " + kPort));
   INFO(run.output);
   REQUIRE(run.exit_code == 0);
   // Each rank evaluates its own model on the whole test set after each epoch: equal lines mean
@@ -106,7 +111,7 @@ TEST_CASE("mnist port: trains on 2 ranks under ddp_launch --standalone, every ra
 
 TEST_CASE("mnist port: an uncaught exception reaches the launcher's failure summary", "[examples][mnist_port]") {
   TempDir dir;  // no data: the dataset throws, nothing in the program catches it
-  const auto run = run_command("cd " + dir.path.string() + " && " + kLaunch + " --standalone --nproc_per_node 1 " + kPort);
+  const auto run = run_command(in_dir(dir, kLaunch + " --standalone --nproc_per_node 1 " + kPort));
   INFO(run.output);
   CHECK(run.exit_code == 1);
   CHECK(run.output.find("message   : cannot open ./data/train-images-idx3-ubyte") != std::string::npos);
@@ -116,7 +121,7 @@ TEST_CASE("mnist port: an uncaught exception reaches the launcher's failure summ
 TEST_CASE("mnist port: the same binary runs alone, without a launcher", "[alone]") {
   TempDir dir;
   data_folder(dir);
-  const auto run = run_command("cd " + dir.path.string() + " && env -u RANK -u WORLD_SIZE -u MASTER_ADDR -u MASTER_PORT " + kPort);
+  const auto run = run_command(in_dir(dir, "env -u RANK -u WORLD_SIZE -u MASTER_ADDR -u MASTER_PORT " + kPort));
   INFO(run.output);
   REQUIRE(run.exit_code == 0);
   int tests = 0;

@@ -1,6 +1,5 @@
 # mnist_serial.py ported to PyTorch's DDP as PyTorch's tutorials do it (run with torchrun); each
 # change is marked "# ddp:". Compare with examples/mnist_port/mnist_port.cpp (docs/benchmarks.md).
-import numpy as np
 import torch
 import torch.distributed as dist  # ddp: added
 import torch.nn as nn
@@ -17,10 +16,11 @@ LOG_INTERVAL = 10
 
 
 def read_idx(path, magic):
-    raw = np.fromfile(path, dtype=np.uint8)
-    assert int.from_bytes(raw[:4].tobytes(), "big") == magic, path
-    dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i].tobytes(), "big") for i in range(magic & 0xFF)]
-    return torch.from_numpy(raw[4 + 4 * len(dims):].reshape(dims).copy())
+    with open(path, "rb") as f:
+        raw = f.read()
+    assert int.from_bytes(raw[:4], "big") == magic, path
+    dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(magic & 0xFF)]
+    return torch.frombuffer(bytearray(raw[4 + 4 * len(dims):]), dtype=torch.uint8).reshape(dims)
 
 
 def mnist_files(root, train):

@@ -1,7 +1,6 @@
 # mnist_serial.cpp in Python: the same model, data, loop and output, as PyTorch's MNIST example is
 # written. With mnist_port.py it measures the size of the same port in Python (docs/benchmarks.md):
 #   diff mnist_serial.py mnist_port.py
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -15,10 +14,11 @@ LOG_INTERVAL = 10
 
 
 def read_idx(path, magic):
-    raw = np.fromfile(path, dtype=np.uint8)
-    assert int.from_bytes(raw[:4].tobytes(), "big") == magic, path
-    dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i].tobytes(), "big") for i in range(magic & 0xFF)]
-    return torch.from_numpy(raw[4 + 4 * len(dims):].reshape(dims).copy())
+    with open(path, "rb") as f:
+        raw = f.read()
+    assert int.from_bytes(raw[:4], "big") == magic, path
+    dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(magic & 0xFF)]
+    return torch.frombuffer(bytearray(raw[4 + 4 * len(dims):]), dtype=torch.uint8).reshape(dims)
 
 
 def mnist_files(root, train):
