@@ -165,7 +165,13 @@ constexpr ModuleForm module_form() {
 template <class M, ModuleForm F = module_form<M>()>
 class ModuleSlot {
  public:
-  using Module = torch::nn::Module;  // lets the wrapper's declarations compile: only the assert speaks
+  // Stands in for the module so that the wrapper's members compile: only the assert speaks.
+  struct Module : torch::nn::Module {
+    template <class... Args>
+    torch::Tensor forward(Args&&...) {
+      return {};
+    }
+  };
   static_assert(F != ModuleForm::kUnsupported,
                 "ddp::DistributedDataParallel wraps a torch::nn::Module in one of three forms: a module object "
                 "by reference (Net model; ddp::DistributedDataParallel ddp_model(model, pg);), a "
