@@ -203,7 +203,9 @@ class ModuleSlot<M, ModuleForm::kSharedPtr> {
  public:
   using Module = typename M::element_type;
   explicit ModuleSlot(M module) : module_(std::move(module)) {
-    if (!module_) throw InvalidArgument("DistributedDataParallel: the module pointer is null; pass std::make_shared<Net>(...)");
+    if (!module_) {
+      throw InvalidArgument("DistributedDataParallel: the module pointer is null; pass std::make_shared<Net>(...)");
+    }
   }
   Module* get() const { return module_.get(); }
   M& held() { return module_; }
@@ -218,7 +220,10 @@ class ModuleSlot<M, ModuleForm::kHolder> {
  public:
   using Module = typename M::ContainedType;
   explicit ModuleSlot(M module) : module_(std::move(module)) {
-    if (module_.is_empty()) throw InvalidArgument("DistributedDataParallel: the module holder is empty (constructed with nullptr); pass a constructed module");
+    if (module_.is_empty()) {
+      throw InvalidArgument(
+          "DistributedDataParallel: the module holder is empty (constructed with nullptr); pass a constructed module");
+    }
   }
   Module* get() const { return module_.ptr().get(); }
   M& held() { return module_; }

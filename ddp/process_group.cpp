@@ -544,8 +544,11 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   const EnvLookup env = process_environment();
   const InitMethod method = parse_init_method(options.init_method);
   if (options.timeout.count() <= 0) throw InvalidArgument("InitOptions::timeout must be positive");
-  const milliseconds join_timeout = options.join_timeout.value_or(join_timeout_from_environment(env));
+  const milliseconds join_timeout = options.join_timeout ? *options.join_timeout : join_timeout_from_environment(env);
   if (join_timeout.count() <= 0) throw InvalidArgument("InitOptions::join_timeout must be positive");
+  if (options.wait_notice_interval.count() <= 0) {
+    throw InvalidArgument("InitOptions::wait_notice_interval must be positive");
+  }
 
   ProcessGroup::Info info;
   info.timeout = options.timeout;
