@@ -104,7 +104,10 @@ int overhead(int argc, char** argv) {
   f.cli.add("model", "lenet | resnet18", "lenet");
   f.cli.add("batch", "batch size", "64");
   f.cli.add("rounds", "alternated rounds of plain and DDP", "5");
+  f.cli.add("form", "holder | reference: DDP over the TORCH_MODULE holder or the module object (Note [Module forms])",
+            "holder");
   f.parse(argc, argv);
+  const bool by_reference = f.cli.choice("form", {"holder", "reference"}) == "reference";
   const std::string model_name = f.cli.choice("model", {"lenet", "resnet18"});
   const int64_t batch = f.cli.integer("batch", 1), rounds = f.cli.integer("rounds", 1);
   auto pg = single_process_group();
@@ -114,10 +117,18 @@ int overhead(int argc, char** argv) {
     torch::manual_seed(1);
     auto net = make();
     auto ddp_net = make();
-    ddp::DistributedDataParallel<decltype(ddp_net)> model(ddp_net, pg);
-    for (int64_t r = 0; r < rounds; ++r) {
-      plain += train_seconds(net, net->parameters(), data, f.timing, &plain_loss);
-      wrapped += train_seconds(model, model.parameters(), data, f.timing, &ddp_loss);
+    const auto alternate = [&](auto& model) {
+      for (int64_t r = 0; r < rounds; ++r) {
+        plain += train_seconds(net, net->parameters(), data, f.timing, &plain_loss);
+        wrapped += train_seconds(model, model.parameters(), data, f.timing, &ddp_loss);
+      }
+    };
+    if (by_reference) {
+      ddp::DistributedDataParallel model(*ddp_net, pg);  // DistributedDataParallel<LeNetImpl>: not owning
+      alternate(model);
+    } else {
+      ddp::DistributedDataParallel model(ddp_net, pg);  // DistributedDataParallel<LeNet>
+      alternate(model);
     }
   };
   if (model_name == "lenet") run([] { return LeNet(LeNetOptions(1, 28)); });
@@ -137,7 +148,8 @@ int overhead(int argc, char** argv) {
   row("plain", plain, plain_loss);
   row("ddp (world 1)", wrapped, ddp_loss);
   emit(table, f.output, {{"scenario", "overhead"}},
-       {"overhead: world size 1, " + std::to_string(rounds) + " alternated rounds of " + std::to_string(f.timing.iters) +
+       {"overhead: world size 1, DDP over the " + std::string(by_reference ? "module object" : "holder") + ", " +
+            std::to_string(rounds) + " alternated rounds of " + std::to_string(f.timing.iters) +
             " steps (after " + std::to_string(f.timing.warmup) + " warm-up steps each)",
         "DDP slower by " + fixed(100.0 * (wrapped / plain - 1.0), 2) + "%"});
   return finite(plain_loss) && finite(ddp_loss) ? 0 : 1;

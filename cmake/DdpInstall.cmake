@@ -15,6 +15,7 @@ install(TARGETS ddp EXPORT ddpTargets
 # added here. Headers keep their project-root paths: #include "ddp/..." and "samplers/...".
 set(DDP_PUBLIC_HEADERS
   # What a training program includes.
+  ddp/ddp.h                    # the whole API in one include
   ddp/process_group.h
   ddp/distributed_data_parallel.h
   ddp/data_parallel.h

@@ -340,5 +340,21 @@ DdpStats DdpCore::stats() const {
   return out;
 }
 
+void check_same_placement(const std::vector<torch::Tensor>& parameters, const torch::Device* device,
+                          const torch::Dtype* dtype) {
+  for (const auto& p : parameters) {
+    if (device != nullptr && p.device() != *device) {
+      throw InvalidArgument(str("DistributedDataParallel::to(", device->str(), "): the parameters are on ",
+                                p.device().str(), " and their gradient buckets were laid out there; move the "
+                                "module before wrapping it (model.to(device), then DistributedDataParallel)"));
+    }
+    if (dtype != nullptr && p.scalar_type() != *dtype) {
+      throw InvalidArgument(str("DistributedDataParallel::to(", *dtype, "): the parameters are ", p.scalar_type(),
+                                " and their gradient buckets were laid out so; convert the module before "
+                                "wrapping it"));
+    }
+  }
+}
+
 }  // namespace detail
 }  // namespace ddp

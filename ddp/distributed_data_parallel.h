@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "ddp/base/error.h"
 #include "ddp/comm_hooks.h"
 #include "ddp/ddp_stats.h"
 #include "ddp/process_group.h"
@@ -116,25 +117,156 @@ class NoSyncGuard {
   bool previous_;
 };
 
-// Usage:
+// Note [Module forms]
+// ~~~~~~~~~~~~~~~~~~~
+// LibTorch programs hold their modules in three ways, and a port should not have to change which:
+//   Net model;                       a module object (a plain `struct Net : torch::nn::Module`)
+//   auto model = std::make_shared<Net>();
+//   Linear model(4, 2);              a TORCH_MODULE holder (a shared handle to LinearImpl)
+// DistributedDataParallel<M> takes each as it is; class template argument deduction picks M from
+// the argument, so `ddp::DistributedDataParallel ddp_model(model, pg);` works for all three:
+//   M = Net                 a reference: the wrapper points at the caller's object and does not own
+//                           it (the object must outlive the wrapper, as a local in main does); an
+//                           rvalue (`DistributedDataParallel<Net> m(Net(), pg)`) is moved into a
+//                           wrapper-owned object instead, so no temporary dangles;
+//   M = std::shared_ptr<Net>  shares ownership;
+//   M = Linear              copies the holder (which shares the module, as holders do).
+// Functions that took `Net&` take `DistributedDataParallel<Net>&`: the wrapper is module-like
+// (forward, operator(), operator-> to the module, train/eval, parameters, to, zero_grad), so their
+// bodies stay as they were. Anything else (a raw pointer, a non-module) stops at one static_assert
+// that names the accepted forms, instead of errors from deep inside the template. The form is a
+// compile-time property: there is no virtual call and no extra indirection on forward beyond the
+// one pointer every form keeps (benchmarks/ddp_bench measures the wrapper at world size 1).
+enum class ModuleForm { kReference, kSharedPtr, kHolder, kUnsupported };
+
+namespace detail {
+
+template <class T>
+struct IsSharedPtr : std::false_type {};
+template <class T>
+struct IsSharedPtr<std::shared_ptr<T>> : std::true_type {};
+
+template <class M>
+constexpr ModuleForm module_form() {
+  if constexpr (IsSharedPtr<M>::value) {
+    return std::is_base_of_v<torch::nn::Module, typename M::element_type> ? ModuleForm::kSharedPtr
+                                                                         : ModuleForm::kUnsupported;
+  } else if constexpr (std::is_base_of_v<torch::detail::ModuleHolderIndicator, M>) {
+    return ModuleForm::kHolder;
+  } else if constexpr (std::is_class_v<M> && std::is_base_of_v<torch::nn::Module, M>) {
+    return ModuleForm::kReference;
+  } else {
+    return ModuleForm::kUnsupported;
+  }
+}
+
+// Where a DistributedDataParallel<M> keeps its module: `get()` is the module itself (what
+// operator-> returns), `held()` is M as the caller holds it (what module() returns).
+template <class M, ModuleForm F = module_form<M>()>
+class ModuleSlot {
+ public:
+  // Stands in for the module so that the wrapper's members compile: only the assert speaks.
+  struct Module : torch::nn::Module {
+    template <class... Args>
+    torch::Tensor forward(Args&&...) {
+      return {};
+    }
+  };
+  static_assert(F != ModuleForm::kUnsupported,
+                "ddp::DistributedDataParallel wraps a torch::nn::Module in one of three forms: a module object "
+                "by reference (Net model; ddp::DistributedDataParallel ddp_model(model, pg);), a "
+                "std::shared_ptr<Net>, or a TORCH_MODULE holder (e.g. torch::nn::Linear). See Note [Module forms] "
+                "in ddp/distributed_data_parallel.h");
+  template <class A>
+  explicit ModuleSlot(A&&) {}
+  Module* get() const { return nullptr; }
+  M& held();
+};
+
+template <class M>
+class ModuleSlot<M, ModuleForm::kReference> {
+ public:
+  using Module = M;
+  explicit ModuleSlot(M& module) : module_(&module) {}
+  explicit ModuleSlot(M&& module) : owned_(std::make_shared<M>(std::move(module))), module_(owned_.get()) {}
+  M* get() const { return module_; }
+  M& held() { return *module_; }
+  const M& held() const { return *module_; }
+
+ private:
+  std::shared_ptr<M> owned_;  // only for an rvalue argument
+  M* module_;
+};
+
+template <class M>
+class ModuleSlot<M, ModuleForm::kSharedPtr> {
+ public:
+  using Module = typename M::element_type;
+  explicit ModuleSlot(M module) : module_(std::move(module)) {
+    if (!module_) {
+      throw InvalidArgument("DistributedDataParallel: the module pointer is null; pass std::make_shared<Net>(...)");
+    }
+  }
+  Module* get() const { return module_.get(); }
+  M& held() { return module_; }
+  const M& held() const { return module_; }
+
+ private:
+  M module_;
+};
+
+template <class M>
+class ModuleSlot<M, ModuleForm::kHolder> {
+ public:
+  using Module = typename M::ContainedType;
+  explicit ModuleSlot(M module) : module_(std::move(module)) {
+    if (module_.is_empty()) {
+      throw InvalidArgument(
+          "DistributedDataParallel: the module holder is empty (constructed with nullptr); pass a constructed module");
+    }
+  }
+  Module* get() const { return module_.ptr().get(); }
+  M& held() { return module_; }
+  const M& held() const { return module_; }
+
+ private:
+  M module_;
+};
+
+// Throws when `to()` would move the parameters away from where the buckets were laid out.
+void check_same_placement(const std::vector<torch::Tensor>& parameters, const torch::Device* device,
+                          const torch::Dtype* dtype);
+
+}  // namespace detail
+
+// Usage (see Note [Module forms]):
 //   auto pg = ddp::init_process_group();
-//   ddp::DistributedDataParallel<Net> model(Net(), pg);
-//   auto loss = torch::mse_loss(model(x), y);
+//   Net model;
+//   ddp::DistributedDataParallel ddp_model(model, pg);
+//   auto loss = torch::mse_loss(ddp_model(x), y);
 //   loss.backward();          // gradients are averaged over the world when this returns
 //   optimizer.step();
-template <class ModuleHolder>
+template <class M>
 class DistributedDataParallel {
+  using Slot = detail::ModuleSlot<M>;
+
  public:
-  DistributedDataParallel(ModuleHolder module, std::shared_ptr<ProcessGroup> group, DdpOptions options = {})
-      : module_(std::move(module)),
-        core_(std::make_unique<detail::DdpCore>(named(module_->named_parameters(true)),
-                                                named(module_->named_buffers(true)), std::move(group),
-                                                options)) {}
+  // The module type itself (Net for all of Net, std::shared_ptr<Net> and a holder of Net).
+  using ModuleType = typename Slot::Module;
+
+  template <class Arg>
+  DistributedDataParallel(Arg&& module, std::shared_ptr<ProcessGroup> group, DdpOptions options = {})
+      : slot_(std::forward<Arg>(module)),
+        core_(slot_.get() == nullptr
+                  ? nullptr
+                  : std::make_unique<detail::DdpCore>(named(slot_.get()->named_parameters(true)),
+                                                      named(slot_.get()->named_buffers(true)), std::move(group),
+                                                      options)) {}
 
   template <class... Args>
   decltype(auto) forward(Args&&... args) {
     core_->before_forward();
-    auto output = module_->forward(std::forward<Args>(args)...);
+    auto output = slot_.get()->forward(std::forward<Args>(args)...);
     std::vector<torch::Tensor> roots;
     detail::collect_output_tensors(output, roots);
     core_->after_forward(roots);
@@ -145,15 +277,40 @@ class DistributedDataParallel {
     return forward(std::forward<Args>(args)...);
   }
 
-  ModuleHolder& module() { return module_; }
-  const ModuleHolder& module() const { return module_; }
-  std::vector<torch::Tensor> parameters(bool recurse = true) const { return module_->parameters(recurse); }
+  // The wrapped module: `ddp_model->fc1` as `model->fc1` or `model.fc1`.
+  ModuleType* operator->() { return slot_.get(); }
+  const ModuleType* operator->() const { return slot_.get(); }
+  // The module as it was given: Net&, std::shared_ptr<Net>& or the holder.
+  M& module() { return slot_.held(); }
+  const M& module() const { return slot_.held(); }
+
+  std::vector<torch::Tensor> parameters(bool recurse = true) const { return slot_.get()->parameters(recurse); }
   torch::OrderedDict<std::string, torch::Tensor> named_parameters(bool recurse = true) const {
-    return module_->named_parameters(recurse);
+    return slot_.get()->named_parameters(recurse);
   }
-  void train(bool on = true) { module_->train(on); }
-  void eval() { module_->eval(); }
-  bool is_training() const { return module_->is_training(); }
+  std::vector<torch::Tensor> buffers(bool recurse = true) const { return slot_.get()->buffers(recurse); }
+  torch::OrderedDict<std::string, torch::Tensor> named_buffers(bool recurse = true) const {
+    return slot_.get()->named_buffers(recurse);
+  }
+  void train(bool on = true) { slot_.get()->train(on); }
+  void eval() { slot_.get()->eval(); }
+  bool is_training() const { return slot_.get()->is_training(); }
+  void zero_grad(bool set_to_none = true) { slot_.get()->zero_grad(set_to_none); }
+  // The gradient buckets live where the parameters were when the wrapper was built, so to() only
+  // accepts the current device and dtype (unchanged code calling model.to(device) twice keeps
+  // working); move the module before wrapping it. Throws ddp::InvalidArgument otherwise.
+  void to(torch::Device device, bool non_blocking = false) {
+    detail::check_same_placement(parameters(), &device, nullptr);
+    slot_.get()->to(device, non_blocking);
+  }
+  void to(torch::Dtype dtype, bool non_blocking = false) {
+    detail::check_same_placement(parameters(), nullptr, &dtype);
+    slot_.get()->to(dtype, non_blocking);
+  }
+  void to(torch::Device device, torch::Dtype dtype, bool non_blocking = false) {
+    detail::check_same_placement(parameters(), &device, &dtype);
+    slot_.get()->to(device, dtype, non_blocking);
+  }
 
   // Gradient accumulation: auto guard = model.no_sync(); ... backward() ...
   [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*core_); }
@@ -177,8 +334,13 @@ class DistributedDataParallel {
     return out;
   }
 
-  ModuleHolder module_;
+  Slot slot_;
   std::unique_ptr<detail::DdpCore> core_;
 };
+
+// See Note [Module forms]: `DistributedDataParallel ddp_model(model, pg)` deduces M from what
+// `model` is (Net, std::shared_ptr<Net> or a holder), for lvalues and rvalues alike.
+template <class Arg, class... Rest>
+DistributedDataParallel(Arg&&, Rest&&...) -> DistributedDataParallel<std::remove_cv_t<std::remove_reference_t<Arg>>>;
 
 }  // namespace ddp

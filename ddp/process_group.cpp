@@ -32,6 +32,9 @@
 #include <thread>
 
 #include "ddp/cuda_support.h"
+#include "ddp/join_wait.h"
+#include "ddp/uncaught_exception.h"
+#include "ddp/base/env_names.h"
 #include "ddp/base/environment.h"
 #include "ddp/base/error.h"
 #include "ddp/base/route.h"
@@ -57,21 +60,50 @@ bool mentions_timeout(const std::string& text) {
 std::string to_string(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
 std::vector<uint8_t> to_bytes(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
 
+// How joining waits and talks about it. See Note [Waiting is never silent] in ddp/join_wait.h.
+struct JoinWait {
+  milliseconds timeout;
+  milliseconds notice_every;
+  std::string address;  // "host:port", or the rendezvous file
+  const Logger* logger;
+};
+
+// Waits at most `slice` for `key`; false when the slice passed (other store errors are thrown).
+bool wait_for_key(c10d::Store& store, const std::string& key, milliseconds slice) {
+  try {
+    store.wait({key}, slice);
+    return true;
+  } catch (const std::exception& error) {
+    if (mentions_timeout(error.what())) return false;
+    throw;
+  }
+}
+
 // Note [World size check]
 // ~~~~~~~~~~~~~~~~~~~~~~~
 // Every rank publishes the world size it was told; each rank compares its own with rank 0's, and
 // rank 0 compares with everybody's. A rank that disagrees fails with ddp::MismatchError before the
 // backend's rendezvous, which would otherwise wait for ranks that do not exist.
-void check_world_size(c10d::Store& store, int rank, int world_size, milliseconds timeout) {
+void check_world_size(c10d::Store& store, int rank, int world_size, const JoinWait& join) {
+  const milliseconds timeout = join.timeout;
   const auto key = [](int r) { return str("ddp/world_size/", r); };
   const auto ack = [](int r) { return str("ddp/world_size_ack/", r); };
+  const auto notice = [&](int r, milliseconds waited) {
+    if (rank != 0) return join.logger->warn(waiting_for_rank0_notice(rank, join.address, waited, timeout));
+    std::vector<int> missing;
+    for (int q = r; q < world_size; ++q) {
+      if (!store.check({key(q)})) missing.push_back(q);
+    }
+    join.logger->warn(waiting_for_ranks_notice(missing, world_size, join.address, waited, timeout));
+  };
   const auto fetch = [&](int r) {
-    try {
-      store.wait({key(r)}, timeout);
-    } catch (const std::exception&) {
+    if (!wait_with_notices(
+            timeout, join.notice_every, [&](milliseconds slice) { return wait_for_key(store, key(r), slice); },
+            [&](milliseconds waited) { notice(r, waited); })) {
       throw TimeoutError(str("rank ", rank, " waited ", seconds(timeout), " s for rank ", r,
-                             " to join (WORLD_SIZE=", world_size,
-                             "): start all ranks, or check that they use the same MASTER_ADDR/MASTER_PORT"));
+                             " to join (WORLD_SIZE=", world_size, ", join timeout: --rdzv_conf join_timeout=S or ",
+                             env::kJoinTimeout, "=S): start all ranks, or check that they use the same ",
+                             "MASTER_ADDR/MASTER_PORT"));
     }
     return std::stoi(to_string(store.get(key(r))));
   };
@@ -173,7 +205,7 @@ std::optional<int> listen_on_master_address(const std::string& host, int port, b
 
 c10::intrusive_ptr<c10d::Store> make_store(const InitMethod& method, const std::string& host, int port,
                                            int rank, int world_size, milliseconds timeout,
-                                           bool peers_on_other_hosts) {
+                                           bool peers_on_other_hosts, const JoinWait& join) {
   if (method.kind == InitMethod::Kind::kFile) {
     try {
       return c10::make_intrusive<c10d::FileStore>(method.path, world_size);
@@ -191,9 +223,17 @@ c10::intrusive_ptr<c10d::Store> make_store(const InitMethod& method, const std::
     store_options.masterListenFd = listen_on_master_address(host, port, peers_on_other_hosts);
   }
   // See Note [Bounded connect to the master].
-  if (rank != 0 && !wait_until_listening(host, port, std::chrono::steady_clock::now() + timeout)) {
+  // See Note [Waiting is never silent] in ddp/join_wait.h.
+  if (rank != 0 &&
+      !wait_with_notices(
+          join.timeout, join.notice_every,
+          [&](milliseconds slice) { return wait_until_listening(host, port, std::chrono::steady_clock::now() + slice); },
+          [&](milliseconds waited) {
+            join.logger->warn(master_unreachable_notice(rank, join.address, waited, join.timeout));
+          })) {
     throw CommunicationError(str("rank ", rank, " could not reach the master at ", host, ":", port,
-                                 " within ", seconds(timeout), " s: nothing accepted a connection there",
+                                 " within the join timeout of ", seconds(join.timeout),
+                                 " s: nothing accepted a connection there",
                                  " (is rank 0 running, and are MASTER_ADDR/MASTER_PORT right?)"));
   }
   try {
@@ -501,9 +541,15 @@ static void ignore_default_sigpipe() {
 
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   ignore_default_sigpipe();  // See Note [SIGPIPE in a rank]
+  install_uncaught_exception_handler();  // See Note [Uncaught exceptions in a worker]
   const EnvLookup env = process_environment();
   const InitMethod method = parse_init_method(options.init_method);
   if (options.timeout.count() <= 0) throw InvalidArgument("InitOptions::timeout must be positive");
+  const milliseconds join_timeout = options.join_timeout ? *options.join_timeout : join_timeout_from_environment(env);
+  if (join_timeout.count() <= 0) throw InvalidArgument("InitOptions::join_timeout must be positive");
+  if (options.wait_notice_interval.count() <= 0) {
+    throw InvalidArgument("InitOptions::wait_notice_interval must be positive");
+  }
 
   ProcessGroup::Info info;
   info.timeout = options.timeout;
@@ -561,13 +607,25 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
     logger.log(launch_env->launch_source == LaunchSource::kLauncher ? LogLevel::kDebug : LogLevel::kInfo,
                launch_env->description);
   }
+  if (backend != "nccl" && cuda::device_count() > 0) {
+    // Unchanged user code's torch::Device(torch::kCUDA) lands on this rank's GPU with Gloo too (See
+    // Note [Device of a rank]); more ranks than GPUs is fine for Gloo: they stay on the default one.
+    try {
+      cuda::bind_local_device(info.local_rank, info.local_size, env);
+    } catch (const InvalidArgument& error) {
+      logger.debug(str("no CUDA device bound: ", error.what()));
+    }
+  }
   set_threads_per_rank(env, info.local_size, logger);
 
   const bool peers_on_other_hosts = info.size > info.local_size;
   const bool alone = launch_env && launch_env->launch_source == LaunchSource::kNone && info.size == 1;
-  auto base_store = alone ? c10::intrusive_ptr<c10d::Store>(c10::make_intrusive<c10d::HashStore>())  // alone: no port
-                          : make_store(method, host, port, info.rank, info.size, info.timeout, peers_on_other_hosts);
-  check_world_size(*base_store, info.rank, info.size, info.timeout);
+  const JoinWait join{join_timeout, options.wait_notice_interval,
+                      method.kind == InitMethod::Kind::kFile ? method.path : str(host, ":", port), &logger};
+  auto base_store =
+      alone ? c10::intrusive_ptr<c10d::Store>(c10::make_intrusive<c10d::HashStore>())  // alone: no port
+            : make_store(method, host, port, info.rank, info.size, info.timeout, peers_on_other_hosts, join);
+  check_world_size(*base_store, info.rank, info.size, join);
   auto store = c10::make_intrusive<c10d::PrefixStore>("ddp/default_pg", base_store);
 
   c10::intrusive_ptr<c10d::Backend> pg;

@@ -32,6 +32,11 @@ struct InitOptions {
   int world_size = -1;
   // Bound of every blocking wait: rendezvous, collectives, barriers. PyTorch's default.
   std::chrono::milliseconds timeout = std::chrono::minutes(30);
+  // Bound of joining (reaching the master, waiting for every rank); unset: DDP_JOIN_TIMEOUT
+  // (seconds, which ddp_launch sets from --rdzv_conf join_timeout), else 600 s. While waiting, a
+  // rank prints a line every wait_notice_interval. See Note [Waiting is never silent].
+  std::optional<std::chrono::milliseconds> join_timeout;
+  std::chrono::milliseconds wait_notice_interval = std::chrono::seconds(10);
 };
 
 // A group of processes that run collectives together (one c10d backend plus its store).

@@ -32,11 +32,8 @@ WorkerError worker_error(const std::string& type, const std::string& what, long 
   return error;
 }
 
-// Logs the failure and writes the error file when the launcher asked for one.
 int report_failure(const std::exception& error) {
-  if (const auto path = process_environment()(env::kErrorFile); path && !path->empty()) {
-    write_error_file(*path, error);
-  }
+  write_error_file_if_requested(error);
   return 1;
 }
 
@@ -55,6 +52,12 @@ bool write_error_file(const std::string& path, const std::exception& error) {
     return false;
   }
   return true;
+}
+
+void write_error_file_if_requested(const std::exception& error) {
+  if (const auto path = process_environment()(env::kErrorFile); path && !path->empty()) {
+    write_error_file(*path, error);
+  }
 }
 
 int run_main(int argc, char** argv, std::function<int(int, char**)> main_fn) {

@@ -14,9 +14,15 @@
 
 namespace ddp {
 
+// Optional since init_process_group reports uncaught exceptions too (See Note [Uncaught exceptions
+// in a worker] in ddp/uncaught_exception.h); run_main also covers a failure before it.
 // Runs main_fn(argc, argv) and returns its exit code. When it throws, logs the error to stderr,
 // writes the error file (if TORCHELASTIC_ERROR_FILE is set) and returns 1.
 int run_main(int argc, char** argv, std::function<int(int, char**)> main_fn);
+
+// Writes the error file for `error` when the launcher asked for one (TORCHELASTIC_ERROR_FILE is set),
+// as run_main and the handler of Note [Uncaught exceptions in a worker] (ddp/uncaught_exception.h) do.
+void write_error_file_if_requested(const std::exception& error);
 
 // The JSON document run_main writes for an exception of (demangled) type `type` and message `what`.
 std::string error_file_json(const std::string& type, const std::string& what, long long unix_seconds);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <spdlog/spdlog.h>
 
 #include "ddp/base/files.h"
@@ -148,6 +149,7 @@ class Attempt {
       w.out.filters = &options_.duplicate_stdout_filters;
       w.err.filtered_fd = filtered_err;
       w.err.filters = &options_.duplicate_stderr_filters;
+      w.out.live = w.err.live = live_progress_ ? &*live_progress_ : nullptr;  // See Note [Live progress on a terminal]
       w.running = true;
     }
     if (options_.progress != nullptr) {
@@ -396,6 +398,10 @@ class Attempt {
   SignalPipe& signals_;
   int attempt_;
   std::map<std::string, ddp::FileDescriptor> filtered_files_;  // declared before workers_: outlives their streams
+  // When the launcher's stdout is a terminal (See Note [Live progress on a terminal]); before workers_ too.
+  std::optional<LiveProgress> live_progress_ =
+      terminal_width(STDOUT_FILENO) > 0 ? std::optional<LiveProgress>(LiveProgress(terminal_width(STDOUT_FILENO)))
+                                        : std::nullopt;
   std::vector<Worker> workers_;
   bool stopping_ = false;
   bool killed_ = false;

@@ -55,6 +55,7 @@ std::vector<WorkerLaunch> plan_workers(const LaunchConfig& c, const NodeAssignme
     slot.virtual_local_rank = c.virtual_local_rank;
     slot.signals_to_handle = c.signals_to_handle;
     slot.agent_socket = run.agent_socket;
+    slot.join_timeout_s = c.rdzv_timeout_s;  // See Note [Waiting is never silent] in ddp/join_wait.h
     if (!local.cpu_slices.empty()) slot.cpus = local.cpu_slices[lr];
     WorkerLaunch w;
     w.local_rank = lr;

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "ddp/base/env_names.h"
+#include "ddp/base/str.h"
 
 namespace ddp::launcher {
 
@@ -53,6 +54,7 @@ std::vector<std::pair<std::string, std::string>> launcher_variables(const NodeAs
   }
   if (slot.agent_socket) vars.emplace_back(env::kAgentSocket, *slot.agent_socket);
   if (slot.log_dir) vars.emplace_back(env::kLogDir, *slot.log_dir);
+  if (slot.join_timeout_s) vars.emplace_back(env::kJoinTimeout, ddp::str(*slot.join_timeout_s));
   return vars;
 }
 

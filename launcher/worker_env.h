@@ -30,6 +30,7 @@ struct WorkerSlot {
   std::optional<std::string> log_dir;      // DDP_LOG_DIR: the attempt's log folder (--log_dir only)
   std::vector<int> cpus;                   // --cpu_bind: the CPUs it is pinned to (empty: not pinned)
   std::string signals_to_handle;           // TORCHELASTIC_SIGNALS_TO_HANDLE (--signals_to_handle)
+  std::optional<double> join_timeout_s;    // DDP_JOIN_TIMEOUT: --rdzv_timeout (--rdzv_conf join_timeout)
 };
 
 // rank = node_rank * nproc_per_node + local_rank (every node runs the same number of workers).

@@ -128,7 +128,9 @@ std::optional<cpu_set_t> cpu_mask(const std::vector<int>& cpus) {
 void setup_stream(OutputStream& s, int console_fd, int rank) {
   ::fcntl(s.fd, F_SETFL, ::fcntl(s.fd, F_GETFL) | O_NONBLOCK);
   s.console_fd = console_fd;
+  s.console_is_terminal = console_fd >= 0 && ::isatty(console_fd) == 1;
   s.prefix = rank_prefix(rank);
+  s.rank = rank;
 }
 
 }  // namespace
@@ -228,7 +230,21 @@ void OutputStream::emit(std::string_view line) {
   out.reserve(prefix.size() + line.size());
   out += prefix;
   out += line;
-  if (console_fd >= 0) write_or_drop(console_fd, out);
+  if (live != nullptr && console_is_terminal) {  // See Note [Live progress on a terminal]
+    if (is_progress_piece(line)) {
+      write_or_drop(STDOUT_FILENO, live->update(rank, std::string_view(out).substr(0, out.size() - 1)));
+    } else {
+      const LiveProgress::Around around = live->line(rank);
+      write_or_drop(STDOUT_FILENO, around.before);
+      write_or_drop(console_fd, out);
+      write_or_drop(STDOUT_FILENO, around.after);
+    }
+  } else if (console_fd >= 0) {
+    // See Note [Progress lines] in launcher/line_splitter.h: on a terminal, an update also erases
+    // what a longer previous update left at the end of the line.
+    if (console_is_terminal && is_progress_piece(line)) out.insert(out.size() - 1, "\x1b[K");
+    write_or_drop(console_fd, out);
+  }
   if (filtered_fd >= 0 && filters != nullptr) {
     for (const auto& needle : *filters) {
       if (line.find(needle) == std::string_view::npos) continue;

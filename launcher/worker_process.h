@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "launcher/line_splitter.h"
+#include "launcher/live_progress.h"
 #include "launcher/plan.h"
 
 namespace ddp::launcher {
@@ -44,6 +45,10 @@ class SignalPipe {
 struct OutputStream {
   int fd = -1;
   int console_fd = -1;  // 1 or 2, or -1 when this stream is not shown
+  bool console_is_terminal = false;  // See Note [Progress lines] in launcher/line_splitter.h
+  int rank = 0;
+  // Shared by the attempt's workers when the launcher's stdout is a terminal (nullptr: plain lines).
+  LiveProgress* live = nullptr;
   int file_fd = -1;
   LineSplitter splitter;
   std::string prefix;

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "ddp/base/error.h"
+#include "ddp/process_group.h"
 
 namespace ddp::samplers {
 namespace {
@@ -123,6 +124,9 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, const DistributedSa
     : state_(std::make_shared<State>(dataset_size, options)) {
   check_options(dataset_size, options);
 }
+
+DistributedSampler::DistributedSampler(int64_t dataset_size, const ProcessGroup& group)
+    : DistributedSampler(dataset_size, DistributedSamplerOptions(group.size(), group.rank())) {}
 
 DistributedSampler::DistributedSampler(std::shared_ptr<State> state) : state_(std::move(state)) {}
 

@@ -11,6 +11,10 @@
 #include <optional>
 #include <vector>
 
+namespace ddp {
+class ProcessGroup;  // ddp/process_group.h
+}
+
 namespace ddp::samplers {
 
 // DistributedSampler's options: a plain struct (c10d's style), constructed with the two values every
@@ -61,7 +65,7 @@ int64_t samples_per_rank(int64_t dataset_size, const DistributedSamplerOptions& 
 // nothing (pytorch issue 73141). A DistributedSampler is a handle: copies share one state (options,
 // epoch, position), so the natural code works:
 //
-//   DistributedSampler sampler(dataset.size().value(), {pg->size(), pg->rank()});
+//   DistributedSampler sampler(dataset.size().value(), *pg);
 //   auto loader = torch::data::make_data_loader(dataset, sampler, batch_size);
 //   for (int64_t epoch = 0; epoch < epochs; ++epoch) {
 //     sampler.set_epoch(epoch);
@@ -82,6 +86,9 @@ class DistributedSampler : public torch::data::samplers::Sampler<> {
   // dataset_size: the number of samples n. Throws ddp::InvalidArgument on a negative size,
   // num_replicas < 1 or a rank outside [0, num_replicas).
   DistributedSampler(int64_t dataset_size, const DistributedSamplerOptions& options);
+  // The common case: num_replicas and rank from the group, the other options at their defaults:
+  //   ddp::DistributedSampler sampler(dataset_size, *pg);
+  DistributedSampler(int64_t dataset_size, const ProcessGroup& group);
 
   // Starts the epoch's order again from its start index (see Note [Sampler epoch start]); a new_size
   // changes the dataset size.

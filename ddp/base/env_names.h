@@ -40,6 +40,9 @@ inline constexpr char kTorchNcclAsyncErrorHandling[] = "TORCH_NCCL_ASYNC_ERROR_H
 // ddp_launch's own: the heartbeat socket (see Note [Agent channel] in ddp/base/agent_message.h) and the attempt's log folder.
 inline constexpr char kAgentSocket[] = "DDP_AGENT_SOCKET";
 inline constexpr char kLogDir[] = "DDP_LOG_DIR";
+// How long init_process_group waits to join (seconds): ddp_launch's --rdzv_conf join_timeout (=
+// --rdzv_timeout); users may set it by hand. See Note [Waiting is never silent] in ddp/join_wait.h.
+inline constexpr char kJoinTimeout[] = "DDP_JOIN_TIMEOUT";
 // Devices and threads.
 inline constexpr char kCudaVisibleDevices[] = "CUDA_VISIBLE_DEVICES";
 inline constexpr char kCudaDeviceOrder[] = "CUDA_DEVICE_ORDER";

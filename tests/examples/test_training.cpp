@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
 
 namespace fs = std::filesystem;
@@ -25,23 +26,8 @@ namespace {
 
 const std::string kBin = DDP_TEST_BIN_DIR;
 
-struct Run {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
-
-Run run(const std::string& command, int timeout_seconds = 120) {
-  const std::string line = "timeout -k 5 " + std::to_string(timeout_seconds) + " " + command + " 2>&1";
-  FILE* pipe = popen(line.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  Run result;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) result.output.append(buffer, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
+using Run = ddp::testing::CommandRun;
+Run run(const std::string& command, int timeout_seconds = 120) { return ddp::testing::run_command(command, timeout_seconds); }
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path);

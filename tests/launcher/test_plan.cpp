@@ -77,6 +77,20 @@ TEST_CASE("plan: ranks, world and files of every worker of node 1 of 2, attempt 
   CHECK(dirs.size() == 3);
 }
 
+TEST_CASE("plan: the join timeout reaches every worker (--rdzv_conf join_timeout, default 600 s)", "[launcher][plan]") {
+  LocalWorkers local;
+  local.nproc = 2;
+  for (const auto& [args, expected] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--nproc_per_node", "2"}, "600"},
+           {{"--nproc_per_node", "2", "--rdzv_conf", "join_timeout=42.5"}, "42.5"},
+           {{"--nproc_per_node", "2", "--rdzv_timeout", "7"}, "7"}}) {
+    const LaunchConfig c = parse(args);
+    for (const WorkerLaunch& w : plan_workers(c, assignment_from_flags(c, 2), local, run_in("/tmp/x"), 0)) {
+      CHECK(env_of(w).at("DDP_JOIN_TIMEOUT") == expected);
+    }
+  }
+}
+
 TEST_CASE("plan: console and file routing follow --redirects, --tee and --local_ranks_filter", "[launcher][plan]") {
   LocalWorkers local;
   local.nproc = 3;

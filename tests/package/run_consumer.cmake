@@ -8,6 +8,7 @@ function(run_step what)
     message(FATAL_ERROR "${what} failed (exit ${rc}):\n${out}\n${err}")
   endif()
   set(step_output "${out}" PARENT_SCOPE)
+  set(step_error "${err}" PARENT_SCOPE)
 endfunction()
 
 run_step("install" ${CMAKE_COMMAND} --install "${DDP_BUILD_DIR}" --prefix "${prefix}")
@@ -41,9 +42,28 @@ foreach(internal ddp/base/files.h ddp/base/json_text.h ddp/bucket.h)
   endif()
 endforeach()
 
+# The README's C++ examples, extracted into one source file that the consumer compiles against the
+# installed headers (see readme_examples.cmake).
+include("${CMAKE_CURRENT_LIST_DIR}/readme_examples.cmake")
+extract_readme_examples("${README}" "${WORK_DIR}/readme_examples.cpp")
+# The port of examples/mnist_port changes exactly the lines the README's "Port your program" lists.
+check_port_diff("${MNIST_PORT_DIR}/mnist_serial.cpp" "${MNIST_PORT_DIR}/mnist_port.cpp" "${WORK_DIR}")
+
 run_step("configure consumer" ${CMAKE_COMMAND} -S "${CONSUMER_SOURCE_DIR}" -B "${WORK_DIR}/build"
   -G "${GENERATOR}" -DCMAKE_BUILD_TYPE=Release
-  "-DCMAKE_PREFIX_PATH=${prefix}" "-DTorch_DIR=${TORCH_DIR}")
+  "-DCMAKE_PREFIX_PATH=${prefix}" "-DTorch_DIR=${TORCH_DIR}"
+  "-DREADME_EXAMPLES=${WORK_DIR}/readme_examples.cpp" "-DMNIST_PORT_DIR=${MNIST_PORT_DIR}")
+# The package configures without repeating a warning, though find_package(ddp) runs twice (the
+# consumer and examples/mnist_port each call it) and the consumer found Torch first.
+string(REGEX MATCHALL "CMake Warning[^\n]*\n[^\n]*\n[^\n]*" warnings "${step_output}\n${step_error}")
+set(seen "")
+foreach(warning IN LISTS warnings)
+  list(FIND seen "${warning}" earlier)
+  if(NOT earlier EQUAL -1)
+    message(FATAL_ERROR "configuring against the installed package repeats a warning:\n${warning}")
+  endif()
+  list(APPEND seen "${warning}")
+endforeach()
 run_step("build consumer" ${CMAKE_COMMAND} --build "${WORK_DIR}/build")
 run_step("run consumer" "${WORK_DIR}/build/ddp_consumer")
 if(NOT step_output MATCHES "ddp ${EXPECTED_VERSION} ")

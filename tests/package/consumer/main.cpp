@@ -15,6 +15,7 @@
 #include "ddp/checkpoint.h"
 #include "ddp/comm_hooks.h"
 #include "ddp/data_parallel.h"
+#include "ddp/ddp.h"
 #include "ddp/ddp_stats.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/log.h"

@@ -1,0 +1,73 @@
+// launcher/line_splitter.h and launcher/live_progress.h: '\r' progress updates (See Note [Progress lines]).
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "launcher/line_splitter.h"
+#include "launcher/live_progress.h"
+
+using ddp::launcher::is_progress_piece;
+using ddp::launcher::LineSplitter;
+
+namespace {
+
+std::vector<std::string> split(const std::vector<std::string>& reads) {
+  LineSplitter splitter(64);
+  std::vector<std::string> pieces;
+  const LineSplitter::Emit emit = [&](std::string_view p) { pieces.emplace_back(p); };
+  for (const auto& r : reads) splitter.feed(r, emit);
+  splitter.flush(emit);
+  return pieces;
+}
+
+}  // namespace
+
+TEST_CASE("progress updates: each '\\r' ends a piece, so each update gets its own prefix", "[launcher][output]") {
+  // As a training loop prints: "\r" before each update, a newline after the epoch.
+  const auto pieces = split({"\rTrain 1 [64/512]\rTrain 1 [512/512]\nTest set: 0.5\n"});
+  CHECK(pieces == std::vector<std::string>{"Train 1 [64/512]\r", "Train 1 [512/512]\n", "Test set: 0.5\n"});
+  CHECK(is_progress_piece(pieces[0]));
+  CHECK_FALSE(is_progress_piece(pieces[1]));
+}
+
+TEST_CASE("progress updates: \"\\r\\n\" stays one line end, also across reads", "[launcher][output]") {
+  CHECK(split({"a\r\nb\r\n"}) == std::vector<std::string>{"a\r\n", "b\r\n"});
+  CHECK(split({"a\r", "\nb\n"}) == std::vector<std::string>{"a\r\n", "b\n"});
+  // A '\r' at the end of a read followed by text: an update after all.
+  CHECK(split({"a\r", "b\r", "c"}) == std::vector<std::string>{"a\r", "b\r", "c\n"});
+  // A last update at EOF still ends its line.
+  CHECK(split({"x\rdone\r"}) == std::vector<std::string>{"x\r", "done\r\n"});
+}
+
+TEST_CASE("progress updates: byte by byte gives the same pieces", "[launcher][output]") {
+  const std::string text = "\rstep 1\rstep 2\r\nend\n\r\rlast";
+  std::vector<std::string> bytes;
+  for (char c : text) bytes.emplace_back(1, c);
+  CHECK(split(bytes) == split({text}));
+  CHECK(split({text}) == std::vector<std::string>{"step 1\r", "step 2\r\n", "end\n", "last\n"});
+}
+
+TEST_CASE("live progress: one line per rank at the bottom, whole lines printed above it", "[launcher][output]") {
+  using ddp::launcher::LiveProgress;
+  LiveProgress live(/*width=*/12);
+  // Rank 1's first update: the block is one row.
+  CHECK(live.update(1, "[rank 1]: 10%") == "[rank 1]: 1\x1b[K\n");  // cut to width - 1
+  // Rank 0's update: erase the block (1 row up, erase below), draw both rows in rank order.
+  CHECK(live.update(0, "[rank 0]: 5%") == "\x1b[1A\x1b[J[rank 0]: 5\x1b[K\n[rank 1]: 1\x1b[K\n");
+  // Rank 0 updates in place: the other rank's row stays.
+  CHECK(live.update(0, "[r0]: 6%") == "\x1b[2A\x1b[J[r0]: 6%\x1b[K\n[rank 1]: 1\x1b[K\n");
+  // A whole line of rank 0 ends its live row: erase, (the line), redraw what is left.
+  const auto around = live.line(0);
+  CHECK(around.before == "\x1b[2A\x1b[J");
+  CHECK(around.after == "[rank 1]: 1\x1b[K\n");
+  // A line of a rank without a live row still goes above the block.
+  const auto other = live.line(3);
+  CHECK(other.before == "\x1b[1A\x1b[J");
+  CHECK(other.after == "[rank 1]: 1\x1b[K\n");
+  // Once no rank has a live row, lines cost nothing extra.
+  live.line(1);
+  const auto plain = live.line(1);
+  CHECK(plain.before.empty());
+  CHECK(plain.after.empty());
+}
