@@ -1,5 +1,6 @@
 #include "ddp/hierarchical_collectives.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "ddp/base/error.h"
@@ -131,10 +132,36 @@ void HierarchicalCollectives::allreduce_stages(torch::Tensor& tensor, c10d::Redu
     padded = torch::zeros({shard_numel * local_size}, flat.options());
     padded.narrow(0, 0, n).copy_(flat);
   }
-  auto shard = torch::empty({shard_numel}, flat.options());
-  intra_->reduce_scatter_tensor(shard, padded, op, "hierarchical reduce-scatter in the host");
-  inter_->allreduce(shard, op, "hierarchical all-reduce across hosts");
-  intra_->allgather_into_tensor(padded, shard, "hierarchical all-gather in the host");
+  // See Note [Pipelined stages]: chunks of `chunk_shard` elements per local rank.
+  const std::int64_t chunk_shard =
+      std::max<std::int64_t>(1, kPipelineChunkBytes / static_cast<std::int64_t>(flat.element_size()) / local_size);
+  struct Chunk {
+    torch::Tensor block, shard;
+    c10::intrusive_ptr<c10d::Work> scattered, reduced, gathered;
+  };
+  std::vector<Chunk> chunks;
+  for (std::int64_t begin = 0; begin < shard_numel; begin += chunk_shard) {
+    const std::int64_t length = std::min(chunk_shard, shard_numel - begin);
+    Chunk chunk;
+    chunk.block = padded.narrow(0, begin * local_size, length * local_size);
+    chunk.shard = torch::empty({length}, flat.options());
+    chunks.push_back(std::move(chunk));
+  }
+  const char* const scatter_what = "hierarchical reduce-scatter in the host";
+  const char* const reduce_what = "hierarchical all-reduce across hosts";
+  const char* const gather_what = "hierarchical all-gather in the host";
+  chunks[0].scattered = intra_->reduce_scatter_tensor_async(chunks[0].shard, chunks[0].block, op, scatter_what);
+  for (std::size_t c = 0; c < chunks.size(); ++c) {
+    intra_->wait(chunks[c].scattered, scatter_what);
+    chunks[c].reduced = inter_->allreduce_async(chunks[c].shard, op, reduce_what);
+    if (c + 1 < chunks.size()) {
+      chunks[c + 1].scattered =
+          intra_->reduce_scatter_tensor_async(chunks[c + 1].shard, chunks[c + 1].block, op, scatter_what);
+    }
+    inter_->wait(chunks[c].reduced, reduce_what);
+    chunks[c].gathered = intra_->allgather_into_tensor_async(chunks[c].block, chunks[c].shard, gather_what);
+  }
+  for (auto& chunk : chunks) intra_->wait(chunk.gathered, gather_what);
   if (padded.data_ptr() != flat.data_ptr()) flat.copy_(padded.narrow(0, 0, n));
   write_back(tensor, flat);
 }

@@ -48,6 +48,13 @@ class ProcessGroup;
 class HierarchicalCollectives {
  public:
   static constexpr std::int64_t kAutoMinBytes = std::int64_t{64} << 10;
+  // Note [Pipelined stages]
+  // ~~~~~~~~~~~~~~~~~~~~~~~
+  // The all-reduce goes in chunks of about this many bytes: while chunk c crosses the hosts, chunk
+  // c+1 is reduce-scattered and chunk c-1 gathered inside the host, so the host-local copies (CPU
+  // work that competes with the ranks' compute) hide behind the transfer instead of adding to it.
+  // Every rank issues each sub-group's collectives in the same order, which is all Gloo needs.
+  static constexpr std::int64_t kPipelineChunkBytes = std::int64_t{4} << 20;
 
   // intra: this host's ranks (sub-rank = local rank); inter: the ranks with this rank's local rank
   // (sub-rank = host index). `timeout` bounds each stage.

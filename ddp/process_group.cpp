@@ -308,21 +308,6 @@ std::int64_t ProcessGroup::begin_collective(const char* op, const char* what, in
   return collectives_.begin(record);
 }
 
-// Starts a collective, turning c10d's errors into ours.
-template <class Start>
-c10::intrusive_ptr<c10d::Work> ProcessGroup::start_collective(std::int64_t seq, const char* what,
-                                                              Start&& start) const {
-  try {
-    auto work = start();
-    collectives_.attach(seq, work.get());
-    return work;
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception& error) {
-    fail_collective(seq, what, info_.timeout, &error);
-  }
-}
-
 void ProcessGroup::wait_collective(std::int64_t seq, const c10::intrusive_ptr<c10d::Work>& work, const char* what,
                                    milliseconds timeout, WaitMode mode) const {
   try {
@@ -466,23 +451,6 @@ std::vector<torch::Tensor> ProcessGroup::allgather(const torch::Tensor& tensor, 
   wait_collective(seq, start_collective(seq, what, [&] { return backend()->allgather(outputs, inputs); }), what,
                   info_.timeout, cuda::wait_mode(info_.backend_name, inputs[0].device()));
   return outputs[0];
-}
-
-void ProcessGroup::reduce_scatter_tensor(torch::Tensor& output, const torch::Tensor& input, c10d::ReduceOp op,
-                                         const char* what) {
-  c10d::ReduceScatterOptions options;
-  options.reduceOp = op;
-  auto in = input;
-  const auto seq = begin_collective("reduce_scatter", what, -1, &in);
-  wait_collective(seq, start_collective(seq, what, [&] { return backend()->_reduce_scatter_base(output, in, options); }),
-                  what, info_.timeout, cuda::wait_mode(info_.backend_name, input.device()));
-}
-
-void ProcessGroup::allgather_into_tensor(torch::Tensor& output, const torch::Tensor& input, const char* what) {
-  auto in = input;
-  const auto seq = begin_collective("allgather", what, -1, &in);
-  wait_collective(seq, start_collective(seq, what, [&] { return backend()->_allgather_base(output, in); }), what,
-                  info_.timeout, cuda::wait_mode(info_.backend_name, input.device()));
 }
 
 // Note [Bounded store wait]

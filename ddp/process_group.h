@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "ddp/base/error.h"
 #include "ddp/collective_log.h"
 #include "ddp/log.h"
 #include "ddp/topology.h"
@@ -95,6 +96,12 @@ class ProcessGroup {
   void reduce_scatter_tensor(torch::Tensor& output, const torch::Tensor& input, c10d::ReduceOp op,
                              const char* what = "reduce-scatter");
   void allgather_into_tensor(torch::Tensor& output, const torch::Tensor& input, const char* what = "allgather");
+  // Asynchronous forms of the above (finish them with wait()); the flat algorithm always.
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_async(torch::Tensor& output, const torch::Tensor& input,
+                                                             c10d::ReduceOp op, const char* what = "reduce-scatter");
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_async(torch::Tensor& output, const torch::Tensor& input,
+                                                             const char* what = "allgather");
+  c10::intrusive_ptr<c10d::Work> allreduce_async(torch::Tensor& tensor, c10d::ReduceOp op, const char* what);
 
   // The algorithm of all-reduce, broadcast and all-gather over CPU tensors (default kAuto): see
   // Note [Hierarchical collectives] in ddp/hierarchical_collectives.h. Every rank must set the same.
@@ -167,6 +174,21 @@ class ProcessGroup {
   std::string algorithm_choice_;
   std::unique_ptr<HierarchicalCollectives> hierarchy_;
 };
+
+// Starts a collective, turning c10d's errors into ours.
+template <class Start>
+inline c10::intrusive_ptr<c10d::Work> ProcessGroup::start_collective(std::int64_t seq, const char* what,
+                                                              Start&& start) const {
+  try {
+    auto work = start();
+    collectives_.attach(seq, work.get());
+    return work;
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& error) {
+    fail_collective(seq, what, info_.timeout, &error);
+  }
+}
 
 // Creates the default process group. Throws ddp::InvalidArgument (bad option or environment),
 // ddp::CommunicationError (master unreachable), ddp::TimeoutError (a rank never arrived) or

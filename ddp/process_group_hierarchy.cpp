@@ -45,6 +45,41 @@ std::optional<std::string> ProcessGroup::write_collectives_dump(const std::strin
   return write_collectives_file(info_.log_dir, info_.rank, collectives_json(header, collectives_.snapshot()));
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroup::reduce_scatter_tensor_async(torch::Tensor& output,
+                                                                       const torch::Tensor& input,
+                                                                       c10d::ReduceOp op, const char* what) {
+  c10d::ReduceScatterOptions options;
+  options.reduceOp = op;
+  auto in = input;
+  const auto seq = begin_collective("reduce_scatter", what, -1, &in);
+  return start_collective(seq, what, [&] { return backend()->_reduce_scatter_base(output, in, options); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::allgather_into_tensor_async(torch::Tensor& output,
+                                                                       const torch::Tensor& input, const char* what) {
+  auto in = input;
+  const auto seq = begin_collective("allgather", what, -1, &in);
+  return start_collective(seq, what, [&] { return backend()->_allgather_base(output, in); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce_async(torch::Tensor& tensor, c10d::ReduceOp op,
+                                                           const char* what) {
+  std::vector<torch::Tensor> tensors{tensor};
+  c10d::AllreduceOptions options;
+  options.reduceOp = op;
+  const auto seq = begin_collective("allreduce", what, -1, &tensor);
+  return start_collective(seq, what, [&] { return backend()->allreduce(tensors, options); });
+}
+
+void ProcessGroup::reduce_scatter_tensor(torch::Tensor& output, const torch::Tensor& input, c10d::ReduceOp op,
+                                         const char* what) {
+  wait(reduce_scatter_tensor_async(output, input, op, what), what);
+}
+
+void ProcessGroup::allgather_into_tensor(torch::Tensor& output, const torch::Tensor& input, const char* what) {
+  wait(allgather_into_tensor_async(output, input, what), what);
+}
+
 std::string ProcessGroup::algorithm_choice() const {
   std::lock_guard<std::mutex> lock(hierarchy_mutex_);
   return algorithm_choice_;
