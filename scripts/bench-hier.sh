@@ -6,6 +6,7 @@
 #     LAYOUTS  comma list of HOSTSxRANKS, default 2x2,3x2,2x1,1x2
 #     WHAT     comma list of allreduce, resnet18, conns (default allreduce,resnet18)
 #     OUT      folder of the CSV files and the summary (default build/bench-hier)
+#   BENCH_BATCH=N  ResNet-18's batch per rank (default 32; smaller makes the all-reduce a larger share)
 # allreduce: allreduce_bench --algorithm flat,hierarchical (auto on 2x1 and 1x2, where it means flat):
 # each size measured with both algorithms in turn in one job, side by side under the same load.
 # resnet18: ddp_bench --model resnet18 --mode ddp, alternately flat and hierarchical (auto), 2 runs each.
@@ -79,7 +80,7 @@ for rate in "${rate_list[@]}"; do
       for round in 1 2; do
         for algorithm in ${algorithms//,/ }; do
           job "$hosts" "$ranks" "$out/resnet18-$rate-$layout.log" "$bin/ddp_bench" --model resnet18 --mode ddp \
-            --batch 32 --warmup 1 --iters 3 --algorithm "$algorithm" --csv "$csv" --append
+            --batch "${BENCH_BATCH:-32}" --warmup 1 --iters 3 --algorithm "$algorithm" --csv "$csv" --append
         done
       done
     fi
