@@ -55,7 +55,7 @@ class ProcessGroup {
     std::string log_dir;
     std::size_t collective_log_size = 64;  // See Note [Collective ring buffer]
     // The name of this host, shared by the ranks on it ("": this_host_identity(), asked only when
-    // local_size says neither "one host" nor "one rank per host"). See Note [Host topology].
+    // local_size is not the world size). See Note [Host topology].
     std::string host_identity;
     // A sub-group of another group (see Note [Hierarchical collectives]): its name for errors
     // ("host 1 (ranks 2, 3)") and the global rank of each of its ranks ("" and empty: the world).

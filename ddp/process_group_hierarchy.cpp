@@ -98,10 +98,7 @@ HierarchicalCollectives* ProcessGroup::hierarchical_for(const torch::Tensor& ten
 
 Topology ProcessGroup::resolve_topology() {
   // See Note [Host topology] in ddp/topology.h.
-  if (info_.host_identity.empty()) {
-    if (info_.local_size == info_.size) return single_host_topology(info_.size);
-    if (info_.local_size == 1) return one_rank_per_host_topology(info_.size);
-  }
+  if (info_.host_identity.empty() && info_.local_size == info_.size) return single_host_topology(info_.size);
   const std::string identity = info_.host_identity.empty() ? this_host_identity() : info_.host_identity;
   const auto store = c10::make_intrusive<c10d::PrefixStore>("ddp/hierarchy/identity", store_);
   std::vector<std::string> keys;

@@ -22,8 +22,9 @@ CollectiveAlgorithm parse_collective_algorithm(const std::string& text);
 // of their lowest rank and a rank's local rank is its place among its host's ranks by global rank,
 // so every rank derives the same topology from the same strings without further exchange, and
 // torchrun's layout (rank = GROUP_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK) maps onto itself. The
-// launcher's LOCAL_WORLD_SIZE settles the two common cases without any exchange: equal to the world
-// size (one host) or 1 (one rank per host); see ProcessGroup::hierarchy().
+// launcher's LOCAL_WORLD_SIZE settles one case without any exchange: equal to the world size, every
+// rank is on one host, and every rank sees the same. (LOCAL_WORLD_SIZE 1 does not: hosts may differ,
+// and a rank that skipped the exchange would leave the others waiting for its identity.)
 struct Topology {
   std::vector<int> host_of_rank;        // host index of each rank
   std::vector<int> local_rank_of_rank;  // place of each rank among its host's ranks

@@ -237,3 +237,21 @@ TEST_CASE("hierarchical: a timeout names the sub-group and the ranks that did no
   REQUIRE(errors[1].find("in sub-group local rank 1 across hosts (ranks 1, 3)") != std::string::npos);
   REQUIRE(errors[1].find("rank(s) 3 did not arrive") != std::string::npos);
 }
+
+TEST_CASE("hierarchical: uneven hosts fall back to the flat algorithm on every rank", "[hierarchical]") {
+  const auto seen = ddp::testing::run_ranks<std::vector<std::string>>(
+      3,
+      [](ddp::ProcessGroup& group) {
+        group.set_collective_algorithm(CollectiveAlgorithm::kHierarchical);
+        auto t = torch::ones({100000});
+        group.allreduce(t);
+        return std::vector<std::string>{last_algorithm(group), t.equal(torch::full_like(t, 3)) ? "right" : "wrong",
+                                        group.algorithm_choice()};
+      },
+      ddp::testing::kRankTimeout, [](int rank) { return rank < 2 ? std::string("a") : std::string("b"); });
+  for (const auto& s : seen) {
+    REQUIRE(s[0] == "flat");
+    REQUIRE(s[1] == "right");
+    REQUIRE(s[2].find("2 hosts with 2, 1 ranks") != std::string::npos);
+  }
+}
