@@ -221,6 +221,8 @@ BenchOptions parse_options(int argc, char** argv, const std::string& scenario_de
   cli.add_switch("gradient-as-bucket-view", "ddp: gradients are views into the buckets (no copies in and out)");
   cli.add("comm-hook", "ddp: allreduce | fp16_compress | bf16_compress", "allreduce");
   cli.add_switch("no-broadcast-buffers", "ddp: do not broadcast buffers (BatchNorm statistics) at each forward");
+  cli.add("algorithm", "collectives over CPU tensors: flat | hierarchical | auto (allreduce: a comma list, "
+          "measured side by side)", "auto");
   cli.parse(argc, argv);
 
   BenchOptions options;
@@ -253,6 +255,10 @@ BenchOptions parse_options(int argc, char** argv, const std::string& scenario_de
   options.gradient_as_bucket_view = cli.given("gradient-as-bucket-view");
   options.comm_hook = cli.choice("comm-hook", {"allreduce", "fp16_compress", "bf16_compress"});
   options.broadcast_buffers = !cli.given("no-broadcast-buffers");
+  options.algorithms = cli.choices("algorithm", {"flat", "hierarchical", "auto"});
+  if (options.scenario == "train" && options.algorithms.size() != 1) {
+    throw UsageError("--algorithm takes one value for the train scenario (a comma list only with allreduce)");
+  }
   return options;
 }
 

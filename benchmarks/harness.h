@@ -109,6 +109,9 @@ struct BenchOptions : OutputOptions {
   bool gradient_as_bucket_view = false;
   std::string comm_hook = "allreduce";            // allreduce | fp16_compress | bf16_compress
   bool broadcast_buffers = true;
+  // The collective algorithm over CPU tensors (ddp::parse_collective_algorithm): flat | hierarchical |
+  // auto; allreduce takes a comma list and measures each size with each, side by side.
+  std::vector<std::string> algorithms = {"auto"};
 };
 
 // Parses argv (argv[0] is the program). scenario_default fills `scenario` when --scenario is absent.

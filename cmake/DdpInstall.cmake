@@ -33,6 +33,7 @@ set(DDP_PUBLIC_HEADERS
   # What those include.
   ddp/collective_log.h         # process_group.h
   ddp/base/report_files.h      # collective_log.h
+  ddp/topology.h               # process_group.h
   ddp/base/agent_message.h     # agent_channel.h
   ddp/base/environment.h)      # agent_channel.h
 foreach(header IN LISTS DDP_PUBLIC_HEADERS)

@@ -22,6 +22,8 @@ const char* to_string(CollectiveState state) {
   return "?";
 }
 
+const char* to_string(WaitMode mode) { return mode == WaitMode::kStreamOrdered ? "stream-ordered" : "blocking"; }
+
 CollectiveLog::CollectiveLog(std::size_t capacity) : slots_(capacity) {}
 
 CollectiveRecord* CollectiveLog::slot_of(std::int64_t seq) {
@@ -135,7 +137,8 @@ std::string collectives_json(const CollectiveDumpHeader& header, const std::vect
                ", \"what\": ", json_string(r.what), ", \"bucket\": ", r.bucket, ", \"numel\": ", r.numel,
                ", \"dtype\": ", json_string(r.dtype), ", \"bytes\": ", r.bytes,
                ", \"start_unix_us\": ", r.start_unix_us, ", \"end_unix_us\": ", r.end_unix_us,
-               ", \"state\": ", json_string(to_string(r.state)), "}");
+               ", \"state\": ", json_string(to_string(r.state)), ", \"algorithm\": ", json_string(r.algorithm),
+               ", \"wait\": ", json_string(r.wait), "}");
   }
   out += records.empty() ? "]}\n" : "\n ]}\n";
   return out;
@@ -208,6 +211,14 @@ std::optional<Arrival> parse_arrival(const std::string& text) {
 }
 
 }  // namespace
+
+ArrivalReport in_global_ranks(ArrivalReport report, const std::function<int(int)>& global_rank) {
+  for (int& rank : report.silent) rank = global_rank(rank);
+  for (auto& entry : report.behind) entry.first = global_rank(entry.first);
+  for (auto& entry : report.ahead) entry.first = global_rank(entry.first);
+  for (auto& entry : report.mismatched) entry.first = global_rank(entry.first);
+  return report;
+}
 
 std::string describe_arrivals(const ArrivalReport& report) {
   std::vector<int> missing = report.silent;

@@ -20,6 +20,11 @@ namespace ddp {
 enum class CollectiveState { kStarted, kCompleted, kFailed };
 const char* to_string(CollectiveState state);
 
+// How a collective is waited for: the host blocks (bounded by the timeout) or only the CUDA stream
+// waits. See Note [Which waits block the host] in ddp/cuda_support.h.
+enum class WaitMode { kBlocking, kStreamOrdered };
+const char* to_string(WaitMode mode);  // "blocking", "stream-ordered"
+
 // One collective of one rank. The strings are static (literals, c10::toString of a dtype): recording
 // a collective allocates nothing.
 struct CollectiveRecord {
@@ -34,6 +39,10 @@ struct CollectiveRecord {
   std::int64_t end_unix_us = 0;     // 0 while started
   CollectiveState state = CollectiveState::kStarted;
   const void* work = nullptr;       // identity of the backend's work object (never dereferenced)
+  const char* algorithm = "flat";   // "flat" or "hierarchical" (see Note [Hierarchical collectives])
+  // How the caller waits: "blocking" (the host, bounded by the timeout) or "stream-ordered" (only
+  // the CUDA stream; see Note [Which waits block the host] in ddp/cuda_support.h).
+  const char* wait = "blocking";
 };
 
 // Note [Collective ring buffer]
@@ -126,6 +135,9 @@ struct ArrivalReport {
 // Pure: sorts the reports (reported[r] = what rank r published, nullopt if none) against this
 // rank's collective (seq, what).
 ArrivalReport classify_arrivals(int self, const Arrival& mine, const std::vector<std::optional<Arrival>>& reported);
+
+// The report with every rank r replaced by global_rank(r): a sub-group's ranks named as in the world.
+ArrivalReport in_global_ranks(ArrivalReport report, const std::function<int(int)>& global_rank);
 
 // "rank(s) 1 did not arrive (rank 1 last entered collective #36)" and the like.
 std::string describe_arrivals(const ArrivalReport& report);

@@ -17,6 +17,11 @@
 namespace ddp {
 namespace cuda {
 
+WaitMode wait_mode(const std::string& backend_name, const torch::Device& device) {
+  // See Note [Which waits block the host] in cuda_support.h.
+  return backend_name == "nccl" && device.is_cuda() ? WaitMode::kStreamOrdered : WaitMode::kBlocking;
+}
+
 bool built_with_cuda() {
 #ifdef DDP_WITH_CUDA
   return true;

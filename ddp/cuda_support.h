@@ -11,6 +11,7 @@
 #include <string>
 
 #include "ddp/base/environment.h"
+#include "ddp/collective_log.h"
 
 namespace ddp {
 namespace cuda {
@@ -59,6 +60,24 @@ MemoryStats memory_stats(torch::Device device);
 void reset_peak_memory_stats(torch::Device device);
 // Waits for all work queued on `device` (no-op for the CPU).
 void synchronize(torch::Device device);
+
+// Note [Which waits block the host]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// ProcessGroupNCCL's Work::wait(timeout) with a timeout busy-waits on the host until the kernel
+// ends; without one it only makes the current CUDA stream wait for the collective's end event, and
+// the kernels queued after it (the forward after broadcast_buffers, SyncBatchNorm's backward after
+// its all-reduce) are ordered behind it while the host goes on queueing, as in PyTorch. So every
+// collective of ddp::ProcessGroup on a CUDA tensor with NCCL is waited for stream-ordered: its
+// timeout is kept by c10d's NCCL watchdog (the group's timeout is ProcessGroupNCCL::Options::timeout,
+// see Note [NCCL error handling] in cuda_support.cpp), which aborts the communicator and fails the
+// rank. A host that reads the result (.cpu(), .item()) synchronises the stream, and so waits there.
+// What blocks the host, bounded by the group's timeout: every collective over CPU tensors (the
+// result is in host memory as soon as wait() returns: nothing else could order the reader after
+// it), Gloo with CUDA tensors (ProcessGroupGloo stages through host memory and has no watchdog),
+// barriers, and the store waits of the rendezvous, main_process_first and checkpoints.
+// TORCH_NCCL_BLOCKING_WAIT=1 makes NCCL's wait() block the host again (c10d's own switch).
+// Pure: how a collective of a group with backend `backend_name` on a tensor on `device` is waited for.
+WaitMode wait_mode(const std::string& backend_name, const torch::Device& device);
 
 }  // namespace cuda
 }  // namespace ddp

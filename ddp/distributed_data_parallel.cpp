@@ -191,6 +191,7 @@ DdpCore::DdpCore(NamedTensors parameters, NamedTensors buffers, std::shared_ptr<
   Reducer& m = *impl_;
   if (!group) throw InvalidArgument("DistributedDataParallel: the process group is null");
   m.group = std::move(group);
+  m.group->set_collective_algorithm(options.algorithm);
   m.options = options;
   m.world = m.group->size();
   if (options.bucket_cap_bytes == 0 || options.first_bucket_cap_bytes == 0) {

@@ -38,6 +38,9 @@ struct DdpOptions {
   // Rebuild the buckets once, in the order gradients became ready in the first synchronized
   // backward (see Note [Bucket rebuild] in ddp/bucket.h). Ignored with find_unused_parameters.
   bool rebuild_buckets = true;
+  // The algorithm of the group's collectives over CPU tensors, set on the group by the constructor
+  // (see Note [Hierarchical collectives] in ddp/hierarchical_collectives.h).
+  CollectiveAlgorithm algorithm = CollectiveAlgorithm::kAuto;
 };
 
 // PyTorch's bucket_cap_mb in bytes: DdpOptions o; o.bucket_cap_bytes = mebibytes(2.5);

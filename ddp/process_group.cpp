@@ -35,6 +35,7 @@
 #include "ddp/join_wait.h"
 #include "ddp/uncaught_exception.h"
 #include "ddp/base/env_names.h"
+#include "ddp/hierarchical_collectives.h"
 #include "ddp/base/environment.h"
 #include "ddp/base/error.h"
 #include "ddp/base/route.h"
@@ -77,6 +78,11 @@ bool wait_for_key(c10d::Store& store, const std::string& key, milliseconds slice
     if (mentions_timeout(error.what())) return false;
     throw;
   }
+}
+
+// What a hierarchical collective's stage errors are prefixed with: the collective of this group.
+std::string hierarchical_context(std::int64_t seq, const char* what, const torch::Tensor& tensor) {
+  return str(what, " #", seq, " (hierarchical, ", format_bytes(tensor.numel() * tensor.element_size()), ")");
 }
 
 // Note [World size check]
@@ -321,17 +327,20 @@ const c10::intrusive_ptr<c10d::Backend>& ProcessGroup::backend() const {
 }
 
 void ProcessGroup::destroy() {
+  hierarchy_.reset();  // its worker may still use the sub-groups
   backend_.reset();
   store_.reset();
 }
 
 std::int64_t ProcessGroup::begin_collective(const char* op, const char* what, int bucket,
-                                           const torch::Tensor* tensor) const {
+                                           const torch::Tensor* tensor, const char* algorithm) const {
   CollectiveRecord record;
   record.op = op;
   record.what = what;
   record.bucket = bucket;
+  record.algorithm = algorithm;
   if (tensor != nullptr && tensor->defined()) {
+    record.wait = to_string(cuda::wait_mode(info_.backend_name, tensor->device()));
     record.numel = tensor->numel();
     record.dtype = c10::toString(tensor->scalar_type());
     record.bytes = record.numel * static_cast<std::int64_t>(tensor->element_size());
@@ -340,26 +349,20 @@ std::int64_t ProcessGroup::begin_collective(const char* op, const char* what, in
   return collectives_.begin(record);
 }
 
-// Starts a collective, turning c10d's errors into ours.
-template <class Start>
-c10::intrusive_ptr<c10d::Work> ProcessGroup::start_collective(std::int64_t seq, const char* what,
-                                                              Start&& start) const {
-  try {
-    auto work = start();
-    collectives_.attach(seq, work.get());
-    return work;
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception& error) {
-    fail_collective(seq, what, info_.timeout, &error);
-  }
-}
-
 void ProcessGroup::wait_collective(std::int64_t seq, const c10::intrusive_ptr<c10d::Work>& work, const char* what,
-                                   milliseconds timeout) const {
+                                   milliseconds timeout, WaitMode mode) const {
   try {
-    if (!work->wait(timeout)) fail_collective(seq, what, timeout, nullptr);
-  } catch (const Error&) {
+    if (mode == WaitMode::kStreamOrdered) {
+      work->wait();  // See Note [Which waits block the host] in ddp/cuda_support.h.
+    } else if (!work->wait(timeout)) {
+      fail_collective(seq, what, timeout, nullptr);
+    }
+  } catch (const Error& error) {
+    // Already ours: a stage of a hierarchical collective, whose message names the sub-group.
+    if (seq > 0) {
+      collectives_.finish(seq, CollectiveState::kFailed);
+      write_collectives_dump(error.what());
+    }
     throw;
   } catch (const std::exception& error) {
     fail_collective(seq, what, timeout, &error);
@@ -377,6 +380,7 @@ void ProcessGroup::fail_collective(std::int64_t seq, const char* what, milliseco
     record = collectives_.find(seq);
   }
   std::string name = seq > 0 ? str(what, " #", seq) : std::string(what);
+  if (!info_.group_name.empty()) name += str(" in sub-group ", info_.group_name);
   if (record && record->bytes > 0) {
     name += record->bucket >= 0 ? str(" (bucket ", record->bucket, ", ", format_bytes(record->bytes), ")")
                                 : str(" (", format_bytes(record->bytes), ")");
@@ -384,20 +388,10 @@ void ProcessGroup::fail_collective(std::int64_t seq, const char* what, milliseco
   // The ring buffer is written first: a rank still waiting for reports below may be stopped by
   // the launcher (a peer failed first) before it can write the final version.
   std::optional<std::string> dump;
-  const auto write_dump = [&](const std::string& reason) {
-    if (info_.log_dir.empty()) return;
-    CollectiveDumpHeader header;
-    header.rank = info_.rank;
-    header.world_size = info_.size;
-    header.backend = info_.backend_name;
-    header.reason = reason;
-    header.last_seq = collectives_.last_seq();
-    header.capacity = collectives_.capacity();
-    dump = write_collectives_file(info_.log_dir, info_.rank, collectives_json(header, collectives_.snapshot()));
-  };
+  const auto write_dump = [&](const std::string& reason) { dump = write_collectives_dump(reason); };
   std::string message;
   if (timed_out) {
-    message = str(name, " timed out after ", seconds(timeout), " s on rank ", info_.rank);
+    message = str(name, " timed out after ", seconds(timeout), " s on rank ", global_rank(info_.rank));
     if (seq > 0 && info_.size > 1 && store_) {
       write_dump(message + " (checking which ranks arrived)");
       // See Note [Naming the ranks that did not arrive] (ddp/collective_log.cpp).
@@ -412,10 +406,10 @@ void ProcessGroup::fail_collective(std::int64_t seq, const char* what, milliseco
       ArrivalReport report = check_arrivals(arrivals, info_.rank, info_.size, Arrival{seq, what}, window,
                                             /*linger=*/info_.rank == 0);
       report.last_completed = collectives_.last_completed();
-      message += str(": ", describe_arrivals(report));
+      message += str(": ", describe_arrivals(in_global_ranks(report, [this](int r) { return global_rank(r); })));
     }
   } else {
-    message = str(name, " failed on rank ", info_.rank, ": ", first_line(cause));
+    message = str(name, " failed on rank ", global_rank(info_.rank), ": ", first_line(cause));
   }
   write_dump(message);
   if (dump) message += str(" [this rank's last collectives: ", *dump, "]");
@@ -424,7 +418,11 @@ void ProcessGroup::fail_collective(std::int64_t seq, const char* what, milliseco
 }
 
 void ProcessGroup::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what) const {
-  wait_collective(collectives_.find_started(work.get()).value_or(0), work, what, info_.timeout);
+  const std::int64_t seq = collectives_.find_started(work.get()).value_or(0);
+  const auto record = collectives_.find(seq);
+  const bool stream_ordered = record && std::string(record->wait) == to_string(WaitMode::kStreamOrdered);
+  wait_collective(seq, work, what, info_.timeout,
+                  stream_ordered ? WaitMode::kStreamOrdered : WaitMode::kBlocking);
 }
 
 void ProcessGroup::barrier(std::optional<milliseconds> timeout) {
@@ -436,36 +434,63 @@ void ProcessGroup::barrier(std::optional<milliseconds> timeout) {
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce_async(torch::Tensor& tensor, const char* what, int bucket) {
+  if (auto* hierarchical = hierarchical_for(tensor, c10d::ReduceOp::SUM)) {
+    const auto seq = begin_collective("allreduce", what, bucket, &tensor, "hierarchical");
+    return start_collective(seq, what, [&] {
+      return hierarchical->allreduce(tensor, c10d::ReduceOp::SUM, hierarchical_context(seq, what, tensor));
+    });
+  }
   std::vector<torch::Tensor> tensors{tensor};
   const auto seq = begin_collective("allreduce", what, bucket, &tensor);
   return start_collective(seq, what, [&] { return backend()->allreduce(tensors); });
 }
 
 void ProcessGroup::allreduce(torch::Tensor& tensor, c10d::ReduceOp op, const char* what) {
+  if (auto* hierarchical = hierarchical_for(tensor, op)) {
+    const auto seq = begin_collective("allreduce", what, -1, &tensor, "hierarchical");
+    wait_collective(seq, start_collective(seq, what, [&] {
+      return hierarchical->allreduce(tensor, op, hierarchical_context(seq, what, tensor));
+    }), what, info_.timeout);
+    return;
+  }
   std::vector<torch::Tensor> tensors{tensor};
   c10d::AllreduceOptions options;
   options.reduceOp = op;
   const auto seq = begin_collective("allreduce", what, -1, &tensor);
   wait_collective(seq, start_collective(seq, what, [&] { return backend()->allreduce(tensors, options); }), what,
-                  info_.timeout);
+                  info_.timeout, cuda::wait_mode(info_.backend_name, tensor.device()));
 }
 
 void ProcessGroup::broadcast(torch::Tensor& tensor, int src, const char* what) {
+  if (auto* hierarchical = hierarchical_for(tensor); hierarchical != nullptr && src >= 0 && src < info_.size) {
+    const auto seq = begin_collective("broadcast", what, -1, &tensor, "hierarchical");
+    wait_collective(seq, start_collective(seq, what, [&] {
+      return hierarchical->broadcast(tensor, src, hierarchical_context(seq, what, tensor));
+    }), what, info_.timeout);
+    return;
+  }
   std::vector<torch::Tensor> tensors{tensor};
   c10d::BroadcastOptions options;
   options.rootRank = src;
   const auto seq = begin_collective("broadcast", what, -1, &tensor);
   wait_collective(seq, start_collective(seq, what, [&] { return backend()->broadcast(tensors, options); }), what,
-                  info_.timeout);
+                  info_.timeout, cuda::wait_mode(info_.backend_name, tensor.device()));
 }
 
 std::vector<torch::Tensor> ProcessGroup::allgather(const torch::Tensor& tensor, const char* what) {
   std::vector<torch::Tensor> inputs{tensor.contiguous()};
   std::vector<std::vector<torch::Tensor>> outputs(1);
   for (int r = 0; r < info_.size; ++r) outputs[0].push_back(torch::empty_like(inputs[0]));
+  if (auto* hierarchical = hierarchical_for(inputs[0])) {
+    const auto seq = begin_collective("allgather", what, -1, &inputs[0], "hierarchical");
+    wait_collective(seq, start_collective(seq, what, [&] {
+      return hierarchical->allgather(inputs[0], outputs[0], hierarchical_context(seq, what, inputs[0]));
+    }), what, info_.timeout);
+    return outputs[0];
+  }
   const auto seq = begin_collective("allgather", what, -1, &inputs[0]);
   wait_collective(seq, start_collective(seq, what, [&] { return backend()->allgather(outputs, inputs); }), what,
-                  info_.timeout);
+                  info_.timeout, cuda::wait_mode(info_.backend_name, inputs[0].device()));
   return outputs[0];
 }
 
@@ -677,6 +702,7 @@ std::shared_ptr<ProcessGroup> new_process_group(c10::intrusive_ptr<c10d::Store> 
   info.backend_name = options.backend;
   info.timeout = options.timeout;
   info.log_dir = options.log_dir;
+  info.host_identity = options.host_identity;
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>("ddp/group", store);
   c10::intrusive_ptr<c10d::Backend> backend;
   try {

@@ -8,14 +8,19 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "ddp/base/error.h"
 #include "ddp/collective_log.h"
 #include "ddp/log.h"
+#include "ddp/topology.h"
 
 namespace ddp {
+
+class HierarchicalCollectives;  // ddp/hierarchical_collectives.h
 
 // How to create the default process group (c10d's init_process_group arguments). A plain struct:
 //   ddp::InitOptions options;
@@ -54,6 +59,13 @@ class ProcessGroup {
     // see diagnostics_dir() in ddp/environment.h.
     std::string log_dir;
     std::size_t collective_log_size = 64;  // See Note [Collective ring buffer]
+    // The name of this host, shared by the ranks on it ("": this_host_identity(), asked only when
+    // local_size is not the world size). See Note [Host topology].
+    std::string host_identity;
+    // A sub-group of another group (see Note [Hierarchical collectives]): its name for errors
+    // ("host 1 (ranks 2, 3)") and the global rank of each of its ranks ("" and empty: the world).
+    std::string group_name;
+    std::vector<int> global_ranks;
   };
   ProcessGroup(Info info, c10::intrusive_ptr<c10d::Store> store,
                c10::intrusive_ptr<c10d::Backend> backend);
@@ -84,6 +96,28 @@ class ProcessGroup {
   void broadcast(torch::Tensor& tensor, int src = 0, const char* what = "broadcast");
   // Returns one tensor per rank (same shape as `tensor` on every rank).
   std::vector<torch::Tensor> allgather(const torch::Tensor& tensor, const char* what = "allgather");
+  // c10d's reduce_scatter_tensor and all_gather_into_tensor: `input`/`output` hold size() equal
+  // contiguous blocks, one per rank; flat algorithm always.
+  void reduce_scatter_tensor(torch::Tensor& output, const torch::Tensor& input, c10d::ReduceOp op,
+                             const char* what = "reduce-scatter");
+  void allgather_into_tensor(torch::Tensor& output, const torch::Tensor& input, const char* what = "allgather");
+  // Asynchronous forms of the above (finish them with wait()); the flat algorithm always.
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_async(torch::Tensor& output, const torch::Tensor& input,
+                                                             c10d::ReduceOp op, const char* what = "reduce-scatter");
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_async(torch::Tensor& output, const torch::Tensor& input,
+                                                             const char* what = "allgather");
+  c10::intrusive_ptr<c10d::Work> allreduce_async(torch::Tensor& tensor, c10d::ReduceOp op, const char* what);
+
+  // The algorithm of all-reduce, broadcast and all-gather over CPU tensors (default kAuto): see
+  // Note [Hierarchical collectives] in ddp/hierarchical_collectives.h. Every rank must set the same.
+  void set_collective_algorithm(CollectiveAlgorithm algorithm) { algorithm_ = algorithm; }
+  CollectiveAlgorithm collective_algorithm() const { return algorithm_; }
+  // The hierarchical collectives of this group, set up on first use (a collective: every rank
+  // calls it, as the first collective over CPU tensors does), or null where the topology makes the
+  // flat algorithm the choice or the algorithm is kFlat. The choice is logged once.
+  HierarchicalCollectives* hierarchy();
+  // Why the group uses the algorithm it uses ("" until hierarchy() ran).
+  std::string algorithm_choice() const;
 
   // Asynchronous all-reduce (sum) of one tensor; finish it with wait(). `bucket`: the DDP bucket
   // index, for diagnostics (-1: none).
@@ -114,14 +148,24 @@ class ProcessGroup {
   void run_main_process_first(const std::function<void()>& f);
 
  private:
-  std::int64_t begin_collective(const char* op, const char* what, int bucket, const torch::Tensor* tensor) const;
+  std::int64_t begin_collective(const char* op, const char* what, int bucket, const torch::Tensor* tensor,
+                                const char* algorithm = "flat") const;
   template <class Start>
   c10::intrusive_ptr<c10d::Work> start_collective(std::int64_t seq, const char* what, Start&& start) const;
   void wait_collective(std::int64_t seq, const c10::intrusive_ptr<c10d::Work>& work, const char* what,
-                       std::chrono::milliseconds timeout) const;
+                       std::chrono::milliseconds timeout, WaitMode mode = WaitMode::kBlocking) const;
   // Records the failure, names the missing ranks (timeouts), writes the ring buffer file, throws.
   [[noreturn]] void fail_collective(std::int64_t seq, const char* what, std::chrono::milliseconds timeout,
                                     const std::exception* error) const;
+  // Writes the ring buffer file (Info::log_dir) with `reason`; the path, if written.
+  std::optional<std::string> write_collectives_dump(const std::string& reason) const;
+  int global_rank(int rank) const;
+  // The hierarchical collectives for this tensor (and op), or null: the flat algorithm.
+  HierarchicalCollectives* hierarchical_for(const torch::Tensor& tensor,
+                                            std::optional<c10d::ReduceOp> op = std::nullopt);
+  Topology resolve_topology();
+  std::shared_ptr<ProcessGroup> make_sub_group(const std::string& name, const std::vector<int>& ranks,
+                                               const std::string& store_prefix);
 
   Info info_;
   c10::intrusive_ptr<c10d::Store> store_;
@@ -129,7 +173,27 @@ class ProcessGroup {
   Logger logger_;
   int main_first_calls_ = 0;
   mutable CollectiveLog collectives_;
+  CollectiveAlgorithm algorithm_ = CollectiveAlgorithm::kAuto;
+  mutable std::mutex hierarchy_mutex_;
+  bool hierarchy_resolved_ = false;
+  std::string algorithm_choice_;
+  std::unique_ptr<HierarchicalCollectives> hierarchy_;
 };
+
+// Starts a collective, turning c10d's errors into ours.
+template <class Start>
+inline c10::intrusive_ptr<c10d::Work> ProcessGroup::start_collective(std::int64_t seq, const char* what,
+                                                              Start&& start) const {
+  try {
+    auto work = start();
+    collectives_.attach(seq, work.get());
+    return work;
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& error) {
+    fail_collective(seq, what, info_.timeout, &error);
+  }
+}
 
 // Creates the default process group. Throws ddp::InvalidArgument (bad option or environment),
 // ddp::CommunicationError (master unreachable), ddp::TimeoutError (a rank never arrived) or
@@ -151,6 +215,9 @@ struct StoreGroupOptions {
   std::chrono::milliseconds timeout = std::chrono::minutes(30);
   // Where the rank writes its last collectives on a failure ("": nowhere); ProcessGroup::Info::log_dir.
   std::string log_dir;
+  // The name of this rank's host ("": this machine): the in-process tests fake several hosts with
+  // it (see Note [Host topology]).
+  std::string host_identity;
 };
 // Creates rank `rank` of a group of `world_size` over `store` (every rank passes the same store or a
 // client of it). Throws ddp::InvalidArgument (bad rank, size or backend), ddp::TimeoutError or

@@ -43,7 +43,9 @@ std::vector<int> Topology::ranks_with_local_rank(int local_rank) const {
 
 std::string Topology::describe() const {
   const int n = hosts();
-  if (uniform()) return str(n, n == 1 ? " host x " : " hosts x ", ranks_per_host(), ranks_per_host() == 1 ? " rank" : " ranks");
+  if (uniform()) {
+    return str(n, n == 1 ? " host x " : " hosts x ", ranks_per_host(), ranks_per_host() == 1 ? " rank" : " ranks");
+  }
   std::vector<std::size_t> sizes;
   for (const auto& host : ranks_of_host) sizes.push_back(host.size());
   return str(n, " hosts with ", join(sizes, ", "), " ranks");
@@ -86,15 +88,17 @@ std::string this_host_identity() {
 AlgorithmChoice choose_algorithm(CollectiveAlgorithm requested, const Topology& topology) {
   const std::string where = topology.describe();
   if (requested == CollectiveAlgorithm::kFlat) return {false, str("flat (as requested; ", where, ")")};
-  const char* asked = requested == CollectiveAlgorithm::kAuto ? "auto" : "requested hierarchical";
+  const char* asked = requested == CollectiveAlgorithm::kAuto ? "auto" : "hierarchical requested";
   if (topology.hosts() <= 1) return {false, str("flat (", asked, ": ", where, ", nothing crosses hosts)")};
   if (!topology.uniform()) {
-    return {false, str("flat (", asked, ": ", where, "; the hierarchical algorithm needs the same number of ranks on every host)")};
+    return {false, str("flat (", asked, ": ", where,
+                       "; the hierarchical algorithm needs the same number of ranks on every host)")};
   }
   if (topology.ranks_per_host() == 1) {
     return {false, str("flat (", asked, ": ", where, ", the flat ring already sends each byte across hosts once)")};
   }
-  return {true, str("hierarchical (", asked, ": ", where, ", sends 2(H-1)/H instead of 2(n-1)/n of each buffer across each host link)")};
+  return {true, str("hierarchical (", asked, ": ", where,
+                    ", sends 2(H-1)/H instead of 2(n-1)/n of each buffer across each host link)")};
 }
 
 }  // namespace ddp

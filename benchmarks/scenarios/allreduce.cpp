@@ -21,13 +21,18 @@ int run_allreduce(const BenchOptions& options) {
   const auto group = bench_process_group();
   const int rank = group->rank(), world = group->size();
   Table table({"size_bytes", "count", "type", "redop", "world_size", "iters", "time_us", "algbw_GBps", "busbw_GBps",
-               "correct"});
+               "correct", "algorithm"});
   const double bus_factor = 2.0 * (world - 1) / world;
   bool all_correct = true;
+  std::string choice;  // what auto and hierarchical came to (ProcessGroup::algorithm_choice)
   for (int64_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= 2) {
+   // Each algorithm in turn on the same size: side by side, under the same load.
+   for (const std::string& algorithm : options.algorithms) {
+    group->set_collective_algorithm(parse_collective_algorithm(algorithm));
     const int64_t count = bytes / 4;
     torch::Tensor buffer = torch::full({count}, static_cast<float>(rank + 1));
     group->allreduce(buffer);
+    if (group->recent_collectives().back().algorithm == std::string("hierarchical")) choice = group->algorithm_choice();
     const float expected = static_cast<float>(world) * static_cast<float>(world + 1) / 2.0f;
     const double wrong = buffer.ne(expected).sum().item<double>();
     // Every rank must agree: the largest count of wrong elements over the ranks.
@@ -39,6 +44,7 @@ int run_allreduce(const BenchOptions& options) {
     const auto start = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < options.iters; ++i) group->allreduce(buffer);
     const double local = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const std::string used = group->recent_collectives().back().algorithm;
     const double seconds = reduce(group.get(), local, c10d::ReduceOp::MAX) / static_cast<double>(options.iters);
     if (rank != 0) continue;
     const double algbw = static_cast<double>(bytes) / seconds / 1e9;
@@ -53,6 +59,8 @@ int run_allreduce(const BenchOptions& options) {
     table.set("algbw_GBps", algbw, 6);
     table.set("busbw_GBps", algbw * bus_factor, 6);
     table.set("correct", correct ? "OK" : "FAIL");
+    table.set("algorithm", algorithm == "auto" ? "auto:" + used : algorithm);
+   }
   }
   if (rank == 0) {
     emit(table, options,
@@ -63,7 +71,8 @@ int run_allreduce(const BenchOptions& options) {
               std::to_string(options.iters) + " timed iterations per size",
           "time = mean per all-reduce of the slowest rank; algbw = bytes / time; busbw = algbw * 2 (n - 1) / n; "
           "GB = 1e9 bytes",
-          "correct: each rank fills rank + 1, every element must equal n (n + 1) / 2 after one all-reduce"});
+          "correct: each rank fills rank + 1, every element must equal n (n + 1) / 2 after one all-reduce",
+          "algorithm: " + (choice.empty() ? std::string("flat throughout") : choice)});
   }
   group->barrier();
   return all_correct ? 0 : 1;

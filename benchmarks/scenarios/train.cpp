@@ -176,6 +176,7 @@ DdpOptions ddp_options(const BenchOptions& options) {
   ddp.gradient_as_bucket_view = options.gradient_as_bucket_view;
   ddp.broadcast_buffers = options.broadcast_buffers;
   ddp.comm_hook = *parse_comm_hook(options.comm_hook);  // the harness accepted only known names
+  ddp.algorithm = parse_collective_algorithm(options.algorithms.front());
   return ddp;
 }
 
@@ -185,7 +186,8 @@ std::string ddp_options_text(const BenchOptions& options) {
   cap << options.bucket_cap_mb;  // shortest form: 25, 0.05
   return "bucket_cap_mb=" + cap.str() +
          " gradient_as_bucket_view=" + (options.gradient_as_bucket_view ? "1" : "0") + " comm_hook=" +
-         options.comm_hook + " broadcast_buffers=" + (options.broadcast_buffers ? "1" : "0");
+         options.comm_hook + " broadcast_buffers=" + (options.broadcast_buffers ? "1" : "0") +
+         (options.algorithms.front() == "auto" ? "" : " algorithm=" + options.algorithms.front());
 }
 
 template <class Holder>

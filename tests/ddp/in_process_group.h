@@ -28,9 +28,12 @@ inline constexpr std::chrono::milliseconds kRankTimeout{30000};
 // Runs body(group) for ranks 0..world_size-1, each on its own thread, and returns each rank's
 // result (index = rank). Once every thread has ended, the lowest rank's exception, if any, is
 // rethrown as ddp::Error naming the rank.
+// `host_of_rank` (optional) names rank r's host: several faked hosts for the topology of the
+// hierarchical collectives (see Note [Host topology] in ddp/topology.h).
 template <class Result>
 std::vector<Result> run_ranks(int world_size, const std::function<Result(ProcessGroup&)>& body,
-                              std::chrono::milliseconds timeout = kRankTimeout) {
+                              std::chrono::milliseconds timeout = kRankTimeout,
+                              const std::function<std::string(int)>& host_of_rank = {}) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   store->setTimeout(timeout);
   std::vector<Result> results(static_cast<std::size_t>(world_size));
@@ -42,6 +45,7 @@ std::vector<Result> run_ranks(int world_size, const std::function<Result(Process
       try {
         StoreGroupOptions options;
         options.timeout = timeout;
+        if (host_of_rank) options.host_identity = host_of_rank(rank);
         auto group = new_process_group(store, rank, world_size, options);
         results[r] = body(*group);
       } catch (...) {
@@ -59,6 +63,15 @@ std::vector<Result> run_ranks(int world_size, const std::function<Result(Process
     }
   }
   return results;
+}
+
+// run_ranks over `hosts` faked hosts of `ranks_per_host` ranks each (rank r on host r / ranks_per_host).
+template <class Result>
+std::vector<Result> run_ranks_on_hosts(int hosts, int ranks_per_host,
+                                       const std::function<Result(ProcessGroup&)>& body,
+                                       std::chrono::milliseconds timeout = kRankTimeout) {
+  return run_ranks<Result>(hosts * ranks_per_host, body, timeout,
+                           [ranks_per_host](int rank) { return "host " + std::to_string(rank / ranks_per_host); });
 }
 
 }  // namespace ddp::testing

@@ -1,0 +1,183 @@
+// ddp::ProcessGroup's topology, its sub-groups and the collectives they use (see Note
+// [Hierarchical collectives] in ddp/hierarchical_collectives.h); the rest of the group is in
+// process_group.cpp.
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include <algorithm>
+
+#include "ddp/base/error.h"
+#include "ddp/base/str.h"
+#include "ddp/cuda_support.h"
+#include "ddp/hierarchical_collectives.h"
+#include "ddp/process_group.h"
+
+namespace ddp {
+namespace {
+
+bool associative(c10d::ReduceOp op) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM:
+    case c10d::ReduceOp::PRODUCT:
+    case c10d::ReduceOp::MIN:
+    case c10d::ReduceOp::MAX:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+int ProcessGroup::global_rank(int rank) const {
+  return info_.global_ranks.empty() ? rank : info_.global_ranks.at(static_cast<std::size_t>(rank));
+}
+
+std::optional<std::string> ProcessGroup::write_collectives_dump(const std::string& reason) const {
+  if (info_.log_dir.empty()) return std::nullopt;
+  CollectiveDumpHeader header;
+  header.rank = info_.rank;
+  header.world_size = info_.size;
+  header.backend = info_.backend_name;
+  header.reason = reason;
+  header.last_seq = collectives_.last_seq();
+  header.capacity = collectives_.capacity();
+  return write_collectives_file(info_.log_dir, info_.rank, collectives_json(header, collectives_.snapshot()));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::reduce_scatter_tensor_async(torch::Tensor& output,
+                                                                       const torch::Tensor& input,
+                                                                       c10d::ReduceOp op, const char* what) {
+  c10d::ReduceScatterOptions options;
+  options.reduceOp = op;
+  auto in = input;
+  const auto seq = begin_collective("reduce_scatter", what, -1, &in);
+  return start_collective(seq, what, [&] { return backend()->_reduce_scatter_base(output, in, options); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::allgather_into_tensor_async(torch::Tensor& output,
+                                                                       const torch::Tensor& input, const char* what) {
+  auto in = input;
+  const auto seq = begin_collective("allgather", what, -1, &in);
+  return start_collective(seq, what, [&] { return backend()->_allgather_base(output, in); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce_async(torch::Tensor& tensor, c10d::ReduceOp op,
+                                                           const char* what) {
+  std::vector<torch::Tensor> tensors{tensor};
+  c10d::AllreduceOptions options;
+  options.reduceOp = op;
+  const auto seq = begin_collective("allreduce", what, -1, &tensor);
+  return start_collective(seq, what, [&] { return backend()->allreduce(tensors, options); });
+}
+
+void ProcessGroup::reduce_scatter_tensor(torch::Tensor& output, const torch::Tensor& input, c10d::ReduceOp op,
+                                         const char* what) {
+  wait(reduce_scatter_tensor_async(output, input, op, what), what);
+}
+
+void ProcessGroup::allgather_into_tensor(torch::Tensor& output, const torch::Tensor& input, const char* what) {
+  wait(allgather_into_tensor_async(output, input, what), what);
+}
+
+std::string ProcessGroup::algorithm_choice() const {
+  std::lock_guard<std::mutex> lock(hierarchy_mutex_);
+  return algorithm_choice_;
+}
+
+HierarchicalCollectives* ProcessGroup::hierarchical_for(const torch::Tensor& tensor, std::optional<c10d::ReduceOp> op) {
+  if (algorithm_ == CollectiveAlgorithm::kFlat || info_.size == 1 || !info_.global_ranks.empty()) return nullptr;
+  if (!tensor.defined() || !tensor.device().is_cpu() || info_.backend_name != "gloo") return nullptr;
+  if (op && !associative(*op)) return nullptr;
+  HierarchicalCollectives* hierarchical = hierarchy();
+  if (hierarchical == nullptr) return nullptr;
+  const std::int64_t bytes = tensor.numel() * static_cast<std::int64_t>(tensor.element_size());
+  if (algorithm_ == CollectiveAlgorithm::kAuto && bytes < HierarchicalCollectives::kAutoMinBytes) return nullptr;
+  return hierarchical;
+}
+
+Topology ProcessGroup::resolve_topology() {
+  // See Note [Host topology] in ddp/topology.h.
+  if (info_.host_identity.empty() && info_.local_size == info_.size) return single_host_topology(info_.size);
+  const std::string identity = info_.host_identity.empty() ? this_host_identity() : info_.host_identity;
+  const auto store = c10::make_intrusive<c10d::PrefixStore>("ddp/hierarchy/identity", store_);
+  std::vector<std::string> keys;
+  for (int r = 0; r < info_.size; ++r) keys.push_back(std::to_string(r));
+  std::vector<std::string> identities;
+  try {
+    store->set(keys[static_cast<std::size_t>(info_.rank)], std::vector<uint8_t>(identity.begin(), identity.end()));
+    store->wait(keys, info_.timeout);
+    for (const auto& key : keys) {
+      const auto bytes = store->get(key);
+      identities.emplace_back(bytes.begin(), bytes.end());
+    }
+  } catch (const std::exception& error) {
+    throw TimeoutError(str("rank ", info_.rank, " could not learn the hosts of the other ranks within ",
+                           info_.timeout.count() / 1000.0, " s (every rank publishes its host at its first "
+                           "collective over CPU tensors): ", first_line(error.what())));
+  }
+  return topology_from_identities(identities);
+}
+
+// Note [Sub-groups share the devices]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The sub-groups are Gloo groups over the parent's own transport devices: the interfaces of
+// GLOO_SOCKET_IFNAME, or the advertised address (Note [Advertised address] in ddp/base/route.h), so
+// the groups across hosts bind and announce exactly what the parent does and reach the same peers.
+// Two ranks of one host connect to their host's own address, which Linux carries over loopback.
+std::shared_ptr<ProcessGroup> ProcessGroup::make_sub_group(const std::string& name, const std::vector<int>& ranks,
+                                                           const std::string& store_prefix) {
+  auto* gloo = dynamic_cast<c10d::ProcessGroupGloo*>(backend().get());
+  if (gloo == nullptr) throw Error("hierarchical collectives need the Gloo backend");
+  Info sub;
+  sub.rank = static_cast<int>(std::find(ranks.begin(), ranks.end(), info_.rank) - ranks.begin());
+  sub.size = static_cast<int>(ranks.size());
+  sub.local_rank = sub.rank;
+  sub.local_size = sub.size;
+  sub.backend_name = "gloo";
+  sub.timeout = info_.timeout;
+  sub.group_name = str(name, " (ranks ", join(ranks, ", "), ")");
+  sub.global_ranks = ranks;
+  auto options = c10d::ProcessGroupGloo::Options::create(info_.timeout);
+  options->devices = gloo->getOptions()->devices;
+  auto store = c10::make_intrusive<c10d::PrefixStore>(store_prefix, store_);
+  c10::intrusive_ptr<c10d::Backend> backend;
+  try {
+    backend = c10::make_intrusive<c10d::ProcessGroupGloo>(store, sub.rank, sub.size, options);
+  } catch (const std::exception& error) {
+    throw CommunicationError(str("rank ", info_.rank, " could not set up the sub-group ", sub.group_name,
+                                 " within ", info_.timeout.count() / 1000.0, " s: ", first_line(error.what())));
+  }
+  auto group = std::make_shared<ProcessGroup>(std::move(sub), std::move(store), std::move(backend));
+  group->set_collective_algorithm(CollectiveAlgorithm::kFlat);
+  return group;
+}
+
+HierarchicalCollectives* ProcessGroup::hierarchy() {
+  std::lock_guard<std::mutex> lock(hierarchy_mutex_);
+  if (hierarchy_resolved_) return hierarchy_.get();
+  hierarchy_resolved_ = true;
+  const bool flat_wanted = algorithm_ == CollectiveAlgorithm::kFlat || !info_.global_ranks.empty() ||
+                           info_.backend_name != "gloo";
+  Topology topology = flat_wanted ? single_host_topology(info_.size) : resolve_topology();
+  const AlgorithmChoice choice = flat_wanted ? AlgorithmChoice{false, "flat"} : choose_algorithm(algorithm_, topology);
+  algorithm_choice_ = choice.reason;
+  const std::string line = str("collectives over CPU tensors: ", choice.reason);
+  if (info_.rank == 0 && info_.global_ranks.empty()) {
+    logger_.info(line);
+  } else {
+    logger_.debug(line);
+  }
+  if (!choice.hierarchical) return nullptr;
+  const int host = topology.host_of_rank[static_cast<std::size_t>(info_.rank)];
+  const int local_rank = topology.local_rank_of_rank[static_cast<std::size_t>(info_.rank)];
+  auto intra = make_sub_group(str("host ", host), topology.ranks_of_host[static_cast<std::size_t>(host)],
+                              str("ddp/hierarchy/host/", host));
+  auto inter = make_sub_group(str("local rank ", local_rank, " across hosts"), topology.ranks_with_local_rank(local_rank),
+                              str("ddp/hierarchy/local_rank/", local_rank));
+  hierarchy_ = std::make_unique<HierarchicalCollectives>(std::move(topology), info_.rank, std::move(intra),
+                                                         std::move(inter), info_.timeout);
+  return hierarchy_.get();
+}
+
+}  // namespace ddp
