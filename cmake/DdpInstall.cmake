@@ -21,6 +21,9 @@ set(DDP_PUBLIC_HEADERS
   ddp/checkpoint.h
   ddp/sync_batch_norm.h
   ddp/comm_hooks.h
+  ddp/comm_hook.h
+  ddp/powersgd.h
+  ddp/model_averaging.h
   ddp/run_main.h
   ddp/agent_channel.h          # ProgressReporter
   ddp/log.h

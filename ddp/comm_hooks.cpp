@@ -1,6 +1,52 @@
 #include "ddp/comm_hooks.h"
 
+#include <map>
+
+#include "ddp/comm_hook.h"
+
 namespace ddp {
+namespace {
+
+class AllreduceHook : public CommHookInterface {
+ public:
+  std::string name() const override { return to_string(CommHook::kAllreduce); }
+  bool reducer_averages(c10::ScalarType /*bucket_dtype*/) const override { return true; }
+  HookWork run(ProcessGroup& group, GradBucket& bucket) override {
+    auto work = group.allreduce_async(bucket.buffer, "gradient all-reduce", static_cast<int>(bucket.index));
+    return HookWork(group, {std::move(work)}, "gradient all-reduce", [buffer = bucket.buffer] { return buffer; });
+  }
+};
+
+class CompressionHook : public CommHookInterface {
+ public:
+  explicit CompressionHook(CommHook kind) : kind_(kind) {}
+  std::string name() const override { return to_string(kind_); }
+  bool reducer_averages(c10::ScalarType bucket_dtype) const override {
+    return !wire_dtype(kind_, bucket_dtype).has_value();
+  }
+  HookWork run(ProcessGroup& group, GradBucket& bucket) override {
+    const auto wire_type = wire_dtype(kind_, bucket.buffer.scalar_type());
+    torch::Tensor send = bucket.buffer;
+    if (wire_type) {
+      // One wire tensor per bucket, kept across iterations (a rebuild changes the sizes).
+      torch::Tensor& wire = wires_[bucket.index];
+      if (!wire.defined() || wire.numel() != bucket.buffer.numel() || wire.device() != bucket.buffer.device()) {
+        wire = torch::empty({bucket.buffer.numel()}, bucket.buffer.options().dtype(*wire_type));
+      }
+      wire.copy_(bucket.buffer);
+      if (bucket.divisor != 1) wire.div_(bucket.divisor);
+      send = wire;
+    }
+    auto work = group.allreduce_async(send, "gradient all-reduce", static_cast<int>(bucket.index));
+    return HookWork(group, {std::move(work)}, "gradient all-reduce", [send] { return send; });
+  }
+
+ private:
+  CommHook kind_;
+  std::map<std::size_t, torch::Tensor> wires_;
+};
+
+}  // namespace
 
 std::optional<c10::ScalarType> wire_dtype(CommHook hook, c10::ScalarType bucket_dtype) {
   const bool wide_float = bucket_dtype == c10::ScalarType::Float || bucket_dtype == c10::ScalarType::Double;
@@ -27,6 +73,11 @@ const char* to_string(CommHook hook) {
     case CommHook::kBf16Compress: return "bf16_compress";
   }
   return "?";
+}
+
+std::shared_ptr<CommHookInterface> make_comm_hook(CommHook hook) {
+  if (hook == CommHook::kAllreduce) return std::make_shared<AllreduceHook>();
+  return std::make_shared<CompressionHook>(hook);
 }
 
 }  // namespace ddp
