@@ -3,6 +3,7 @@
 #include <map>
 
 #include "ddp/comm_hook.h"
+#include "ddp/powersgd.h"
 
 namespace ddp {
 namespace {
@@ -79,5 +80,13 @@ std::shared_ptr<CommHookInterface> make_comm_hook(CommHook hook) {
   if (hook == CommHook::kAllreduce) return std::make_shared<AllreduceHook>();
   return std::make_shared<CompressionHook>(hook);
 }
+
+std::shared_ptr<CommHookInterface> make_comm_hook(const std::string& name, const PowerSgdOptions& powersgd) {
+  if (name == "powersgd") return std::make_shared<PowerSgdHook>(powersgd);
+  if (auto builtin = parse_comm_hook(name)) return make_comm_hook(*builtin);
+  return nullptr;
+}
+
+const char* comm_hook_names() { return "allreduce, fp16, bf16, powersgd"; }
 
 }  // namespace ddp

@@ -30,4 +30,11 @@ class CommHookInterface;  // ddp/comm_hook.h
 // (PyTorch's fp16_compress_hook / bf16_compress_hook); buckets they cannot compress go as allreduce.
 std::shared_ptr<CommHookInterface> make_comm_hook(CommHook hook);
 
+struct PowerSgdOptions;  // ddp/powersgd.h
+// A hook by the name programs take on their command line (--comm-hook): the built-ins'
+// names of parse_comm_hook, or "powersgd" (with `powersgd`'s options); nullptr for anything else.
+std::shared_ptr<CommHookInterface> make_comm_hook(const std::string& name, const PowerSgdOptions& powersgd);
+// The names make_comm_hook(name, ...) knows, for usage lines: "allreduce, fp16, bf16, powersgd".
+const char* comm_hook_names();
+
 }  // namespace ddp

@@ -19,6 +19,7 @@
 #include "ddp/checkpoint.h"
 #include "ddp/data_parallel.h"
 #include "ddp/distributed_data_parallel.h"
+#include "ddp/powersgd.h"
 #include "ddp/base/error.h"
 #include "ddp/process_group.h"
 #include "ddp/run_main.h"
@@ -143,6 +144,12 @@ Trainee wrap(Holder model, const TrainOptions& options, const Runtime& rt) {
   } else if (options.mode == Mode::kDdp) {
     model->to(rt.device);
     auto ddp = std::make_shared<DistributedDataParallel<Holder>>(model, rt.group);
+    if (options.comm_hook != "allreduce") {
+      PowerSgdOptions powersgd;
+      powersgd.matrix_approximation_rank = options.powersgd_rank;
+      powersgd.start_powersgd_iter = options.powersgd_start_iter;
+      ddp->register_comm_hook(make_comm_hook(options.comm_hook, powersgd));
+    }
     t.forward = [ddp](const torch::Tensor& x) { return ddp->forward(x); };
     t.no_sync = [ddp] { return std::shared_ptr<void>(std::make_shared<NoSyncGuard>(ddp->no_sync())); };
     t.evaluate = [model](const torch::Tensor& x) mutable { return model->forward(x); };

@@ -8,12 +8,16 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <unistd.h>
+
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "ddp/comm_hook.h"
+#include "ddp/comm_hook_state.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/model_averaging.h"
 #include "ddp/powersgd.h"
@@ -297,5 +301,56 @@ TEST_CASE("powersgd: error feedback keeps what compression lost; 1-D tensors are
     }
     // 16x12 -> (16+12)*1, 8x9 -> (8+9)*1 per compressed iteration; the bias is not counted as compressed.
     REQUIRE(run.after < run.before);
+  }
+}
+
+TEST_CASE("powersgd: the hook's state in a checkpoint resumes the run bit for bit", "[hooks]") {
+  const Shapes shapes{{16, 12}, {12}};
+  ddp::PowerSgdOptions options;
+  options.start_powersgd_iter = 2;
+  const auto folder = std::filesystem::temp_directory_path() / ("ddp_hook_state_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(folder);
+  struct Result {
+    std::vector<torch::Tensor> straight, resumed, fresh;  // gradients of iterations 3 and 4
+    bool file = false, loaded = false;
+  };
+  const auto results = run_ranks<Result>(2, [&](ddp::ProcessGroup& group) {
+    Result result;
+    // run(from, to, load): iterations from..to-1 on a new module and hook, the hook's state loaded
+    // first when `load`, saved at the end; returns the last two iterations' gradient of w0.
+    const auto run = [&](int from, int to, bool load, bool save) {
+      MatrixSum net(shapes);
+      Ddp model(net, borrow(group));
+      auto hook = std::make_shared<ddp::PowerSgdHook>(options);
+      model.register_comm_hook(hook);
+      if (load) result.loaded = ddp::load_comm_hook_state(model.comm_hook(), folder, group.rank());
+      std::vector<torch::Tensor> grads;
+      for (int t = from; t < to; ++t) {
+        net->params[0].mutable_grad() = torch::Tensor();
+        net->params[1].mutable_grad() = torch::Tensor();
+        model(group.rank(), t).backward();
+        if (t >= 3) grads.push_back(net->params[0].grad().clone());
+      }
+      if (save) ddp::save_comm_hook_state(model.comm_hook(), folder, group.rank());
+      return grads;
+    };
+    result.straight = run(0, 5, false, false);
+    run(0, 3, false, true);
+    group.barrier();
+    result.file = std::filesystem::exists(ddp::comm_hook_state_file(folder, group.rank()));
+    result.resumed = run(3, 5, true, false);
+    result.fresh = run(3, 5, false, false);
+    return result;
+  });
+  std::filesystem::remove_all(folder);
+  for (const auto& r : results) {
+    REQUIRE(r.file);
+    REQUIRE(r.loaded);
+    REQUIRE(r.straight.size() == 2);
+    REQUIRE(r.resumed.size() == 2);
+    for (std::size_t k = 0; k < 2; ++k) {
+      REQUIRE(torch::equal(r.resumed[k], r.straight[k]));
+      REQUIRE_FALSE(torch::allclose(r.fresh[k], r.straight[k]));  // without the state it is another run
+    }
   }
 }
