@@ -10,7 +10,8 @@
 # kernel has no sch_netem here, so no delay is added), 1 worker per host; allreduce_bench busbw;
 # then per model and hook ddp_bench --mode ddp (C++) and benchmarks/hooks_reference.py under
 # torchrun (PyTorch's DDP with PyTorch's hook). One host's figure (ddp_bench --mode single, no
-# communication) is taken once per model outside the bed. Rows go to OUT_DIR/hooks.csv:
+# communication) is taken once per model outside the bed; a failed run's logs are kept in OUT_DIR.
+# Rows go to OUT_DIR/hooks.csv:
 #   kind,rate,hosts,model,hook,impl,value     (kind: busbw_Mbps | samples_per_s)
 # Every launcher runs under timeout; the bed is removed on every exit path.
 set -euo pipefail
@@ -84,6 +85,13 @@ on_hosts() {
   return $status
 }
 
+# keep LOG_PREFIX LABEL: a failed run's logs into OUT_DIR (failed-LABEL.hostK), and their tails on stderr.
+keep() {
+  local f
+  for f in "$1".host*; do cp "$f" "$out/failed-$2.${f##*.}"; done
+  tail -n 3 "$1".host* >&2
+}
+
 row() { echo "$1,$2,$3,$4,$5,$6,$7" >>"$csv"; echo "  $1 rate=$2 hosts=$3 model=$4 hook=$5 $6: $7"; }
 
 load() { awk '{ printf "load %s %s %s", $1, $2, $3 }' /proc/loadavg; }
@@ -109,7 +117,7 @@ for rate in $rates; do
         "$(awk -v g="$(column "$work/ar.csv" busbw_GBps)" 'BEGIN { printf "%.1f", g * 8000 }')"
     else
       row busbw_Mbps "$rate" "$n" - allreduce cpp failed
-      tail -n 3 "$work"/ar.host* >&2
+      keep "$work/ar" "allreduce-$rate-$n"
     fi
     for model in $models; do
       b=$(batch_of "$model")
@@ -124,7 +132,7 @@ for rate in $rates; do
           row samples_per_s "$rate" "$n" "$model" "$hook" cpp "$(column "$work/train.csv" samples_per_s)"
         else
           row samples_per_s "$rate" "$n" "$model" "$hook" cpp failed
-          tail -n 3 "$work"/cpp.host* >&2
+          keep "$work/cpp" "$model-${hook/:/}-$rate-$n-cpp"
         fi
         ((python_side)) || continue
         port=$((port + 1))
@@ -134,7 +142,7 @@ for rate in $rates; do
             "$(grep -ho 'samples_per_s=[0-9.]*' "$work"/py.host* | head -n 1 | cut -d= -f2)"
         else
           row samples_per_s "$rate" "$n" "$model" "$hook" torch failed
-          tail -n 3 "$work"/py.host* >&2
+          keep "$work/py" "$model-${hook/:/}-$rate-$n-torch"
         fi
       done
     done
