@@ -220,6 +220,8 @@ BenchOptions parse_options(int argc, char** argv, const std::string& scenario_de
   cli.add("bucket-cap-mb", "ddp: gradient bucket size in MiB", "25");
   cli.add_switch("gradient-as-bucket-view", "ddp: gradients are views into the buckets (no copies in and out)");
   cli.add("comm-hook", "ddp: allreduce | fp16_compress | bf16_compress", "allreduce");
+  cli.add("powersgd-rank", "ddp with --comm-hook powersgd: the approximation's rank", "1");
+  cli.add("powersgd-start-iter", "ddp with --comm-hook powersgd: iterations all-reduced before compressing (>= 2)", "2");
   cli.add_switch("no-broadcast-buffers", "ddp: do not broadcast buffers (BatchNorm statistics) at each forward");
   cli.add("algorithm", "collectives over CPU tensors: flat | hierarchical | auto (allreduce: a comma list, "
           "measured side by side)", "auto");
@@ -253,7 +255,9 @@ BenchOptions parse_options(int argc, char** argv, const std::string& scenario_de
   options.bucket_cap_mb = is_number(cap) ? std::strtod(cap.c_str(), nullptr) : 0;
   if (!(options.bucket_cap_mb > 0 && options.bucket_cap_mb <= 4096)) throw UsageError("--bucket-cap-mb must be in (0, 4096]");
   options.gradient_as_bucket_view = cli.given("gradient-as-bucket-view");
-  options.comm_hook = cli.choice("comm-hook", {"allreduce", "fp16_compress", "bf16_compress"});
+  options.comm_hook = cli.choice("comm-hook", {"allreduce", "fp16_compress", "bf16_compress", "fp16", "bf16", "powersgd"});
+  options.powersgd_rank = cli.integer("powersgd-rank", 1);
+  options.powersgd_start_iter = cli.integer("powersgd-start-iter", 2);
   options.broadcast_buffers = !cli.given("no-broadcast-buffers");
   options.algorithms = cli.choices("algorithm", {"flat", "hierarchical", "auto"});
   if (options.scenario == "train" && options.algorithms.size() != 1) {

@@ -22,6 +22,10 @@ set(DDP_PUBLIC_HEADERS
   ddp/checkpoint.h
   ddp/sync_batch_norm.h
   ddp/comm_hooks.h
+  ddp/comm_hook.h
+  ddp/comm_hook_state.h
+  ddp/powersgd.h
+  ddp/model_averaging.h
   ddp/run_main.h
   ddp/agent_channel.h          # ProgressReporter
   ddp/log.h

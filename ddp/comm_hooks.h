@@ -1,5 +1,7 @@
 #pragma once
-// Communication hooks of DistributedDataParallel: what is sent for a gradient bucket.
+// The built-in communication hooks of DistributedDataParallel (DdpOptions::comm_hook), written on
+// the interface users implement (ddp/comm_hook.h).
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -20,5 +22,19 @@ std::optional<c10::ScalarType> wire_dtype(CommHook hook, c10::ScalarType bucket_
 // "allreduce", "fp16_compress", "bf16_compress" (also "fp16"/"bf16"); nullopt for anything else.
 std::optional<CommHook> parse_comm_hook(const std::string& name);
 const char* to_string(CommHook hook);
+
+class CommHookInterface;  // ddp/comm_hook.h
+// The built-in `hook` on the hook interface. allreduce is PyTorch's reducer without a hook (it
+// asks the reducer to average on the copy, see Note [Dividing on the copy]); fp16/bf16 copy
+// the bucket to the wire dtype, divide there, all-reduce, and hand the wire tensor back
+// (PyTorch's fp16_compress_hook / bf16_compress_hook); buckets they cannot compress go as allreduce.
+std::shared_ptr<CommHookInterface> make_comm_hook(CommHook hook);
+
+struct PowerSgdOptions;  // ddp/powersgd.h
+// A hook by the name programs take on their command line (--comm-hook): the built-ins'
+// names of parse_comm_hook, or "powersgd" (with `powersgd`'s options); nullptr for anything else.
+std::shared_ptr<CommHookInterface> make_comm_hook(const std::string& name, const PowerSgdOptions& powersgd);
+// The names make_comm_hook(name, ...) knows, for usage lines: "allreduce, fp16, bf16, powersgd".
+const char* comm_hook_names();
 
 }  // namespace ddp

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ddp/base/error.h"
+#include "ddp/comm_hook.h"
 #include "ddp/comm_hooks.h"
 #include "ddp/ddp_stats.h"
 #include "ddp/process_group.h"
@@ -78,6 +79,9 @@ class DdpCore {
   // The parameter names of each bucket, in launch order.
   std::vector<std::vector<std::string>> bucket_parameter_names() const;
   const ProcessGroup& group() const;
+  // See Note [Registering a hook] in distributed_data_parallel.cpp.
+  void register_comm_hook(std::shared_ptr<CommHookInterface> hook);
+  CommHookInterface& comm_hook() const;
 
  private:
   std::unique_ptr<Reducer> impl_;
@@ -328,6 +332,12 @@ class DistributedDataParallel {
   // synchronized iteration, the rebuilt layout: see Note [Bucket rebuild] in ddp/bucket.h).
   std::vector<std::vector<std::string>> bucket_parameter_names() const { return core_->bucket_parameter_names(); }
   const ProcessGroup& process_group() const { return core_->group(); }
+
+  // Replaces DdpOptions::comm_hook's built-in by `hook` (ddp/comm_hook.h; PyTorch's
+  // register_comm_hook): once, before the first synchronized backward, the same hook on every rank.
+  void register_comm_hook(std::shared_ptr<CommHookInterface> hook) { core_->register_comm_hook(std::move(hook)); }
+  // The hook in use (the built-in or the registered one), e.g. for its state() in checkpoints.
+  CommHookInterface& comm_hook() const { return core_->comm_hook(); }
 
  private:
   static detail::DdpCore::NamedTensors named(const torch::OrderedDict<std::string, torch::Tensor>& dict) {

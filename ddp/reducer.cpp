@@ -1,5 +1,5 @@
 // The gradient path of DistributedDataParallel: buckets (and their rebuild), the ready marks of the
-// gradient hooks, the all-reduce launches, and the end of backward. See ddp/reducer.h.
+// gradient hooks, the communication hook's launches, and the end of backward. See ddp/reducer.h.
 #include "ddp/reducer.h"
 
 #include <ATen/ScalarOps.h>
@@ -9,24 +9,12 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
-#include <chrono>
 #include <unordered_set>
 
 #include "ddp/base/error.h"
 #include "ddp/bucket.h"
 
 namespace ddp::detail {
-namespace {
-
-double ms(std::int64_t ns) { return static_cast<double>(ns) / 1e6; }
-
-}  // namespace
-
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 void Reducer::build_buckets(const std::vector<std::size_t>& order) {
   std::vector<std::size_t> sizes;
@@ -40,15 +28,16 @@ void Reducer::build_buckets(const std::vector<std::size_t>& order) {
   const auto assignment = compute_bucket_assignment(
       sizes, dtypes, devices, BucketCaps{options.first_bucket_cap_bytes, options.bucket_cap_bytes}, order);
   torch::NoGradGuard no_grad;
+  std::vector<std::size_t> bucket_bytes;
   for (const auto& indices : assignment) {
     Bucket bucket;
     std::int64_t numel = 0;
     for (auto i : indices) numel += params[i].tensor.numel();
     const auto& first = params[indices.front()].tensor;
     bucket.flat = torch::zeros({numel}, first.options());
-    if (auto wire = wire_dtype(options.comm_hook, first.scalar_type())) {
-      bucket.wire = torch::zeros({numel}, first.options().dtype(*wire));
-    }
+    bucket.averaged_on_copy = hook->reducer_averages(first.scalar_type());
+    bucket.grad_bucket.index = buckets.size();
+    bucket.grad_bucket.buffer = bucket.flat;
     std::int64_t offset = 0;
     for (auto i : indices) {
       Param& p = params[i];
@@ -57,6 +46,9 @@ void Reducer::build_buckets(const std::vector<std::size_t>& order) {
       // detach_() on gradients, which autograd refuses for views.
       p.view = torch::empty({0}, first.options()).set_(bucket.flat.storage(), offset, p.tensor.sizes(),
                                                        c10::contiguous_strides(p.tensor.sizes()));
+      bucket.grad_bucket.parameters.push_back(p.tensor);
+      bucket.grad_bucket.gradients.push_back(p.view);
+      bucket.grad_bucket.offsets.push_back(offset);
       offset += p.tensor.numel();
       if (options.gradient_as_bucket_view && p.tensor.grad().defined()) {
         p.view.copy_(p.tensor.grad());
@@ -64,9 +56,11 @@ void Reducer::build_buckets(const std::vector<std::size_t>& order) {
       }
     }
     bucket.params = indices;
-    sums.bucket_bytes.push_back(static_cast<std::size_t>(numel) * first.element_size());
+    bucket_bytes.push_back(static_cast<std::size_t>(numel) * first.element_size());
     buckets.push_back(std::move(bucket));
   }
+  if (!buckets.empty()) buckets.back().grad_bucket.last = true;
+  stats.set_bucket_bytes(std::move(bucket_bytes));
 }
 
 bool Reducer::rebuild_wanted() const {
@@ -96,14 +90,13 @@ void Reducer::rebuild_buckets() {
   // gradient_as_bucket_view: param.grad keeps the old bucket's storage alive; build_buckets copies
   // it into the new bucket and points param.grad there.
   buckets.clear();
-  sums.bucket_bytes.clear();
   build_buckets(agreed);
   buckets_rebuilt = true;
   ready_order.clear();
   ready_order.shrink_to_fit();
   reset_iteration();
   group->logger().debug(str("DistributedDataParallel: buckets rebuilt in gradient-ready order: ", buckets.size(),
-                            " buckets (", ddp::join(sums.bucket_bytes, ", "), " bytes)"));
+                            " buckets (", ddp::join(stats.bucket_bytes(), ", "), " bytes)"));
 }
 
 // Note [Iteration protocol]
@@ -125,9 +118,8 @@ void Reducer::reset_iteration() {
   next_launch = 0;
   for (auto& b : buckets) {
     b.pending = b.params.size();
-    b.work.reset();
+    b.work = HookWork();
     b.launch_ns = 0;
-    b.done_ns->store(0);
   }
 }
 
@@ -159,9 +151,10 @@ void Reducer::find_unused(const std::vector<torch::Tensor>& outputs) {
 // (bit for bit: x * (1 / n) and x / n differ in the last bit of about a third of the elements when
 // n is not a power of two): a gradient copied into its bucket is multiplied by a wrapped scalar
 // 1 / divisor on the way (one pass, no separate division of the bucket), a gradient already in
-// its bucket (gradient_as_bucket_view after the first step) is divided in place. With a
-// compression hook the bucket is copied as it is and the hook divides in its wire dtype (launch),
-// as PyTorch's fp16/bf16 hooks do.
+// its bucket (gradient_as_bucket_view after the first step) is divided in place. This is the
+// built-in allreduce hook's choice (CommHookInterface::reducer_averages); every other hook gets
+// the bucket as it is and divides itself (the fp16/bf16 hooks in their wire dtype), as PyTorch's
+// reducer leaves the division to a registered hook.
 void Reducer::mark_ready(std::size_t i, bool has_gradient) {
   // Under create_graph=True backward runs in grad mode and gradients require grad; the bucket is
   // plain data (the all-reduce is not differentiated, as in PyTorch), and out= ops refuse autograd.
@@ -172,7 +165,7 @@ void Reducer::mark_ready(std::size_t i, bool has_gradient) {
   used_locally[i] = has_gradient ? 1 : 0;
   torch::Tensor& grad = p.tensor.mutable_grad();
   grad_was_undefined[i] = grad.defined() ? 0 : 1;
-  const bool divide_here = divisor != 1 && !buckets[p.bucket].wire.defined();
+  const bool divide_here = divisor != 1 && buckets[p.bucket].averaged_on_copy;
   if (!grad.defined()) {
     p.view.zero_();
     if (options.gradient_as_bucket_view && has_gradient) grad = p.view;
@@ -201,24 +194,14 @@ void Reducer::launch_complete_buckets() {
 void Reducer::launch(std::size_t index) {
   Bucket& b = buckets[index];
   b.launch_ns = now_ns();
-  torch::Tensor* send = &b.flat;
-  if (b.wire.defined()) {
-    b.wire.copy_(b.flat);
-    send = &b.wire;
-  }
-  if (divisor != 1 && b.wire.defined()) send->div_(divisor);  // see Note [Dividing on the copy]
-  b.work = group->allreduce_async(*send, "gradient all-reduce", static_cast<int>(index));
-  auto done = b.done_ns;
-  try {
-    b.work->getFuture()->addCallback([done](c10::ivalue::Future&) { done->store(now_ns()); });
-  } catch (const std::exception&) {
-    // No future on this backend: completion is taken when wait() returns.
-  }
+  b.grad_bucket.divisor = divisor;
+  b.work = hook->run(*group, b.grad_bucket);
+  DDP_CHECK(b.work.valid(), "communication hook '", hook->name(), "' returned no work for bucket ", index);
 }
 
 // Note [CUDA streams in DDP]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
-// The gradient hooks run on autograd's thread for the parameter's device, whose current stream
+// (Waited for in HookWork::wait, ddp/comm_hook.cpp.) The gradient hooks run on autograd's thread for the parameter's device, whose current stream
 // is the one backward computed the gradient on; mark_ready copies into the bucket there.
 // ProcessGroupNCCL's allreduce makes its own stream wait for the current stream before the
 // all-reduce kernel runs, so NCCL reads the finished copy, and NCCL runs on its stream while
@@ -231,20 +214,6 @@ void Reducer::launch(std::size_t index) {
 // [NCCL error handling] in ddp/cuda_support.cpp). Gloo with CUDA buckets: ProcessGroupGloo
 // stages through host memory; its wait() blocks the host, bounded by the group's timeout, and
 // then orders the current stream after the copy back.
-void Reducer::wait_bucket(Bucket& b) {
-  if (b.flat.is_cuda() && group->backend_name() == "nccl") {
-    try {
-      b.work->wait();
-    } catch (const std::exception& error) {
-      const std::string what = error.what();
-      throw CommunicationError(str("gradient all-reduce failed on rank ", group->rank(), ": ",
-                                   first_line(what)));
-    }
-    return;
-  }
-  group->wait(b.work, "gradient all-reduce");
-}
-
 std::string Reducer::names_of(const std::vector<std::size_t>& indices) const {
   std::vector<std::string> names;
   for (auto i : indices) names.push_back(params[i].name);
@@ -266,7 +235,7 @@ void Reducer::on_gradient_ready(std::size_t index) {
                     "gradient, and backward may run only once per forward"));
   }
   mark_ready(index, true);
-  last_ready_ns = now_ns();
+  stats.gradient_ready(now_ns());
 }
 
 void Reducer::finalize_backward() {
@@ -275,7 +244,7 @@ void Reducer::finalize_backward() {
     Reducer* impl;
     ~Reset() { impl->reset_iteration(); }
   } reset{this};
-  const std::int64_t compute_end_ns = last_ready_ns;
+  const std::int64_t compute_end_ns = stats.last_ready_ns();
   const std::int64_t wait_start_ns = now_ns();
   if (next_launch < buckets.size()) {
     std::vector<std::size_t> missing;
@@ -290,7 +259,7 @@ void Reducer::finalize_backward() {
     for (auto i : missing) mark_ready(i, false);
     for (auto& b : buckets) {
       try {
-        if (b.work) group->wait(b.work, "gradient all-reduce");
+        if (b.work.valid()) b.work.wait();
       } catch (const std::exception&) {
       }
     }
@@ -300,9 +269,19 @@ void Reducer::finalize_backward() {
         ". Set DdpOptions::find_unused_parameters = true if the model does not use every "
         "parameter in every iteration, or make every output take part in the loss"));
   }
-  for (auto& b : buckets) {
-    wait_bucket(b);
-    if (b.wire.defined()) b.flat.copy_(b.wire);
+  std::vector<IterationStats::BucketTimes> times;
+  for (std::size_t k = 0; k < buckets.size(); ++k) {
+    Bucket& b = buckets[k];
+    const torch::Tensor result = b.work.wait();
+    times.push_back({b.launch_ns, b.work.done_ns()});
+    if (!result.defined() || result.numel() != b.flat.numel()) {
+      throw Error(str("DistributedDataParallel: communication hook '", hook->name(), "' returned ",
+                      result.defined() ? str(result.numel(), " elements") : std::string("no tensor"),
+                      " for bucket ", k, " of ", b.flat.numel(), "; a hook's work must give the bucket's averaged gradient"));
+    }
+    if (result.data_ptr() != b.flat.data_ptr() || result.scalar_type() != b.flat.scalar_type()) {
+      b.flat.copy_(result.reshape({-1}));
+    }
   }
   std::vector<char> globally_unused(params.size(), 0);
   if (options.find_unused_parameters) {
@@ -331,26 +310,29 @@ void Reducer::finalize_backward() {
       grad = p.view.clone();
     }
   }
-  record_timing(compute_end_ns, wait_start_ns);
+  const std::int64_t communication_ns = stats.add_iteration(times, compute_end_ns, wait_start_ns);
+  for (auto& observer : observers) observer->on_synchronized_backward(communication_ns);
   ++synced_backwards;
 }
 
-void Reducer::record_timing(std::int64_t compute_end_ns, std::int64_t wait_start_ns) {
-  const std::int64_t end_ns = now_ns();
-  std::int64_t first_launch = buckets.front().launch_ns, last_done = 0;
-  for (const auto& b : buckets) {
-    first_launch = std::min(first_launch, b.launch_ns);
-    const std::int64_t done = b.done_ns->load();
-    last_done = std::max(last_done, done > 0 ? done : end_ns);
+// Join: a rank out of data runs the hook on zero buckets, so that it issues the collectives the
+// others issue (PyTorch's join hook does the same with the registered comm hook).
+void Reducer::shadow_iteration(bool others_sync) {
+  if (!others_sync) return;
+  if (synced_backwards > 0 && rebuild_wanted()) rebuild_buckets();
+  if (options.broadcast_buffers && !buffer_groups.empty()) broadcast_flat_groups(*group, 0, buffer_groups, "buffer broadcast");
+  torch::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < buckets.size(); ++i) {
+    buckets[i].flat.zero_();
+    launch(i);
   }
-  sums.iterations += 1;
-  sums.forward_ms += ms(forward_end_ns - forward_start_ns);
-  sums.backward_compute_ms += ms(compute_end_ns - forward_end_ns);
-  sums.communication_ms += ms(last_done - first_launch);
-  sums.hidden_communication_ms += ms(std::max<std::int64_t>(0, std::min(last_done, compute_end_ns) - first_launch));
-  sums.exposed_wait_ms += ms(end_ns - wait_start_ns);
-  last_comm_ns = last_done - first_launch;
+  for (auto& b : buckets) b.work.wait();
+  reset_iteration();
+  if (options.find_unused_parameters) {
+    used_counts.zero_();
+    group->allreduce(used_counts, c10d::ReduceOp::SUM, "unused-parameter all-reduce");
+  }
+  ++synced_backwards;
 }
-
 
 }  // namespace ddp::detail

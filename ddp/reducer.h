@@ -1,11 +1,12 @@
 #pragma once
 // The state and the gradient logic of DistributedDataParallel (internal, not installed): buckets,
-// the per-iteration protocol (see Note [Iteration protocol]), the all-reduces and their timing.
-// reducer.cpp holds the gradient path (buckets, ready marks, launches, the end of backward);
-// distributed_data_parallel.cpp the rest (construction, model check, broadcasts, join, heartbeats).
+// the per-iteration protocol (see Note [Iteration protocol]), the communication hook's launches
+// and the end of backward. The rest of DistributedDataParallel has a home each: construction,
+// forward and join in distributed_data_parallel.cpp; the model check and broadcasts in
+// model_sync.*; statistics in iteration_stats.*; the launcher's heartbeat in heartbeat_observer.*
+// (an IterationObserver); the hooks behind ddp/comm_hook.h.
 #include <torch/torch.h>
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -13,21 +14,13 @@
 #include <string>
 #include <vector>
 
-#include "ddp/agent_channel.h"
-#include "ddp/base/environment.h"
+#include "ddp/comm_hook.h"
 #include "ddp/distributed_data_parallel.h"
+#include "ddp/iteration_observer.h"
+#include "ddp/iteration_stats.h"
+#include "ddp/model_sync.h"
 
 namespace ddp::detail {
-
-// Tensors of one dtype and device packed into one flat tensor, for broadcasts.
-struct FlatGroup {
-  torch::Tensor flat;
-  std::vector<torch::Tensor> tensors;
-  std::vector<torch::Tensor> views;
-};
-std::vector<FlatGroup> make_flat_groups(const std::vector<torch::Tensor>& tensors);
-
-std::int64_t now_ns();
 
 struct Reducer {
   struct Param {
@@ -40,16 +33,18 @@ struct Reducer {
   };
   struct Bucket {
     torch::Tensor flat;
-    torch::Tensor wire;  // compressed copy sent by fp16/bf16 hooks; undefined for allreduce
     std::vector<std::size_t> params;
+    GradBucket grad_bucket;        // what the hook sees: flat, parameters, their views and offsets
+    bool averaged_on_copy = true;  // CommHookInterface::reducer_averages for this bucket's dtype
     std::size_t pending = 0;
-    c10::intrusive_ptr<c10d::Work> work;
+    HookWork work;
     std::int64_t launch_ns = 0;
-    std::shared_ptr<std::atomic<std::int64_t>> done_ns = std::make_shared<std::atomic<std::int64_t>>(0);
   };
 
   std::shared_ptr<ProcessGroup> group;
   DdpOptions options;
+  std::shared_ptr<CommHookInterface> hook;  // the built-in of options.comm_hook, or the user's
+  bool user_hook = false;
   std::vector<Param> params;
   std::vector<torch::Tensor> buffers;
   std::vector<Bucket> buckets;
@@ -81,25 +76,9 @@ struct Reducer {
   bool divide_by_initial_world_size = true;
   std::int64_t join_iterations = 0;
 
-  // Timing.
-  std::int64_t forward_start_ns = 0, forward_end_ns = 0, last_ready_ns = 0;
-  DdpStats sums;
+  IterationStats stats;
+  std::vector<std::unique_ptr<IterationObserver>> observers;
 
-  // Heartbeats to ddp_launch (see Note [Agent channel] in ddp/base/agent_message.h): one send per iteration.
-  AgentChannel agent = AgentChannel::from_environment(process_environment());
-  std::int64_t last_heartbeat_ns = 0;
-  std::int64_t last_comm_ns = 0;
-  std::int64_t heartbeat_step = 0;
-
-  // --- construction and state (distributed_data_parallel.cpp) ------------------------------------
-  void verify_same_model(const DdpCore::NamedTensors& named_params, const DdpCore::NamedTensors& named_buffers);
-  void broadcast_from(int src, const std::vector<torch::Tensor>& tensors);
-  void broadcast_buffers();
-  void send_heartbeat(std::int64_t now);
-  // Join: the collectives a rank that has run out of data issues for one iteration of the others.
-  void shadow_iteration(bool others_sync);
-
-  // --- buckets and the gradient path (reducer.cpp) ------------------------------------------------
   void build_buckets(const std::vector<std::size_t>& order = {});
   bool rebuild_wanted() const;
   void rebuild_buckets();
@@ -108,11 +87,11 @@ struct Reducer {
   void mark_ready(std::size_t i, bool has_gradient);
   void launch_complete_buckets();
   void launch(std::size_t index);
-  void wait_bucket(Bucket& b);
   std::string names_of(const std::vector<std::size_t>& indices) const;
   void on_gradient_ready(std::size_t index);
   void finalize_backward();
-  void record_timing(std::int64_t compute_end_ns, std::int64_t wait_start_ns);
+  // Join: the collectives a rank that has run out of data issues for one iteration of the others.
+  void shadow_iteration(bool others_sync);
 };
 
 }  // namespace ddp::detail

@@ -20,6 +20,8 @@
 #include "examples/stop_signal.h"
 #include "ddp/data_parallel.h"
 #include "ddp/distributed_data_parallel.h"
+#include "ddp/comm_hook_state.h"
+#include "ddp/powersgd.h"
 #include "ddp/base/error.h"
 #include "ddp/process_group.h"
 #include "ddp/run_main.h"
@@ -131,6 +133,9 @@ struct Trainee {
   std::function<torch::Tensor(const torch::Tensor&)> evaluate;
   // A guard that suspends gradient synchronisation while it lives (ddp); empty in the other modes.
   std::function<std::shared_ptr<void>()> no_sync;
+  // The registered communication hook (ddp, --comm-hook other than allreduce); its state goes with
+  // the checkpoints (ddp/comm_hook_state.h).
+  std::shared_ptr<CommHookInterface> comm_hook;
 };
 
 template <class Holder>
@@ -144,6 +149,13 @@ Trainee wrap(Holder model, const TrainOptions& options, const Runtime& rt) {
   } else if (options.mode == Mode::kDdp) {
     model->to(rt.device);
     auto ddp = std::make_shared<DistributedDataParallel<Holder>>(model, rt.group);
+    if (options.comm_hook != "allreduce") {
+      PowerSgdOptions powersgd;
+      powersgd.matrix_approximation_rank = options.powersgd_rank;
+      powersgd.start_powersgd_iter = options.powersgd_start_iter;
+      t.comm_hook = make_comm_hook(options.comm_hook, powersgd);
+      ddp->register_comm_hook(t.comm_hook);
+    }
     t.forward = [ddp](const torch::Tensor& x) { return ddp->forward(x); };
     t.no_sync = [ddp] { return std::shared_ptr<void>(std::make_shared<NoSyncGuard>(ddp->no_sync())); };
     t.evaluate = [model](const torch::Tensor& x) mutable { return model->forward(x); };
@@ -252,7 +264,14 @@ void save(const TrainOptions& options, const Runtime& rt, Trainee& trainee, torc
   progress.step = step;
   progress.sampler = sampler_state;
   if (rt.group) {
-    save_checkpoint(options.checkpoint_dir, *trainee.module, &optimizer, progress, *rt.group);
+    const auto folder = save_checkpoint(options.checkpoint_dir, *trainee.module, &optimizer, progress, *rt.group);
+    if (trainee.comm_hook) {
+      try {
+        save_comm_hook_state(*trainee.comm_hook, folder, rt.group->rank());
+      } catch (const IoError& error) {  // e.g. hosts without a shared file system: train on
+        std::cerr << "warning: the communication hook's state is not in the checkpoint: " << error.what() << std::endl;
+      }
+    }
   } else {
     save_checkpoint(options.checkpoint_dir, *trainee.module, &optimizer, progress, 0, [] {});
   }
@@ -295,6 +314,9 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
   if (options.resume) {
     if (const auto latest = checkpoint_to_resume(options, rt.main())) {
       const TrainingProgress progress = load_checkpoint(latest->path, *trainee.module, &optimizer);
+      if (trainee.comm_hook && rt.group && load_comm_hook_state(*trainee.comm_hook, latest->path, rt.group->rank())) {
+        if (rt.main()) std::cout << "resuming the communication hook's state" << std::endl;
+      }
       global_step = progress.step;
       start_epoch = progress.sampler.epoch;
       resumed = progress.sampler;

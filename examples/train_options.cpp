@@ -29,6 +29,20 @@ T positive(const cxxopts::ParseResult& result, const std::string& flag, T minimu
   return value;
 }
 
+// --comm-hook, --powersgd-rank, --powersgd-start-iter (after --mode is parsed).
+void parse_comm_hook_flags(const cxxopts::ParseResult& result, TrainOptions& o) {
+  o.comm_hook = result["comm-hook"].as<std::string>();
+  const std::vector<std::string> known{"allreduce", "fp16", "bf16", "fp16_compress", "bf16_compress", "powersgd"};
+  if (std::find(known.begin(), known.end(), o.comm_hook) == known.end()) {
+    throw UsageError(str("--comm-hook: unknown hook '", o.comm_hook, "' (choose allreduce, fp16, bf16 or powersgd)"));
+  }
+  if (o.comm_hook != "allreduce" && o.mode != Mode::kDdp) {
+    throw UsageError(str("--comm-hook ", o.comm_hook, " needs --mode ddp (the other modes do not communicate gradients)"));
+  }
+  o.powersgd_rank = positive<int64_t>(result, "powersgd-rank", 1);
+  o.powersgd_start_iter = positive<int64_t>(result, "powersgd-start-iter", 2);
+}
+
 }  // namespace
 
 std::optional<TrainOptions> parse_train_options(int argc, char** argv, const ProgramSpec& spec) {
@@ -61,6 +75,10 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, const Pro
   cli.add_options(kDebugGroup)
       ("save-params", "write the final parameters (float32, concatenated) to FILE", cxxopts::value<std::string>()->default_value(""))
       ("max-steps", "stop when the global step reaches N (an interruption)", cxxopts::value<int64_t>()->default_value("0"));
+  cli.add_options()
+      ("comm-hook", "ddp: allreduce | fp16 | bf16 | powersgd (gradient communication; see docs/ddp.md)", cxxopts::value<std::string>()->default_value("allreduce"))
+      ("powersgd-rank", "ddp with --comm-hook powersgd: the rank of the approximation", cxxopts::value<int64_t>()->default_value("1"))
+      ("powersgd-start-iter", "ddp with --comm-hook powersgd: steps all-reduced before compressing (>= 2)", cxxopts::value<int64_t>()->default_value("1000"));
   cxxopts::ParseResult result;
   try {
     result = cli.parse(argc, argv);
@@ -122,6 +140,7 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, const Pro
     if (!o.checkpoint_on_signal.empty() && o.checkpoint_dir.empty()) {
       throw UsageError("--checkpoint-on-signal needs --checkpoint-dir");
     }
+    parse_comm_hook_flags(result, o);
   } catch (const cxxopts::exceptions::exception& e) {
     throw UsageError(str(e.what(), " (see --help)"));
   }

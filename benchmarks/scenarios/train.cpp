@@ -19,6 +19,7 @@
 #include "benchmarks/scenarios/scenarios.h"
 #include "ddp/data_parallel.h"
 #include "ddp/distributed_data_parallel.h"
+#include "ddp/powersgd.h"
 #include "examples/data/fashion_mnist.h"
 #include "examples/data/image_dataset.h"
 #include "examples/models/lenet.h"
@@ -175,7 +176,8 @@ DdpOptions ddp_options(const BenchOptions& options) {
   ddp.bucket_cap_bytes = mebibytes(options.bucket_cap_mb);
   ddp.gradient_as_bucket_view = options.gradient_as_bucket_view;
   ddp.broadcast_buffers = options.broadcast_buffers;
-  ddp.comm_hook = *parse_comm_hook(options.comm_hook);  // the harness accepted only known names
+  // The harness accepted only known names; powersgd is registered on the module (below).
+  if (auto builtin = parse_comm_hook(options.comm_hook)) ddp.comm_hook = *builtin;
   ddp.algorithm = parse_collective_algorithm(options.algorithms.front());
   return ddp;
 }
@@ -186,7 +188,8 @@ std::string ddp_options_text(const BenchOptions& options) {
   cap << options.bucket_cap_mb;  // shortest form: 25, 0.05
   return "bucket_cap_mb=" + cap.str() +
          " gradient_as_bucket_view=" + (options.gradient_as_bucket_view ? "1" : "0") + " comm_hook=" +
-         options.comm_hook + " broadcast_buffers=" + (options.broadcast_buffers ? "1" : "0") +
+         options.comm_hook + (options.comm_hook == "powersgd" ? str("(r=", options.powersgd_rank, ")") : std::string()) +
+         " broadcast_buffers=" + (options.broadcast_buffers ? "1" : "0") +
          (options.algorithms.front() == "auto" ? "" : " algorithm=" + options.algorithms.front());
 }
 
@@ -216,6 +219,12 @@ Measurement run_mode(Holder model, const Config& config, const std::shared_ptr<P
   const torch::Device device = group->device();
   model->to(device);
   DistributedDataParallel<Holder> ddp_model(model, group, ddp_options(options));
+  if (options.comm_hook == "powersgd") {
+    PowerSgdOptions powersgd;
+    powersgd.matrix_approximation_rank = options.powersgd_rank;
+    powersgd.start_powersgd_iter = options.powersgd_start_iter;
+    ddp_model.register_comm_hook(make_comm_hook(options.comm_hook, powersgd));
+  }
   group->barrier();
   return train_loop([&](const torch::Tensor& x) { return ddp_model(x); }, ddp_model.parameters(), *data, device,
                     options, [&] { return ddp_model.stats(); });

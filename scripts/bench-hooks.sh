@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# Communication hooks on shaped links (docs/benchmarks.md "Slow links"), on the network-namespace
+# test bed (scripts/netns-cluster.sh, root or CAP_NET_ADMIN), C++ and Python side by side in one run:
+#   scripts/bench-hooks.sh OUT_DIR
+# Settings from the environment (defaults in brackets):
+#   HOSTS ["2 4"]  RATES ["1gbit 100mbit"]  MODELS ["resnet18 lenet"]
+#   HOOKS ["allreduce fp16 powersgd:1 powersgd:2 powersgd:4"]  WARMUP [3]  ITERS [4]
+#   BATCH_resnet18 [16]  BATCH_lenet [64]  ALLREDUCE_BYTES [8388608]  PYTHON_SIDE [1]
+# For every rate and host count: one cluster with every host's link shaped to the rate (tbf; the
+# kernel has no sch_netem here, so no delay is added), 1 worker per host; allreduce_bench busbw;
+# then per model and hook ddp_bench --mode ddp (C++) and benchmarks/hooks_reference.py under
+# torchrun (PyTorch's DDP with PyTorch's hook). One host's figure (ddp_bench --mode single, no
+# communication) is taken once per model outside the bed; a failed run's logs are kept in OUT_DIR.
+# Rows go to OUT_DIR/hooks.csv:
+#   kind,rate,hosts,model,hook,impl,value     (kind: busbw_Mbps | samples_per_s)
+# Every launcher runs under timeout; the bed is removed on every exit path.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+out=${1:?usage: scripts/bench-hooks.sh OUT_DIR}
+hosts_list=${HOSTS:-2 4}
+rates=${RATES:-1gbit 100mbit}
+models=${MODELS:-resnet18 lenet}
+hooks=${HOOKS:-allreduce fp16 powersgd:1 powersgd:2 powersgd:4}
+warmup=${WARMUP:-3}
+iters=${ITERS:-4}
+allreduce_bytes=${ALLREDUCE_BYTES:-8388608}
+python_side=${PYTHON_SIDE:-1}
+cluster=$DDP_ROOT/scripts/netns-cluster.sh
+bin=$DDP_BUILD_DIR/bin
+torchrun=$DDP_ROOT/.venv/bin/torchrun
+reference=$DDP_ROOT/benchmarks/hooks_reference.py
+limit=900  # seconds for one configuration, every host's launcher
+
+reason=$("$cluster" check) || {
+  echo "bench-hooks.sh: $reason" >&2
+  exit 2
+}
+for b in ddp_launch ddp_bench allreduce_bench; do
+  [[ -x $bin/$b ]] || {
+    echo "bench-hooks.sh: $bin/$b is missing: DDP_BUILD_TARGETS=\"ddp_launch ddp_bench allreduce_bench\" scripts/build.sh" >&2
+    exit 2
+  }
+done
+[[ -x $torchrun ]] || python_side=0
+mkdir -p "$out"
+csv=$out/hooks.csv
+[[ -f $csv ]] || echo "kind,rate,hosts,model,hook,impl,value" >"$csv"
+name=""
+work=$(mktemp -d)
+cleanup() {
+  [[ -n $name ]] && "$cluster" down "$name"
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 143' INT TERM
+export OMP_NUM_THREADS=1
+
+batch_of() { local v="BATCH_$1"; echo "${!v:-$([[ $1 == resnet18 ]] && echo 16 || echo 64)}"; }
+
+# column FILE NAME: the value of column NAME in the last row of a CSV written by the harness.
+column() {
+  awk -F, -v want="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == want) c = i; next } { v = $c } END { print v }' "$1"
+}
+
+# on_hosts N PORT LOG_PREFIX KIND ARGS...: KIND cpp runs ddp_launch ARGS on every host, torch runs
+# torchrun with the reference; waits for all (bounded by `limit`). Returns non-zero if any failed.
+on_hosts() {
+  local n=$1 port=$2 log=$3 kind=$4 k pids=() status=0 host0
+  shift 4
+  host0=$("$cluster" addr "$name" 0)
+  for ((k = 0; k < n; k++)); do
+    if [[ $kind == cpp ]]; then
+      "$cluster" exec "$name" "$k" timeout -s KILL "$limit" "$bin/ddp_launch" --nnodes "$n" --node_rank "$k" \
+        --nproc_per_node 1 --master_addr "$host0" --master_port "$port" "$@" >"$log.host$k" 2>&1 &
+    else
+      # PyTorch advertises the hostname's address (127.0.1.1 on the bed): name the interface.
+      "$cluster" exec "$name" "$k" timeout -s KILL "$limit" env GLOO_SOCKET_IFNAME=eth0 "$torchrun" \
+        --nnodes "$n" --node_rank "$k" --nproc_per_node 1 --master_addr "$host0" --master_port "$port" \
+        "$reference" "$@" >"$log.host$k" 2>&1 &
+    fi
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || status=1; done
+  return $status
+}
+
+# keep LOG_PREFIX LABEL: a failed run's logs into OUT_DIR (failed-LABEL.hostK), and their tails on stderr.
+keep() {
+  local f
+  for f in "$1".host*; do cp "$f" "$out/failed-$2.${f##*.}"; done
+  tail -n 3 "$1".host* >&2
+}
+
+row() { echo "$1,$2,$3,$4,$5,$6,$7" >>"$csv"; echo "  $1 rate=$2 hosts=$3 model=$4 hook=$5 $6: $7"; }
+
+load() { awk '{ printf "load %s %s %s", $1, $2, $3 }' /proc/loadavg; }
+
+echo "bench-hooks.sh: $(nproc) cores, $(load) at start; output $csv"
+for model in $models; do
+  b=$(batch_of "$model")
+  "$bin/ddp_bench" --mode single --model "$model" --batch "$b" --warmup "$warmup" --iters "$iters" \
+    --csv "$work/single.csv" --no-markdown >/dev/null
+  row samples_per_s none 1 "$model" none cpp "$(column "$work/single.csv" samples_per_s)"
+done
+
+port=29700
+for rate in $rates; do
+  for n in $hosts_list; do
+    name="bk$$${rate//[^a-z0-9]/}h$n"
+    "$cluster" up "$name" "$n" --rate "$rate"
+    echo "cluster $name: $n hosts, links at $rate ($(load))"
+    port=$((port + 1))
+    if on_hosts "$n" "$port" "$work/ar" cpp "$bin/allreduce_bench" --min-bytes "$allreduce_bytes" \
+      --max-bytes "$allreduce_bytes" --warmup 1 --iters 3 --csv "$work/ar.csv" --no-markdown; then
+      row busbw_Mbps "$rate" "$n" - allreduce cpp \
+        "$(awk -v g="$(column "$work/ar.csv" busbw_GBps)" 'BEGIN { printf "%.1f", g * 8000 }')"
+    else
+      row busbw_Mbps "$rate" "$n" - allreduce cpp failed
+      keep "$work/ar" "allreduce-$rate-$n"
+    fi
+    for model in $models; do
+      b=$(batch_of "$model")
+      for hook in $hooks; do
+        h=${hook%%:*} r=1
+        [[ $hook == *:* ]] && r=${hook#*:}
+        port=$((port + 1))
+        rm -f "$work/train.csv"
+        if on_hosts "$n" "$port" "$work/cpp" cpp "$bin/ddp_bench" --mode ddp --model "$model" --batch "$b" \
+          --warmup "$warmup" --iters "$iters" --comm-hook "$h" --powersgd-rank "$r" --csv "$work/train.csv" \
+          --no-markdown; then
+          row samples_per_s "$rate" "$n" "$model" "$hook" cpp "$(column "$work/train.csv" samples_per_s)"
+        else
+          row samples_per_s "$rate" "$n" "$model" "$hook" cpp failed
+          keep "$work/cpp" "$model-${hook/:/}-$rate-$n-cpp"
+        fi
+        ((python_side)) || continue
+        port=$((port + 1))
+        if on_hosts "$n" "$port" "$work/py" torch --model "$model" --batch "$b" --warmup "$warmup" \
+          --iters "$iters" --comm-hook "$h" --powersgd-rank "$r"; then
+          row samples_per_s "$rate" "$n" "$model" "$hook" torch \
+            "$(grep -ho 'samples_per_s=[0-9.]*' "$work"/py.host* | head -n 1 | cut -d= -f2)"
+        else
+          row samples_per_s "$rate" "$n" "$model" "$hook" torch failed
+          keep "$work/py" "$model-${hook/:/}-$rate-$n-torch"
+        fi
+      done
+    done
+    "$cluster" down "$name"
+    name=""
+  done
+done
+echo "bench-hooks.sh: done ($(load)); plot: .venv/bin/python scripts/plot_hooks.py $csv docs/slow-links.svg"

@@ -1,0 +1,134 @@
+"""Plots scripts/bench-hooks.sh's CSV: samples/s against link rate, one line per hook (C++ solid,
+PyTorch dashed), one panel per model and host count. A small SVG writer (the venv has no matplotlib).
+Also prints the Markdown tables of docs/benchmarks.md "Slow links" (busbw; samples/s, scaling against
+one host, C++ / PyTorch).
+
+  .venv/bin/python scripts/plot_hooks.py OUT_DIR/hooks.csv docs/slow-links.svg
+"""
+import csv
+import math
+import sys
+
+COLOURS = {"allreduce": "#1f77b4", "fp16": "#ff7f0e", "bf16": "#8c564b", "powersgd:1": "#2ca02c",
+           "powersgd:2": "#d62728", "powersgd:4": "#9467bd"}
+RATE_MBPS = {"10mbit": 10, "100mbit": 100, "1gbit": 1000, "10gbit": 10000}
+PANEL_W, PANEL_H, MARGIN = 420, 300, 60
+
+
+def load(path):
+    rows = {}
+    with open(path) as f:
+        for row in csv.DictReader(f):
+            if row["kind"] != "samples_per_s" or row["rate"] not in RATE_MBPS:
+                continue
+            try:
+                value = float(row["value"])
+            except ValueError:
+                continue
+            rows.setdefault((row["model"], int(row["hosts"])), {}).setdefault((row["hook"], row["impl"]), {})[
+                RATE_MBPS[row["rate"]]] = value
+    return rows
+
+
+def panel(out, x0, y0, title, series):
+    rates = sorted({r for points in series.values() for r in points})
+    values = [v for points in series.values() for v in points.values() if v > 0]
+    if not rates or not values:
+        return
+    low, high = math.log10(min(values) / 1.5), math.log10(max(values) * 1.5)
+    x_of = lambda r: x0 + MARGIN + (0.5 if len(rates) == 1 else rates.index(r) / (len(rates) - 1)) * (PANEL_W - 2 * MARGIN)
+    y_of = lambda v: y0 + PANEL_H - MARGIN + (PANEL_H - 1.6 * MARGIN) * -(math.log10(v) - low) / (high - low)
+    out.append(f'<text x="{x0 + PANEL_W / 2}" y="{y0 + 20}" text-anchor="middle" font-weight="bold">{title}</text>')
+    out.append(f'<line x1="{x0 + MARGIN}" y1="{y0 + PANEL_H - MARGIN}" x2="{x0 + PANEL_W - MARGIN / 2}" '
+               f'y2="{y0 + PANEL_H - MARGIN}" stroke="black"/>')
+    out.append(f'<line x1="{x0 + MARGIN}" y1="{y0 + MARGIN / 2}" x2="{x0 + MARGIN}" y2="{y0 + PANEL_H - MARGIN}" stroke="black"/>')
+    for r in rates:
+        label = f"{r // 1000} Gb/s" if r >= 1000 else f"{r} Mb/s"
+        out.append(f'<text x="{x_of(r)}" y="{y0 + PANEL_H - MARGIN + 18}" text-anchor="middle">{label}</text>')
+    for e in range(math.floor(low), math.ceil(high) + 1):
+        for m in (1, 2, 5):
+            v = m * 10 ** e
+            if low <= math.log10(v) <= high:
+                out.append(f'<text x="{x0 + MARGIN - 6}" y="{y_of(v) + 4}" text-anchor="end">{v:g}</text>')
+    out.append(f'<text x="{x0 + 14}" y="{y0 + PANEL_H / 2}" transform="rotate(-90 {x0 + 14} {y0 + PANEL_H / 2})" '
+               f'text-anchor="middle">samples/s (log)</text>')
+    for (hook, impl), points in sorted(series.items()):
+        pts = [(x_of(r), y_of(v)) for r, v in sorted(points.items()) if v > 0]
+        dash = "" if impl == "cpp" else ' stroke-dasharray="6 4"'
+        colour = COLOURS.get(hook, "#444")
+        out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2"{dash} points="'
+                   + " ".join(f"{x:.1f},{y:.1f}" for x, y in pts) + '"/>')
+        for x, y in pts:
+            out.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{colour}"/>')
+
+
+def tables(path):
+    busbw, speed, single = [], {}, {}
+    with open(path) as f:
+        for row in csv.DictReader(f):
+            if row["kind"] == "busbw_Mbps":
+                busbw.append(row)
+            elif row["hosts"] == "1":
+                single[row["model"]] = row["value"]
+            else:
+                speed.setdefault((row["model"], row["hosts"], row["rate"]), {})[(row["hook"], row["impl"])] = row["value"]
+    print("| link | hosts | all-reduce busbw | of the shaped rate |\n|---|---|---|---|")
+    for row in busbw:
+        try:
+            share = f"{float(row['value']) / RATE_MBPS[row['rate']]:.0%}"
+        except (ValueError, KeyError):
+            share = "-"
+        print(f"| {row['rate']} | {row['hosts']} | {row['value']} Mb/s | {share} |")
+    print()
+    hooks = []
+    for cells in speed.values():
+        for hook, _ in cells:
+            if hook not in hooks:
+                hooks.append(hook)
+    print("| model | hosts | link | " + " | ".join(hooks) + " |")
+    print("|---|---|---|" + "---|" * len(hooks))
+    number = lambda text: float(text) if text.replace(".", "", 1).isdigit() else None
+    for (model, hosts, rate), cells in sorted(speed.items(), key=lambda kv: (kv[0][0], int(kv[0][1]), -RATE_MBPS.get(kv[0][2], 0))):
+        out = []
+        for hook in hooks:
+            cpp, torch = number(cells.get((hook, "cpp"), "")), number(cells.get((hook, "torch"), ""))
+            one = number(single.get(model, ""))
+            text = f"{cpp:g}" if cpp else "-"
+            if cpp and one:
+                text += f" ({cpp / one:.2f}x one host)"
+            if cpp and torch:
+                text += f"; PyTorch {torch:g}, C++/PyTorch {cpp / torch:.2f}"
+            out.append(text)
+        print(f"| {model} | {hosts} | {rate} | " + " | ".join(out) + " |")
+    print("\none host (ddp_bench --mode single): " + ", ".join(f"{m} {v} samples/s" for m, v in single.items()))
+
+
+def main():
+    if len(sys.argv) != 3:
+        print(__doc__.strip().splitlines()[-1], file=sys.stderr)
+        return 2
+    rows = load(sys.argv[1])
+    panels = sorted(k for k in rows if k[1] > 1)
+    width = PANEL_W * max(1, len(panels)) + 180
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{PANEL_H + 20}" '
+           f'font-family="sans-serif" font-size="12">', f'<rect width="{width}" height="{PANEL_H + 20}" fill="white"/>']
+    for i, (model, hosts) in enumerate(panels):
+        panel(out, i * PANEL_W, 0, f"{model}, {hosts} hosts", rows[(model, hosts)])
+    legend_x = PANEL_W * max(1, len(panels)) + 10
+    hooks = sorted({h for k in panels for (h, _) in rows[k]})
+    for j, hook in enumerate(hooks):
+        y = 40 + 20 * j
+        out.append(f'<line x1="{legend_x}" y1="{y}" x2="{legend_x + 24}" y2="{y}" stroke="{COLOURS.get(hook, "#444")}" stroke-width="2"/>')
+        out.append(f'<text x="{legend_x + 30}" y="{y + 4}">{hook}</text>')
+    y = 40 + 20 * len(hooks) + 10
+    out.append(f'<text x="{legend_x}" y="{y}">solid: C++ DDP</text>')
+    out.append(f'<text x="{legend_x}" y="{y + 16}">dashed: PyTorch DDP</text>')
+    out.append("</svg>")
+    with open(sys.argv[2], "w") as f:
+        f.write("\n".join(out) + "\n")
+    tables(sys.argv[1])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
