@@ -79,6 +79,10 @@ class ProcessGroup {
   void broadcast(torch::Tensor& tensor, int src = 0, const char* what = "broadcast");
   // Returns one tensor per rank (same shape as `tensor` on every rank).
   std::vector<torch::Tensor> allgather(const torch::Tensor& tensor, const char* what = "allgather");
+  // Rank src's bytes reach every rank (two broadcasts: the length, then the bytes; each with the
+  // group's timeout and diagnostics). For state of any size, e.g. ZeroRedundancyOptimizer's
+  // consolidate_state_dict. Bytes travel on the group's device.
+  void broadcast_bytes(std::string& bytes, int src, const char* what = "broadcast bytes");
 
   // Asynchronous all-reduce (sum) of one tensor; finish it with wait(). `bucket`: the DDP bucket
   // index, for diagnostics (-1: none).

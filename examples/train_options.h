@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "ddp/amp/precision.h"
+
 namespace ddp::examples {
 
 enum class Mode { kSingle, kDp, kDdp };
@@ -43,6 +45,9 @@ struct TrainOptions {
   std::string metrics_json;
   std::string save_params;  // debug: final parameters, for the equivalence tests
   int64_t max_steps = 0;    // debug: stop when the global step reaches this (an interruption; 0: none)
+  amp::Precision amp = amp::Precision::kOff;  // --amp: autocast's dtype; fp16 adds a GradScaler
+  int64_t dp_replicas = 0;  // --dp-replicas N: dp over N CPU replicas (0: every CUDA device, else one CPU)
+  bool zero = false;        // --zero: the optimizer's state sharded over the ranks (ZeroRedundancyOptimizer)
 };
 
 // Parses argv. Returns nullopt after printing --help. Throws ddp::UsageError with a one-line
