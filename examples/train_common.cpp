@@ -24,6 +24,7 @@
 #include "ddp/base/error.h"
 #include "ddp/process_group.h"
 #include "ddp/run_main.h"
+#include "ddp/zero_redundancy_optimizer.h"
 #include "examples/data/cifar10.h"
 #include "examples/data/fashion_mnist.h"
 #include "examples/data/image_dataset.h"
@@ -253,6 +254,8 @@ std::optional<CheckpointInfo> checkpoint_to_resume(const TrainOptions& options, 
 // Writes a checkpoint through the library: rank 0 writes, every rank waits for it.
 void save(const TrainOptions& options, const Runtime& rt, Trainee& trainee, torch::optim::Optimizer& optimizer,
           const amp::GradScaler& scaler, int64_t step, const samplers::SamplerState& sampler_state) {
+  // --zero: every rank sends its shard of the optimizer state to rank 0, which writes it whole.
+  if (auto* zero = dynamic_cast<ZeroRedundancyOptimizer*>(&optimizer)) zero->consolidate_state_dict(0);
   TrainingProgress progress;
   if (scaler.is_enabled()) progress.grad_scaler = scaler.state_dict();
   progress.epoch = sampler_state.epoch;
@@ -263,6 +266,14 @@ void save(const TrainOptions& options, const Runtime& rt, Trainee& trainee, torc
   } else {
     save_checkpoint(options.checkpoint_dir, *trainee.module, &optimizer, progress, 0, [] {});
   }
+}
+
+// SGD, or with --zero SGD sharded over the ranks (the same updates, 1/W of the momentum per rank).
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& options, const Trainee& trainee,
+                                                        const Runtime& rt) {
+  const auto sgd = torch::optim::SGDOptions(options.lr).momentum(options.momentum).weight_decay(options.weight_decay);
+  if (options.zero) return ZeroRedundancyOptimizer::of<torch::optim::SGD>(trainee.module->parameters(), sgd, rt.group);
+  return std::make_unique<torch::optim::SGD>(trainee.module->parameters(), sgd);
 }
 
 RunMetrics start_metrics(const ProgramSpec& spec, const TrainOptions& options, const Runtime& rt, const DataSets& sets) {
@@ -287,9 +298,8 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
   set_threads(options, rt.local_size);
   DataSets sets = load_data(spec, options);
   Trainee trainee = make_trainee(options, sets, rt);
-  torch::optim::SGD optimizer(trainee.module->parameters(),
-                              torch::optim::SGDOptions(options.lr).momentum(options.momentum)
-                                  .weight_decay(options.weight_decay));
+  const std::unique_ptr<torch::optim::Optimizer> optimizer_holder = make_optimizer(options, trainee, rt);
+  torch::optim::Optimizer& optimizer = *optimizer_holder;
   samplers::DistributedSampler sampler = make_sampler(sets.train_size, rt, options.seed);
   RunMetrics metrics = start_metrics(spec, options, rt, sets);
   const int64_t micro_batches = (sampler.size() + options.batch_size - 1) / options.batch_size;
@@ -371,7 +381,7 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
       ++micro;
       trained_samples += samples_per_micro_batch;
       if (!sync) continue;
-      for (auto& group : optimizer.param_groups()) {
+      for (auto& group : optimizer.param_groups()) {  // --zero: the wrapper passes them on
         static_cast<torch::optim::SGDOptions&>(group.options())
             .lr(learning_rate(options, global_step, options.epochs * steps_per_epoch));
       }
