@@ -221,6 +221,10 @@ BenchOptions parse_options(int argc, char** argv, const std::string& scenario_de
   cli.add_switch("gradient-as-bucket-view", "ddp: gradients are views into the buckets (no copies in and out)");
   cli.add("comm-hook", "ddp: allreduce | fp16_compress | bf16_compress", "allreduce");
   cli.add_switch("no-broadcast-buffers", "ddp: do not broadcast buffers (BatchNorm statistics) at each forward");
+  cli.add("amp", "train: mixed precision off | bf16 | fp16 (autocast; fp16 scales the loss with a GradScaler)", "off");
+  cli.add("dp-replicas", "train, dp: N replicas on the CPU, each on its own thread (0: every CUDA device, else one)", "0");
+  cli.add("optimizer", "train: sgd | adam", "sgd");
+  cli.add_switch("zero", "train, ddp: shard the optimizer state over the ranks (ZeroRedundancyOptimizer)");
   cli.parse(argc, argv);
 
   BenchOptions options;
@@ -253,6 +257,10 @@ BenchOptions parse_options(int argc, char** argv, const std::string& scenario_de
   options.gradient_as_bucket_view = cli.given("gradient-as-bucket-view");
   options.comm_hook = cli.choice("comm-hook", {"allreduce", "fp16_compress", "bf16_compress"});
   options.broadcast_buffers = !cli.given("no-broadcast-buffers");
+  options.amp = cli.choice("amp", {"off", "bf16", "fp16"});
+  options.dp_replicas = cli.integer("dp-replicas", 0, 1024);
+  options.optimizer = cli.choice("optimizer", {"sgd", "adam"});
+  options.zero = cli.given("zero");
   return options;
 }
 
