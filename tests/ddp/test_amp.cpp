@@ -16,6 +16,7 @@
 #include "ddp/checkpoint.h"
 #include "ddp/distributed_data_parallel.h"
 #include "tests/ddp/in_process_group.h"
+#include "tests/ddp/test_checkpoint_support.h"
 #include "tests/support/temp_dir.h"
 
 namespace {
@@ -227,21 +228,15 @@ TEST_CASE("GradScaler state in a checkpoint: saved, resumed, read by Python", "[
   CHECK(resumed.get_scale() == 512.0);
   CHECK(resumed.growth_tracker() == 5);
 
-  const std::string python = DDP_PYTHON;
-  if (python.empty()) return;
   // Python's GradScaler takes the saved dict as it is.
-  const std::string script = dir / "read.py";
-  {
-    std::ofstream(script) << "import sys, torch\n"
-                             "state = torch.load(sys.argv[1] + '/trainer.pt', weights_only=True)['grad_scaler']\n"
-                             "scaler = torch.amp.GradScaler('cpu')\n"
-                             "scaler.load_state_dict(state)\n"
-                             "print(sorted(state), scaler.get_scale(), scaler._growth_interval)\n";
-  }
-  const std::string output = dir / "out.txt";
-  REQUIRE(std::system((python + " " + script + " " + folder.string() + " > " + output + " 2>/dev/null").c_str()) == 0);
-  std::ifstream in(output);
-  std::string line;
-  std::getline(in, line);
-  CHECK(line == "['_growth_tracker', 'backoff_factor', 'growth_factor', 'growth_interval', 'scale'] 512.0 7");
+  const auto output = ddp::testing::checkpoint::run_python(
+      "import torch\n"
+      "state = torch.load('" + (folder / "trainer.pt").string() + "', weights_only=True)['grad_scaler']\n"
+      "scaler = torch.amp.GradScaler('cpu')\n"
+      "scaler.load_state_dict(state)\n"
+      "print(sorted(state), scaler.get_scale(), scaler._growth_interval)\n",
+      dir.path);
+  if (!ddp::testing::checkpoint::have_python()) return;
+  REQUIRE(output.has_value());
+  CHECK(*output == "['_growth_tracker', 'backoff_factor', 'growth_factor', 'growth_interval', 'scale'] 512.0 7\n");
 }
