@@ -225,6 +225,10 @@ BenchOptions parse_options(int argc, char** argv, const std::string& scenario_de
   cli.add_switch("no-broadcast-buffers", "ddp: do not broadcast buffers (BatchNorm statistics) at each forward");
   cli.add("algorithm", "collectives over CPU tensors: flat | hierarchical | auto (allreduce: a comma list, "
           "measured side by side)", "auto");
+  cli.add("amp", "train: mixed precision off | bf16 | fp16 (autocast; fp16 scales the loss with a GradScaler)", "off");
+  cli.add("dp-replicas", "train, dp: N replicas on the CPU, each on its own thread (0: every CUDA device, else one)", "0");
+  cli.add("optimizer", "train: sgd | adam", "sgd");
+  cli.add_switch("zero", "train, ddp: shard the optimizer state over the ranks (ZeroRedundancyOptimizer)");
   cli.parse(argc, argv);
 
   BenchOptions options;
@@ -263,6 +267,10 @@ BenchOptions parse_options(int argc, char** argv, const std::string& scenario_de
   if (options.scenario == "train" && options.algorithms.size() != 1) {
     throw UsageError("--algorithm takes one value for the train scenario (a comma list only with allreduce)");
   }
+  options.amp = cli.choice("amp", {"off", "bf16", "fp16"});
+  options.dp_replicas = cli.integer("dp-replicas", 0, 1024);
+  options.optimizer = cli.choice("optimizer", {"sgd", "adam"});
+  options.zero = cli.given("zero");
   return options;
 }
 

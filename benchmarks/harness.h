@@ -115,6 +115,11 @@ struct BenchOptions : OutputOptions {
   // The collective algorithm over CPU tensors (ddp::parse_collective_algorithm): flat | hierarchical |
   // auto; allreduce takes a comma list and measures each size with each, side by side.
   std::vector<std::string> algorithms = {"auto"};
+  // Issue 15: mixed precision, DataParallel's CPU replicas, the optimizer and ZeRO (train scenario).
+  std::string amp = "off";                        // off | bf16 | fp16 (autocast; fp16 with a GradScaler)
+  int64_t dp_replicas = 0;                        // dp over N CPU replicas (0: DataParallel's default)
+  std::string optimizer = "sgd";                  // sgd | adam
+  bool zero = false;                              // ddp: ZeroRedundancyOptimizer around the optimizer
 };
 
 // Parses argv (argv[0] is the program). scenario_default fills `scenario` when --scenario is absent.

@@ -31,6 +31,9 @@ set(DDP_PUBLIC_HEADERS
   ddp/log.h
   ddp/version.h
   ddp/ddp_stats.h
+  ddp/amp/autocast.h
+  ddp/amp/grad_scaler.h
+  ddp/zero_redundancy_optimizer.h
   samplers/distributed_sampler.h
   ddp/base/error.h
   ddp/base/str.h
@@ -39,7 +42,9 @@ set(DDP_PUBLIC_HEADERS
   ddp/base/report_files.h      # collective_log.h
   ddp/topology.h               # process_group.h
   ddp/base/agent_message.h     # agent_channel.h
-  ddp/base/environment.h)      # agent_channel.h
+  ddp/base/environment.h       # agent_channel.h
+  ddp/amp/grad_scaler_state.h  # checkpoint.h, grad_scaler.h
+  ddp/amp/precision.h)         # autocast.h
 foreach(header IN LISTS DDP_PUBLIC_HEADERS)
   get_filename_component(folder ${header} DIRECTORY)
   install(FILES ${PROJECT_SOURCE_DIR}/${header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/${folder})

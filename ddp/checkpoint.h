@@ -37,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "ddp/amp/grad_scaler_state.h"
 #include "ddp/base/error.h"
 #include "samplers/distributed_sampler.h"
 
@@ -89,6 +90,9 @@ struct TrainingProgress {
   // From sampler.state(consumed); after loading, sampler.set_state(progress.sampler) resumes there,
   // also with another world size.
   samplers::SamplerState sampler;
+  // The loss scaler's state (ddp/amp/grad_scaler.h), saved in trainer.pt under "grad_scaler" with
+  // Python's keys; nullopt: no scaler (saved as None). Loading fills it when the checkpoint has one.
+  std::optional<amp::GradScalerState> grad_scaler = std::nullopt;  // (initialised: aggregate inits may omit it)
 };
 
 struct CheckpointOptions {

@@ -4,6 +4,9 @@
 #include <mutex>
 #include <thread>
 
+#include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
+
 #include "ddp/log.h"
 
 namespace ddp {
@@ -14,6 +17,11 @@ std::vector<torch::Device> visible_devices() {
   for (int i = 0; i < count; ++i) devices.emplace_back(torch::kCUDA, static_cast<torch::DeviceIndex>(i));
   if (devices.empty()) devices.emplace_back(torch::kCPU);
   return devices;
+}
+
+std::vector<torch::Device> cpu_replicas(int64_t n) {
+  if (n < 1) throw InvalidArgument(str("DataParallel needs at least one CPU replica, not ", n));
+  return std::vector<torch::Device>(static_cast<size_t>(n), torch::Device(torch::kCPU));
 }
 
 namespace detail {
@@ -80,16 +88,18 @@ void reduce_gradients_into(const std::vector<std::shared_ptr<torch::nn::Module>>
 
 std::vector<torch::Tensor> parallel_apply(
     const std::vector<std::function<torch::Tensor(const torch::Tensor&)>>& forwards,
-    const std::vector<torch::Tensor>& inputs) {
+    const std::vector<torch::Tensor>& inputs, int intra_op_threads) {
   DDP_CHECK_EQ(forwards.size(), inputs.size(), "one input per replica");
   std::vector<torch::Tensor> outputs(inputs.size());
   std::vector<std::exception_ptr> errors(inputs.size());
-  const bool grad_mode = torch::GradMode::is_enabled();
+  // Grad mode and autocast are thread-local: the workers run under the caller's.
+  const at::ThreadLocalState caller_state;
   std::vector<std::thread> threads;
   for (size_t i = 0; i < inputs.size(); ++i) {
     threads.emplace_back([&, i] {
       try {
-        torch::AutoGradMode mode(grad_mode);  // grad mode is thread-local
+        at::ThreadLocalStateGuard state(caller_state);
+        if (intra_op_threads > 0) at::set_num_threads(intra_op_threads);  // See Note [CPU replicas].
         c10::DeviceGuard guard(inputs[i].device());
         outputs[i] = forwards[i](inputs[i]);
       } catch (...) {

@@ -23,10 +23,14 @@ struct DataParallelOptions {
   std::optional<std::vector<torch::Device>> devices;
   // Where outputs are gathered; unset: the first device.
   std::optional<torch::Device> output_device;
+  // Intra-op threads of each replica's worker thread (0: the process's setting). See Note [CPU replicas].
+  int replica_threads = 0;
 };
 
 // Every visible CUDA device, or {CPU} when there is none.
 std::vector<torch::Device> visible_devices();
+// n times the CPU: DataParallel over n CPU replicas (--dp-replicas n). Throws ddp::InvalidArgument for n < 1.
+std::vector<torch::Device> cpu_replicas(int64_t n);
 
 namespace detail {
 // Splits input along dimension 0 into at most devices.size() near-equal chunks (fewer when the batch
@@ -42,10 +46,12 @@ void log_single_device(const std::vector<torch::Device>& devices);
 // See Note [DataParallel gradients].
 void reduce_gradients_into(const std::vector<std::shared_ptr<torch::nn::Module>>& replicas,
                            torch::nn::Module& module);
-// Runs modules[i](inputs[i]) on one thread per replica; rethrows the first failure.
+// Runs modules[i](inputs[i]) on one thread per replica, each with the caller's thread-local state
+// (grad mode, autocast) and, when intra_op_threads > 0, that many intra-op threads; rethrows the
+// first failure.
 std::vector<torch::Tensor> parallel_apply(
     const std::vector<std::function<torch::Tensor(const torch::Tensor&)>>& forwards,
-    const std::vector<torch::Tensor>& inputs);
+    const std::vector<torch::Tensor>& inputs, int intra_op_threads = 0);
 }  // namespace detail
 
 // Note [DataParallel gradients]
@@ -57,6 +63,19 @@ std::vector<torch::Tensor> parallel_apply(
 // gradient of the whole batch, and optimizer.step() on the module's parameters follows.
 // LibTorch's own torch/nn/parallel/data_parallel.h cannot be used here at all: it includes CUDA
 // headers, so it does not compile against a CPU-only LibTorch.
+//
+// Note [CPU replicas]
+// ~~~~~~~~~~~~~~~~~~~
+// devices = {cpu, cpu, ...} (cpu_replicas(n)) runs n replicas in one process, each forward on its own
+// std::thread; C++ has no GIL, so the replicas' forwards really run at the same time, which makes
+// DataParallel comparable with DDP on a machine without GPUs. Each worker thread sets its own
+// intra-op thread count (replica_threads) with at::set_num_threads: with LibTorch's OpenMP backend
+// that is omp_set_num_threads, whose value is per thread (OpenMP's nthreads-var of the thread's
+// implicit task), so the caller's count is unchanged (tests/ddp/test_data_parallel.cpp checks it).
+// The backward is the autograd engine's: for CPU tensors it runs on the thread that called
+// backward(), so the replicas' backward passes run one after the other, each with the caller's
+// intra-op threads. That serial backward and the per-step clone of the module are DataParallel's
+// costs against DDP's one process per replica (docs/benchmarks.md, "DataParallel vs DDP on the CPU").
 //
 // Note [DataParallel and buffers]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -72,7 +91,8 @@ class DataParallel {
   explicit DataParallel(ModuleHolder module, DataParallelOptions options = {})
       : module_(std::move(module)),
         devices_(options.devices ? *options.devices : visible_devices()),
-        output_device_(options.output_device.value_or(devices_.empty() ? torch::kCPU : devices_.front())) {
+        output_device_(options.output_device.value_or(devices_.empty() ? torch::kCPU : devices_.front())),
+        replica_threads_(options.replica_threads) {
     DDP_CHECK(!devices_.empty(), "DataParallel needs at least one device");
     if (devices_.size() == 1) detail::log_single_device(devices_);
     module_->to(devices_.front());
@@ -92,7 +112,7 @@ class DataParallel {
       forwards.emplace_back([replica](const torch::Tensor& x) { return replica->forward(x); });
     }
     if (torch::GradMode::is_enabled()) detail::reduce_gradients_into(replicas, *module_.ptr());
-    std::vector<torch::Tensor> outputs = detail::parallel_apply(forwards, inputs);
+    std::vector<torch::Tensor> outputs = detail::parallel_apply(forwards, inputs, replica_threads_);
     // See Note [DataParallel and buffers].
     if (module_->is_training()) detail::copy_buffers(*replicas.front(), *module_.ptr());
     return detail::gather(outputs, output_device_);
@@ -110,6 +130,7 @@ class DataParallel {
   ModuleHolder module_;
   std::vector<torch::Device> devices_;
   torch::Device output_device_;
+  int replica_threads_ = 0;
 };
 
 }  // namespace ddp

@@ -714,4 +714,20 @@ std::shared_ptr<ProcessGroup> new_process_group(c10::intrusive_ptr<c10d::Store> 
   return std::make_shared<ProcessGroup>(std::move(info), std::move(store), std::move(backend));
 }
 
+// Appended for ZeroRedundancyOptimizer (ddp/zero_redundancy_optimizer.h).
+void ProcessGroup::broadcast_bytes(std::string& bytes, int src, const char* what) {
+  torch::Tensor length = torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kInt64).to(info_.device);
+  broadcast(length, src, what);
+  const int64_t size = length.cpu().item<int64_t>();
+  if (size < 0) throw CommunicationError(str(what, ": rank ", src, " announced ", size, " bytes"));
+  torch::Tensor payload = torch::empty({size}, torch::kUInt8);
+  if (info_.rank == src && size > 0) std::memcpy(payload.data_ptr(), bytes.data(), bytes.size());
+  payload = payload.to(info_.device);
+  broadcast(payload, src, what);
+  if (info_.rank != src) {
+    payload = payload.cpu();
+    bytes.assign(static_cast<const char*>(payload.data_ptr()), static_cast<size_t>(size));
+  }
+}
+
 }  // namespace ddp

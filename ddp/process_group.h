@@ -119,6 +119,11 @@ class ProcessGroup {
   // Why the group uses the algorithm it uses ("" until hierarchy() ran).
   std::string algorithm_choice() const;
 
+  // Rank src's bytes reach every rank (two broadcasts: the length, then the bytes; each with the
+  // group's timeout and diagnostics). For state of any size, e.g. ZeroRedundancyOptimizer's
+  // consolidate_state_dict. Bytes travel on the group's device.
+  void broadcast_bytes(std::string& bytes, int src, const char* what = "broadcast bytes");
+
   // Asynchronous all-reduce (sum) of one tensor; finish it with wait(). `bucket`: the DDP bucket
   // index, for diagnostics (-1: none).
   c10::intrusive_ptr<c10d::Work> allreduce_async(torch::Tensor& tensor, const char* what = "allreduce",

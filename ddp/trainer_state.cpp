@@ -17,6 +17,7 @@
 #include "ddp/base/error.h"
 #include "ddp/base/str.h"
 #include "ddp/torch_zip.h"
+#include "ddp/zero_redundancy_optimizer.h"
 
 namespace ddp {
 namespace fs = std::filesystem;
@@ -183,9 +184,38 @@ int64_t integer_entry(const PickleValue& dict, const char* key, const std::strin
   return value->integer;
 }
 
+// The loss scaler's state under Python's GradScaler.state_dict() keys.
+c10::impl::GenericDict grad_scaler_dict(const amp::GradScalerState& state) {
+  auto dict = string_dict();
+  dict.insert("scale", state.scale);
+  dict.insert("growth_factor", state.growth_factor);
+  dict.insert("backoff_factor", state.backoff_factor);
+  dict.insert("growth_interval", state.growth_interval);
+  dict.insert("_growth_tracker", state.growth_tracker);
+  return dict;
+}
+
+// trainer.pt's "grad_scaler": nullopt when absent (older files) or None.
+std::optional<amp::GradScalerState> read_grad_scaler(const PickleValue& root, const std::string& file) {
+  const PickleValue* saved = root.find("grad_scaler");
+  if (saved == nullptr || saved->kind == Kind::kNone) return std::nullopt;
+  if (saved->kind != Kind::kDict) throw IoError(str(file, ": entry 'grad_scaler' is not a dict"));
+  amp::GradScalerState state;
+  const torch::Device cpu = torch::kCPU;
+  const std::string where = str(file, ": grad_scaler");
+  DictReader reader{*saved, cpu, where};
+  reader("scale", state.scale);
+  reader("growth_factor", state.growth_factor);
+  reader("backoff_factor", state.backoff_factor);
+  reader("growth_interval", state.growth_interval);
+  reader("_growth_tracker", state.growth_tracker);
+  return state;
+}
+
 }  // namespace
 
 c10::IValue optimizer_state_dict(const optim::Optimizer& optimizer) {
+  if (const auto* zero = dynamic_cast<const ZeroRedundancyOptimizer*>(&optimizer)) zero->check_state_is_whole();
   auto state = c10::impl::GenericDict(c10::IntType::get(), c10::AnyType::get());
   auto groups = any_list();
   int64_t index = 0;
@@ -330,6 +360,7 @@ void write_trainer_state(const optim::Optimizer* optimizer, const TrainingProgre
   } else {
     root.insert("rng", c10::IValue());
   }
+  root.insert("grad_scaler", progress.grad_scaler ? grad_scaler_dict(*progress.grad_scaler) : c10::IValue());
   write_torch_zip(root, sink);
 }
 
@@ -354,6 +385,7 @@ TrainingProgress read_trainer_state(const fs::path& file, optim::Optimizer* opti
       }
       load_optimizer_state_dict(*optimizer, *state, device, name);
     }
+    progress.grad_scaler = read_grad_scaler(root, name);
     const PickleValue* rng = root.find("rng");
     if (restore_rng && rng != nullptr && rng->kind == Kind::kDict) {
       RngState states;

@@ -20,7 +20,8 @@ namespace ddp {
 //    "sampler": {"epoch": int, "position": int, "num_replicas": int},
 //    "optimizer": None or {"state": {param index: {name: tensor or number}},
 //                          "param_groups": [{"lr": ..., <the options>, "params": [param indices]}]},
-//    "rng": None or {"cpu": uint8 tensor, "cuda": [uint8 tensor per device]}}
+//    "rng": None or {"cpu": uint8 tensor, "cuda": [uint8 tensor per device]},
+//    "grad_scaler": None or GradScaler.state_dict()'s dict (ddp/amp/grad_scaler.h; absent in older files)}
 // "optimizer" is Python's optimizer.state_dict() layout, with parameters numbered across the
 // groups in order, and PyTorch's names for the options and per-parameter state (SGD, Adam, AdamW,
 // Adagrad, RMSprop; other optimizers are refused when saving), so that Python reads the whole

@@ -16,6 +16,8 @@
 
 #include "ddp/base/env_names.h"
 #include "ddp/agent_channel.h"
+#include "ddp/amp/autocast.h"
+#include "ddp/amp/grad_scaler.h"
 #include "ddp/checkpoint.h"
 #include "examples/stop_signal.h"
 #include "ddp/data_parallel.h"
@@ -25,6 +27,7 @@
 #include "ddp/base/error.h"
 #include "ddp/process_group.h"
 #include "ddp/run_main.h"
+#include "ddp/zero_redundancy_optimizer.h"
 #include "examples/data/cifar10.h"
 #include "examples/data/fashion_mnist.h"
 #include "examples/data/image_dataset.h"
@@ -60,7 +63,7 @@ Runtime make_runtime(const TrainOptions& options) {
       rt.devices = {rt.device};
       break;
     case Mode::kDp:
-      rt.devices = visible_devices();
+      rt.devices = options.dp_replicas > 0 ? cpu_replicas(options.dp_replicas) : visible_devices();
       rt.device = rt.devices.front();
       break;
     case Mode::kDdp:
@@ -143,7 +146,12 @@ Trainee wrap(Holder model, const TrainOptions& options, const Runtime& rt) {
   Trainee t;
   t.module = model.ptr();
   if (options.mode == Mode::kDp) {
-    auto dp = std::make_shared<DataParallel<Holder>>(model, DataParallelOptions{rt.devices, {}});
+    DataParallelOptions dp_options{rt.devices, {}};
+    // CPU replicas share the process's intra-op threads (see Note [CPU replicas] in data_parallel.h).
+    if (options.dp_replicas > 0) {
+      dp_options.replica_threads = std::max(1, torch::get_num_threads() / static_cast<int>(options.dp_replicas));
+    }
+    auto dp = std::make_shared<DataParallel<Holder>>(model, dp_options);
     t.forward = [dp](const torch::Tensor& x) { return dp->forward(x); };
     t.evaluate = t.forward;
   } else if (options.mode == Mode::kDdp) {
@@ -258,8 +266,11 @@ std::optional<CheckpointInfo> checkpoint_to_resume(const TrainOptions& options, 
 
 // Writes a checkpoint through the library: rank 0 writes, every rank waits for it.
 void save(const TrainOptions& options, const Runtime& rt, Trainee& trainee, torch::optim::Optimizer& optimizer,
-          int64_t step, const samplers::SamplerState& sampler_state) {
+          const amp::GradScaler& scaler, int64_t step, const samplers::SamplerState& sampler_state) {
+  // --zero: every rank sends its shard of the optimizer state to rank 0, which writes it whole.
+  if (auto* zero = dynamic_cast<ZeroRedundancyOptimizer*>(&optimizer)) zero->consolidate_state_dict(0);
   TrainingProgress progress;
+  if (scaler.is_enabled()) progress.grad_scaler = scaler.state_dict();
   progress.epoch = sampler_state.epoch;
   progress.step = step;
   progress.sampler = sampler_state;
@@ -275,6 +286,14 @@ void save(const TrainOptions& options, const Runtime& rt, Trainee& trainee, torc
   } else {
     save_checkpoint(options.checkpoint_dir, *trainee.module, &optimizer, progress, 0, [] {});
   }
+}
+
+// SGD, or with --zero SGD sharded over the ranks (the same updates, 1/W of the momentum per rank).
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& options, const Trainee& trainee,
+                                                        const Runtime& rt) {
+  const auto sgd = torch::optim::SGDOptions(options.lr).momentum(options.momentum).weight_decay(options.weight_decay);
+  if (options.zero) return ZeroRedundancyOptimizer::of<torch::optim::SGD>(trainee.module->parameters(), sgd, rt.group);
+  return std::make_unique<torch::optim::SGD>(trainee.module->parameters(), sgd);
 }
 
 RunMetrics start_metrics(const ProgramSpec& spec, const TrainOptions& options, const Runtime& rt, const DataSets& sets) {
@@ -299,14 +318,17 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
   set_threads(options, rt.local_size);
   DataSets sets = load_data(spec, options);
   Trainee trainee = make_trainee(options, sets, rt);
-  torch::optim::SGD optimizer(trainee.module->parameters(),
-                              torch::optim::SGDOptions(options.lr).momentum(options.momentum)
-                                  .weight_decay(options.weight_decay));
+  const std::unique_ptr<torch::optim::Optimizer> optimizer_holder = make_optimizer(options, trainee, rt);
+  torch::optim::Optimizer& optimizer = *optimizer_holder;
   samplers::DistributedSampler sampler = make_sampler(sets.train_size, rt, options.seed);
   RunMetrics metrics = start_metrics(spec, options, rt, sets);
   const int64_t micro_batches = (sampler.size() + options.batch_size - 1) / options.batch_size;
   const int64_t steps_per_epoch = (micro_batches + options.grad_accum - 1) / options.grad_accum;
   const int64_t samples_per_micro_batch = options.batch_size * rt.world_size;
+  // --amp fp16 scales the loss; bf16 has float32's range and needs no scaling (as in PyTorch).
+  amp::GradScalerOptions scaler_options;
+  scaler_options.enabled = options.amp == amp::Precision::kFloat16;
+  amp::GradScaler scaler(rt.device, scaler_options);
 
   // --resume: model, optimizer (momentum), step, sampler epoch and position, RNG state.
   int64_t start_epoch = 0, global_step = 0;
@@ -318,6 +340,7 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
         if (rt.main()) std::cout << "resuming the communication hook's state" << std::endl;
       }
       global_step = progress.step;
+      if (progress.grad_scaler && scaler.is_enabled()) scaler.load_state_dict(*progress.grad_scaler);
       start_epoch = progress.sampler.epoch;
       resumed = progress.sampler;
       if (rt.main()) std::cout << "resuming from " << latest->path.string() << " (epoch " << start_epoch + 1
@@ -332,7 +355,7 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
     std::cout << spec.name << ": " << options.model << " on " << sets.train_size << " training samples, mode "
               << metrics.mode << ", " << rt.world_size << " process(es), device(s) " << join(metrics.devices, ",")
               << ", " << metrics.global_batch_size << " samples per step, " << steps_per_epoch << " steps per epoch"
-              << std::endl;
+              << ", amp " << amp::precision_name(options.amp) << std::endl;
   }
 
   double train_seconds = 0;
@@ -370,20 +393,25 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
       const bool sync = micro + 1 == group_start + group_size;
       std::shared_ptr<void> guard;
       if (!sync && trainee.no_sync) guard = trainee.no_sync();
-      const torch::Tensor output = trainee.forward(batch.data.to(rt.device));
-      const torch::Tensor loss = torch::nn::functional::cross_entropy(output, batch.target.to(output.device()));
-      (loss / static_cast<double>(group_size)).backward();
+      torch::Tensor loss;
+      {
+        amp::AutocastScope autocast(rt.device.type(), options.amp);
+        const torch::Tensor output = trainee.forward(batch.data.to(rt.device));
+        loss = torch::nn::functional::cross_entropy(output, batch.target.to(output.device()));
+      }
+      scaler.scale(loss / static_cast<double>(group_size)).backward();
       guard.reset();
       loss_sum += loss.item<double>();
       ++loss_count;
       ++micro;
       trained_samples += samples_per_micro_batch;
       if (!sync) continue;
-      for (auto& group : optimizer.param_groups()) {
+      for (auto& group : optimizer.param_groups()) {  // --zero: the wrapper passes them on
         static_cast<torch::optim::SGDOptions&>(group.options())
             .lr(learning_rate(options, global_step, options.epochs * steps_per_epoch));
       }
-      optimizer.step();
+      scaler.step(optimizer);  // optimizer.step() unless fp16 gradients overflowed
+      scaler.update();
       optimizer.zero_grad();
       ++global_step;
       if (progress) progress->update(micro / options.grad_accum, loss_sum / static_cast<double>(loss_count));
@@ -392,7 +420,7 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
       const bool last = micro == micro_batches;
       if (!options.checkpoint_dir.empty() && options.checkpoint_every > 0 && !last &&
           global_step % options.checkpoint_every == 0) {
-        save(options, rt, trainee, optimizer, global_step, sampler.state(micro * options.batch_size));
+        save(options, rt, trainee, optimizer, scaler, global_step, sampler.state(micro * options.batch_size));
       }
       if (options.max_steps > 0 && global_step >= options.max_steps) {
         stopped = !last;
@@ -412,7 +440,7 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
     const double seconds = std::chrono::duration<double>(Clock::now() - epoch_start).count();
     train_seconds += seconds;
     if (!options.checkpoint_dir.empty() && !stopped) {
-      save(options, rt, trainee, optimizer, global_step, samplers::SamplerState{epoch + 1, 0, rt.world_size});
+      save(options, rt, trainee, optimizer, scaler, global_step, samplers::SamplerState{epoch + 1, 0, rt.world_size});
     }
     const double accuracy = evaluate(trainee, *sets.test, sets.test_size, std::max<int64_t>(options.batch_size, 256), rt);
     const std::vector<double> loss_sums = sum_over_ranks({loss_sum, static_cast<double>(loss_count)}, rt);

@@ -70,6 +70,9 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, const Pro
       ("limit", "use only the first N training and test samples (0: all)", cxxopts::value<int64_t>()->default_value("0"))
       ("metrics-json", "write the run's figures to this JSON file", cxxopts::value<std::string>()->default_value(""))
       ("checkpoint-on-signal", "on this signal (USR1: Slurm's warning), write a checkpoint at the next step and stop", cxxopts::value<std::string>()->default_value(""))
+      ("amp", "mixed precision: off | bf16 | fp16 (autocast; fp16 also scales the loss with a GradScaler)", cxxopts::value<std::string>()->default_value("off"))
+      ("dp-replicas", "with --mode dp: N replicas on the CPU, each on its own thread (0: every CUDA device, else one)", cxxopts::value<int64_t>()->default_value("0"))
+      ("zero", "with --mode ddp: shard the optimizer's state over the ranks (ZeroRedundancyOptimizer)")
       ("h,help", "print this help");
   // Debug flags for the tests, left out of --help.
   cli.add_options(kDebugGroup)
@@ -141,6 +144,15 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, const Pro
       throw UsageError("--checkpoint-on-signal needs --checkpoint-dir");
     }
     parse_comm_hook_flags(result, o);
+    try {
+      o.amp = amp::parse_precision(result["amp"].as<std::string>());
+    } catch (const InvalidArgument& e) {
+      throw UsageError(str("--amp: ", e.what()));
+    }
+    o.dp_replicas = positive<int64_t>(result, "dp-replicas", 0);
+    if (o.dp_replicas > 0 && o.mode != Mode::kDp) throw UsageError("--dp-replicas needs --mode dp");
+    o.zero = result.count("zero") > 0;
+    if (o.zero && o.mode != Mode::kDdp) throw UsageError("--zero needs --mode ddp (it shards over the ranks)");
   } catch (const cxxopts::exceptions::exception& e) {
     throw UsageError(str(e.what(), " (see --help)"));
   }

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "ddp/amp/precision.h"
+
 namespace ddp::examples {
 
 enum class Mode { kSingle, kDp, kDdp };
@@ -48,6 +50,9 @@ struct TrainOptions {
   std::string comm_hook = "allreduce";
   int64_t powersgd_rank = 1;
   int64_t powersgd_start_iter = 1000;  // PyTorch's default
+  amp::Precision amp = amp::Precision::kOff;  // --amp: autocast's dtype; fp16 adds a GradScaler
+  int64_t dp_replicas = 0;  // --dp-replicas N: dp over N CPU replicas (0: every CUDA device, else one CPU)
+  bool zero = false;        // --zero: the optimizer's state sharded over the ranks (ZeroRedundancyOptimizer)
 };
 
 // Parses argv. Returns nullopt after printing --help. Throws ddp::UsageError with a one-line

@@ -17,6 +17,9 @@
 
 #include "benchmarks/scenarios/runtime.h"
 #include "benchmarks/scenarios/scenarios.h"
+#include "benchmarks/scenarios/training_features.h"
+#include "ddp/amp/autocast.h"
+#include "ddp/amp/grad_scaler.h"
 #include "ddp/data_parallel.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/powersgd.h"
@@ -106,7 +109,8 @@ const std::vector<std::string> kColumns = {
     "model", "data", "mode", "world_size", "devices", "batch_per_rank", "global_batch", "threads", "warmup",
     "iters", "it_per_s", "samples_per_s", "step_ms_median", "step_ms_mean", "step_ms_stddev", "data_ms",
     "forward_ms", "backward_compute_ms", "comm_wait_ms", "optimizer_ms", "comm_ms", "comm_hidden_pct",
-    "peak_mem_mib", "peak_mem_per_rank_mib", "peak_mem_kind", "scaling_eff", "final_loss", "ddp_options"};
+    "peak_mem_mib", "peak_mem_per_rank_mib", "peak_mem_kind", "scaling_eff", "final_loss", "ddp_options",
+    "amp", "optimizer", "zero", "opt_state_mib_per_rank"};
 
 struct Config {
   std::string model, mode;
@@ -120,14 +124,21 @@ struct Measurement {
   double comm_ms = 0, hidden_ms = 0;       // DDP's statistics over the timed iterations
   double final_loss = 0;
   int devices = 1;
+  int64_t optimizer_state_bytes = 0;  // this rank's (its shard's with --zero)
 };
 
 // Runs warm-up + timed iterations of `forward` (the model in one of the modes).
 template <class Forward>
 Measurement train_loop(Forward&& forward, std::vector<torch::Tensor> parameters, BatchSource& data,
                        torch::Device device, const BenchOptions& options,
-                       const std::function<DdpStats()>& ddp_stats) {
-  torch::optim::SGD optimizer(parameters, torch::optim::SGDOptions(0.01).momentum(0.9));
+                       const std::function<DdpStats()>& ddp_stats,
+                       const std::shared_ptr<ProcessGroup>& zero_group = nullptr) {
+  const auto optimizer_holder = make_bench_optimizer(options, parameters, zero_group);
+  torch::optim::Optimizer& optimizer = *optimizer_holder;
+  const amp::Precision precision = amp::parse_precision(options.amp);
+  amp::GradScalerOptions scaler_options;
+  scaler_options.enabled = precision == amp::Precision::kFloat16;
+  amp::GradScaler scaler(device, scaler_options);
   Measurement m;
   PhaseTimer timer;
   DdpStats before;
@@ -142,11 +153,15 @@ Measurement train_loop(Forward&& forward, std::vector<torch::Tensor> parameters,
     timer.start();
     auto [x, y] = data.next(device);
     double step = timer.lap("data");
-    loss = torch::nn::functional::cross_entropy(forward(x), y);
+    {
+      amp::AutocastScope autocast(device.type(), precision);
+      loss = torch::nn::functional::cross_entropy(forward(x), y);
+    }
     step += timer.lap("forward");
-    loss.backward();
+    scaler.scale(loss).backward();
     step += timer.lap("backward");
-    optimizer.step();
+    scaler.step(optimizer);
+    scaler.update();
     optimizer.zero_grad();
     step += timer.lap("optimizer");
     if (i >= options.warmup) m.step_ms.push_back(step);
@@ -155,6 +170,7 @@ Measurement train_loop(Forward&& forward, std::vector<torch::Tensor> parameters,
   const double n = static_cast<double>(options.iters);
   for (const auto& [phase, total] : timer.totals_ms()) m.phase_ms[phase] = total / n;
   m.final_loss = loss.item<double>();
+  m.optimizer_state_bytes = bench_optimizer_state_bytes(optimizer);
   if (ddp_stats) {
     // DdpStats are averages over all synchronised iterations: difference the sums.
     const DdpStats after = ddp_stats();
@@ -210,7 +226,7 @@ Measurement run_mode(Holder model, const Config& config, const std::shared_ptr<P
                       options, nullptr);
   }
   if (config.mode == "dp") {
-    DataParallel<Holder> dp(model);
+    DataParallel<Holder> dp(model, bench_dp_options(options));
     Measurement m = train_loop([&](const torch::Tensor& x) { return dp(x); }, dp.parameters(), *data,
                                dp.devices().front(), options, nullptr);
     m.devices = static_cast<int>(dp.devices().size());
@@ -227,7 +243,7 @@ Measurement run_mode(Holder model, const Config& config, const std::shared_ptr<P
   }
   group->barrier();
   return train_loop([&](const torch::Tensor& x) { return ddp_model(x); }, ddp_model.parameters(), *data, device,
-                    options, [&] { return ddp_model.stats(); });
+                    options, [&] { return ddp_model.stats(); }, group);
 }
 
 }  // namespace
@@ -273,6 +289,11 @@ int run_train(const BenchOptions& options) {
           per_rank += fixed(p, 1);
         }
         const double loss = reduce(reduce_group, m.final_loss, c10d::ReduceOp::SUM) / ranks;
+        std::string opt_state_text;  // MiB per rank, in rank order
+        for (double bytes : gather(reduce_group, static_cast<double>(m.optimizer_state_bytes))) {
+          if (!opt_state_text.empty()) opt_state_text += ' ';
+          opt_state_text += fixed(bytes / (1 << 20), 2);
+        }
         const double samples_per_s = static_cast<double>(ranks * batch * options.iters) / elapsed;
         const std::string key = model_name + "/" + std::to_string(batch);
         if (mode == "single") single_rate[key] = samples_per_s;
@@ -317,6 +338,10 @@ int run_train(const BenchOptions& options) {
         table.set("scaling_eff", one_device > 0 ? fixed(samples_per_s / (devices_used * one_device), 3) : "");
         table.set("final_loss", loss, 4);
         table.set("ddp_options", mode == "ddp" ? ddp_options_text(options) : "");
+        table.set("amp", options.amp);
+        table.set("optimizer", options.optimizer);
+        table.set("zero", mode == "ddp" && options.zero ? "1" : "0");
+        table.set("opt_state_mib_per_rank", opt_state_text);
       }
     }
   }
