@@ -1,0 +1,81 @@
+// ProcessGroup::run_main_process_first: rank 0 runs first, the others wait for its verdict in the
+// store with a bound of their own (Note [Bounded store wait]).
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ddp/base/error.h"
+#include "ddp/base/str.h"
+#include "ddp/process_group.h"
+
+namespace ddp {
+namespace {
+
+std::vector<uint8_t> to_bytes(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
+std::string to_string(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
+double seconds(std::chrono::milliseconds ms) { return static_cast<double>(ms.count()) / 1000.0; }
+
+}  // namespace
+
+// Note [Bounded store wait]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// c10d's TCPStore::wait sends its request, then blocks in recv() until the server answers: the
+// timeout is kept by the server. When the store's host is cut off (a network partition: no FIN, no
+// RST ever arrives), nothing answers and the rank blocks for good; seen in hosts.partition, where
+// rank 2 sat in a checkpoint's main_process_first long after its 3 s timeout while every other
+// process had ended. So the wait and the read of rank 0's status run on a helper thread that owns
+// its own reference to the store, and that is abandoned (detached) when it has not finished within
+// the timeout plus 1 s; the rank then fails with the TimeoutError it would have had. The same is
+// done for the arrival reports (see Note [Naming the ranks that did not arrive]).
+void ProcessGroup::run_main_process_first(const std::function<void()>& f) {
+  const std::string key = str("ddp/main_process_first/", main_first_calls_++);
+  if (info_.rank == 0) {
+    try {
+      f();
+    } catch (const std::exception& error) {
+      store_->set(key, to_bytes(str("error: ", error.what())));
+      throw;
+    }
+    store_->set(key, to_bytes("ok"));
+    return;
+  }
+  // See Note [Bounded store wait].
+  struct Shared {
+    std::mutex mutex;
+    std::condition_variable done_cv;
+    bool done = false;
+    std::optional<std::string> status;
+  };
+  auto shared = std::make_shared<Shared>();
+  std::thread([shared, store = store_, key, timeout = info_.timeout] {
+    std::optional<std::string> status;
+    try {
+      store->wait({key}, timeout);
+      status = to_string(store->get(key));
+    } catch (const std::exception&) {
+    }
+    std::lock_guard<std::mutex> lock(shared->mutex);
+    shared->status = std::move(status);
+    shared->done = true;
+    shared->done_cv.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> lock(shared->mutex);
+  if (!shared->done_cv.wait_for(lock, info_.timeout + std::chrono::seconds(1), [&] { return shared->done; }) ||
+      !shared->status) {
+    throw TimeoutError(str("rank ", info_.rank, " waited ", seconds(info_.timeout),
+                           " s for rank 0 to finish its part of main_process_first"));
+  }
+  const std::string status = *shared->status;
+  if (status != "ok") {
+    throw CommunicationError(str("rank 0 failed in main_process_first, so rank ", info_.rank,
+                                 " stops too: ", status));
+  }
+  f();
+}
+
+}  // namespace ddp
