@@ -427,7 +427,7 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
         break;
       }
       if (stop_signal && !last && stop_signal->requested(rt.group.get())) {
-        save(options, rt, trainee, optimizer, global_step, sampler.state(micro * options.batch_size));
+        save(options, rt, trainee, optimizer, scaler, global_step, sampler.state(micro * options.batch_size));
         if (rt.main()) {
           std::cout << "signal " << stop_signal->name() << ": checkpoint of step " << global_step << " written to "
                     << options.checkpoint_dir << ", stopping (resume with --resume)" << std::endl;
