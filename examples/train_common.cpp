@@ -314,6 +314,12 @@ RunMetrics start_metrics(const ProgramSpec& spec, const TrainOptions& options, c
 }
 
 int train(const ProgramSpec& spec, const TrainOptions& options) {
+  // Installed first, before the rendezvous and the data: Slurm signals every process of the step at
+  // once, and a rank still setting up must not die of the signal (its default action) while the
+  // others already train; one that arrives during set-up stops the run at its first step. See
+  // Note [Checkpoint on a signal].
+  std::optional<examples::StopSignal> stop_signal;
+  if (!options.checkpoint_on_signal.empty()) stop_signal.emplace(options.checkpoint_on_signal);
   Runtime rt = make_runtime(options);
   set_threads(options, rt.local_size);
   DataSets sets = load_data(spec, options);
@@ -362,8 +368,6 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
   int64_t trained_samples = 0;
   ddp::ProgressReporter to_launcher;
   bool stopped = false;  // --max-steps reached
-  std::optional<examples::StopSignal> stop_signal;  // See Note [Checkpoint on a signal]
-  if (!options.checkpoint_on_signal.empty()) stop_signal.emplace(options.checkpoint_on_signal);
   for (int64_t epoch = start_epoch; epoch < options.epochs && !stopped; ++epoch) {
     const auto epoch_start = Clock::now();
     sets.train->set_epoch(epoch);

@@ -130,6 +130,18 @@ class RunFolder {
   std::string path_;
 };
 
+// Note [SIGTERM after the workers]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// SIGTERM asks a launcher to stop its workers. Once they are stopped, the launcher only finishes
+// (its summary, the job channel's goodbye, node 0's bounded linger for the others) and must report
+// its exit code rather than die of the signal:
+// - --watch_stdin: another host's failure may have stopped the workers first; ssh would turn a
+//   death by signal into exit code 255 and the summary would be lost.
+// - Slurm (`srun --kill-on-bad-exit`, scripts/ddp_sbatch_example.sh): on SIGUSR1 every launcher
+//   exits 138, and srun takes the first one's 138 for a bad exit and terminates the step (SIGTERM),
+//   reaching the others while they finish; one killed by it made srun exit 143 instead of 138, so
+//   the job failed instead of requeueing itself (hosts.slurm_cluster, under load).
+// Every wait after this point is bounded, and SIGKILL (Slurm's, after KillWait) still ends it.
 int run(const LaunchConfig& c, const EnvironmentSnapshot& env) {
   MachineResources machine = MachineResources::of_this_machine();
   LocalWorkers local;
@@ -211,10 +223,8 @@ int run(const LaunchConfig& c, const EnvironmentSnapshot& env) {
   options.link = channel ? channel->link() : nullptr;
   options.round_timeout_s = c.rdzv_timeout_s;
   const SupervisorResult result = supervise(options, make_group);
-  // --watch_stdin's SIGTERM asks to stop the workers; once they are stopped (here another host's
-  // failure may have stopped them first) it must not kill this launcher before it reports: ssh would
-  // turn a death by signal into exit code 255 and the summary would be lost.
-  if (c.watch_stdin) ::signal(SIGTERM, SIG_IGN);
+  // See Note [SIGTERM after the workers]: from here on SIGTERM is ignored.
+  ::signal(SIGTERM, SIG_IGN);
   if (channel) channel->set_job_succeeded(result.exit_code == 0);
   if (result.exit_code != 0) {
     std::fputs(format_failure_summary(result, options.host_name).c_str(), stderr);

@@ -124,11 +124,23 @@ done
 grep -q "requeueing" "$out" || fail "job $job did not stop for requeue after SIGUSR1"
 grep -q "signal USR1: checkpoint of step [0-9]* written" "$out" || fail "no checkpoint written on SIGUSR1"
 step=$(grep -o "checkpoint of step [0-9]*" "$out" | head -1 | grep -o "[0-9]*$")
-# Slurm holds a requeued batch job for 120 s (its begin time); an administrator's `StartTime=now`.
+# Note [Releasing a requeued job]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# Slurm holds a requeued batch job for 120 s (its begin time); an administrator's `StartTime=now`
+# releases it. The hold is there for a reason: the requeue revokes the job's credential on its nodes,
+# and a slurmd refuses any credential of that job issued in the same second as the revocation or
+# before (whole seconds: ctime <= revoked). Released within that second, the new run's batch launch
+# is refused and the job ends FAILED at once ("Killing non-startable batch JobId=1: Job credential
+# revoked" in slurmctld.log), which a loaded machine made likely. So: wait for PENDING (the
+# revocation is sent when the job becomes PENDING), then more than a second, then release.
+state=""
 for _ in $(seq 20); do
-  [[ $(job_state "$job") == PENDING ]] && break
+  state=$(job_state "$job")
+  [[ $state == PENDING ]] && break
   sleep 0.5
 done
+[[ $state == PENDING ]] || fail "job $job is $state, not PENDING, 10 s after it asked to be requeued"
+sleep 1.2
 on 0 scontrol update JobId="$job" StartTime=now || fail "cannot release the requeued job"
 wait_state "$job" COMPLETED 60
 grep -q "run 1 (restarts after a requeue)" "$out" || fail "the job did not run a second time"
