@@ -440,6 +440,8 @@ int mismatch(ddp::ProcessGroup& pg) {
 int expect_init_error(const Args& args, ddp::InitOptions options, const std::string& expected_type,
                       const std::vector<std::string>& parts) {
   options.timeout = std::chrono::milliseconds(get_int(args, "timeout-ms", 3000));
+  // Joining has its own bound (Note [Waiting is never silent]): the same short one here.
+  options.join_timeout = options.timeout;
   try {
     auto pg = ddp::init_process_group(options);
   } catch (const ddp::Error& error) {

@@ -153,6 +153,8 @@ int train(const std::map<std::string, std::string>& flags) {
   ddp::InitOptions init;
   init.backend = "gloo";
   init.timeout = std::chrono::milliseconds(flag_int(flags, "timeout-ms", 30000));
+  // Joining has its own bound (Note [Waiting is never silent]); the fault tests bound it the same.
+  init.join_timeout = init.timeout;
   auto group = ddp::init_process_group(init);
   const int rank = group->rank();
   NetHolder net;
