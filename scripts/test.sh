@@ -20,6 +20,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 # fuzz regressions, the launcher's command-line fuzz test.
 sanitize_ci_tests='^(base\.|launcher\.|samplers\.|fuzz\.|faults\.launch_fuzz$|ddp\.(basics|units|checkpoint)$)'
 sanitize_ci_targets="test_base ddp_launch ddp_launch_rdzv ddp_launch_metrics launch_test_worker test_launcher_logic test_launch_process
+  test_hostfile test_remote_launch
   test_samplers test_fuzz_regressions test_checkpoint test_ddp_units test_ddp_basics test_faults fault_worker"
 
 "$DDP_ROOT/scripts/setup.sh"
