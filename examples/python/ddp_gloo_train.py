@@ -36,6 +36,9 @@ def main():
     dist.all_gather(gathered, flat)
     same = all(torch.equal(gathered[0], g) for g in gathered)
     print(f"rank {rank}: {args.steps} steps, parameters identical on every rank: {same}", flush=True)
+    # Every rank done with its collectives before any rank tears Gloo down: a rank whose peer closed
+    # its connections mid-teardown can abort ("terminate called without an active exception").
+    dist.barrier()
     dist.destroy_process_group()
     if not same:
         raise SystemExit(1)
