@@ -10,18 +10,11 @@
 #include <vector>
 
 #include "ddp/base/error.h"
+#include "ddp/base/store_values.h"
 #include "ddp/base/str.h"
 #include "ddp/process_group.h"
 
 namespace ddp {
-namespace {
-
-std::vector<uint8_t> to_bytes(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
-std::string to_string(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
-double seconds(std::chrono::milliseconds ms) { return static_cast<double>(ms.count()) / 1000.0; }
-
-}  // namespace
-
 // Note [Bounded store wait]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~
 // c10d's TCPStore::wait sends its request, then blocks in recv() until the server answers: the
@@ -56,7 +49,7 @@ void ProcessGroup::run_main_process_first(const std::function<void()>& f) {
     std::optional<std::string> status;
     try {
       store->wait({key}, timeout);
-      status = to_string(store->get(key));
+      status = bytes_to_text(store->get(key));
     } catch (const std::exception&) {
     }
     std::lock_guard<std::mutex> lock(shared->mutex);
@@ -67,7 +60,7 @@ void ProcessGroup::run_main_process_first(const std::function<void()>& f) {
   std::unique_lock<std::mutex> lock(shared->mutex);
   if (!shared->done_cv.wait_for(lock, info_.timeout + std::chrono::seconds(1), [&] { return shared->done; }) ||
       !shared->status) {
-    throw TimeoutError(str("rank ", info_.rank, " waited ", seconds(info_.timeout),
+    throw TimeoutError(str("rank ", info_.rank, " waited ", seconds_of(info_.timeout),
                            " s for rank 0 to finish its part of main_process_first"));
   }
   const std::string status = *shared->status;

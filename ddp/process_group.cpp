@@ -39,13 +39,13 @@
 #include "ddp/base/environment.h"
 #include "ddp/base/error.h"
 #include "ddp/base/route.h"
+#include "ddp/base/store_values.h"
 
 namespace ddp {
 namespace {
 
 using std::chrono::milliseconds;
 
-double seconds(milliseconds ms) { return static_cast<double>(ms.count()) / 1000.0; }
 
 bool mentions_timeout(const std::string& text) {
   return text.find("imeout") != std::string::npos || text.find("imed out") != std::string::npos;
@@ -58,8 +58,6 @@ bool mentions_timeout(const std::string& text) {
   throw CommunicationError(str(context, ": ", first_line(what)));
 }
 
-std::string to_string(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
-std::vector<uint8_t> to_bytes(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
 
 // How joining waits and talks about it. See Note [Waiting is never silent] in ddp/join_wait.h.
 struct JoinWait {
@@ -106,12 +104,12 @@ void check_world_size(c10d::Store& store, int rank, int world_size, const JoinWa
     if (!wait_with_notices(
             timeout, join.notice_every, [&](milliseconds slice) { return wait_for_key(store, key(r), slice); },
             [&](milliseconds waited) { notice(r, waited); })) {
-      throw TimeoutError(str("rank ", rank, " waited ", seconds(timeout), " s for rank ", r,
+      throw TimeoutError(str("rank ", rank, " waited ", seconds_of(timeout), " s for rank ", r,
                              " to join (WORLD_SIZE=", world_size, ", join timeout: --rdzv_conf join_timeout=S or ",
                              env::kJoinTimeout, "=S): start all ranks, or check that they use the same ",
                              "MASTER_ADDR/MASTER_PORT"));
     }
-    return std::stoi(to_string(store.get(key(r))));
+    return std::stoi(bytes_to_text(store.get(key(r))));
   };
   const auto mismatch = [&](int other_rank, int other) {
     return MismatchError(str("inconsistent world size: rank ", rank, " has WORLD_SIZE=", world_size,
@@ -238,7 +236,7 @@ c10::intrusive_ptr<c10d::Store> make_store(const InitMethod& method, const std::
             join.logger->warn(master_unreachable_notice(rank, join.address, waited, join.timeout));
           })) {
     throw CommunicationError(str("rank ", rank, " could not reach the master at ", host, ":", port,
-                                 " within the join timeout of ", seconds(join.timeout),
+                                 " within the join timeout of ", seconds_of(join.timeout),
                                  " s: nothing accepted a connection there",
                                  " (is rank 0 running, and are MASTER_ADDR/MASTER_PORT right?)"));
   }
@@ -262,7 +260,7 @@ c10::intrusive_ptr<c10d::Store> make_store(const InitMethod& method, const std::
                                    " (is the port in use? pick another MASTER_PORT)"));
     }
     throw CommunicationError(str("rank ", rank, " could not reach the master at ", host, ":", port,
-                                 " within ", seconds(timeout), " s: ", first_line(what),
+                                 " within ", seconds_of(timeout), " s: ", first_line(what),
                                  " (is rank 0 running, and are MASTER_ADDR/MASTER_PORT right?)"));
   }
 }
@@ -391,7 +389,7 @@ void ProcessGroup::fail_collective(std::int64_t seq, const char* what, milliseco
   const auto write_dump = [&](const std::string& reason) { dump = write_collectives_dump(reason); };
   std::string message;
   if (timed_out) {
-    message = str(name, " timed out after ", seconds(timeout), " s on rank ", global_rank(info_.rank));
+    message = str(name, " timed out after ", seconds_of(timeout), " s on rank ", global_rank(info_.rank));
     if (seq > 0 && info_.size > 1 && store_) {
       write_dump(message + " (checking which ranks arrived)");
       // See Note [Naming the ranks that did not arrive] (ddp/collective_log.cpp).
@@ -400,7 +398,7 @@ void ProcessGroup::fail_collective(std::int64_t seq, const char* what, milliseco
           [store](const std::string& key, const std::string& value) { store->set(key, to_bytes(value)); },
           [store](const std::string& key) -> std::optional<std::string> {
             if (!store->check({key})) return std::nullopt;
-            return to_string(store->get(key));
+            return bytes_to_text(store->get(key));
           }};
       const auto window = std::min(timeout, milliseconds(2000));
       ArrivalReport report = check_arrivals(arrivals, info_.rank, info_.size, Arrival{seq, what}, window,
@@ -619,7 +617,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
     throw;
   } catch (const std::exception& error) {
     rethrow_as_ddp(error, str("rank ", info.rank, " could not set up the ", backend, " backend with ",
-                              info.size, " ranks (timeout ", seconds(info.timeout), " s)"));
+                              info.size, " ranks (timeout ", seconds_of(info.timeout), " s)"));
   }
   logger.debug(str("process group ready: backend ", backend, ", rank ", info.rank, " of ", info.size,
                    ", local rank ", info.local_rank, " of ", info.local_size));
@@ -653,7 +651,7 @@ std::shared_ptr<ProcessGroup> new_process_group(c10::intrusive_ptr<c10d::Store> 
     backend = make_gloo_backend(prefixed, info, AdvertisedAddress{{}, options.host});
   } catch (const std::exception& error) {
     rethrow_as_ddp(error, str("rank ", rank, " could not set up the gloo backend with ", world_size,
-                              " ranks over the given store (timeout ", seconds(options.timeout), " s)"));
+                              " ranks over the given store (timeout ", seconds_of(options.timeout), " s)"));
   }
   return std::make_shared<ProcessGroup>(std::move(info), std::move(store), std::move(backend));
 }

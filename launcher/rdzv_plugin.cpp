@@ -35,6 +35,7 @@
 #include <string>
 #include <thread>
 
+#include "ddp/base/store_values.h"
 #include "ddp/base/str.h"
 #include "launcher/rdzv_plugin_api.h"
 #include "launcher/rdzv_records.h"
@@ -43,6 +44,8 @@ namespace {
 
 namespace rdzv = ddp::launcher::rdzv;
 using Clock = std::chrono::steady_clock;
+using ddp::bytes_to_text;
+using ddp::to_bytes;
 
 struct Handle {
   c10::intrusive_ptr<c10d::TCPStore> store;
@@ -63,22 +66,20 @@ std::string one_line(const std::exception& e) {
   return ddp::first_line(what);
 }
 
-std::vector<uint8_t> bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
-std::string text(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
 
 std::optional<std::string> try_get(c10d::TCPStore& store, const std::string& key) {
   if (!store.check({key})) return std::nullopt;
-  return text(store.get(key));
+  return bytes_to_text(store.get(key));
 }
 
 // Writes `mine` to `key` unless it holds a valid claim of another launcher; returns what the key
 // holds afterwards.
 std::string claim(c10d::TCPStore& store, const std::string& key, const std::string& mine,
                   const std::function<bool(const std::string&)>& is_launchers) {
-  std::string current = text(store.compareSet(key, {}, bytes(mine)));
+  std::string current = bytes_to_text(store.compareSet(key, {}, to_bytes(mine)));
   if (current == mine || is_launchers(current)) return current;
   // Foreign bytes or a launcher that left: take the slot over, unless someone else does first.
-  return text(store.compareSet(key, bytes(current), bytes(mine)));
+  return bytes_to_text(store.compareSet(key, to_bytes(current), to_bytes(mine)));
 }
 
 c10::intrusive_ptr<c10d::TCPStore> open_store(const ddp_rdzv_request& req) {
@@ -112,7 +113,7 @@ class Join {
     if (!master) return false;
     std::snprintf(result->master_addr, sizeof result->master_addr, "%s", master->addr.c_str());
     result->master_port = master->port;
-    store_.set(rdzv::done_key(id_) + "/" + std::to_string(rank), bytes(my_claim(rank)));
+    store_.set(rdzv::done_key(id_) + "/" + std::to_string(rank), to_bytes(my_claim(rank)));
     return true;
   }
 
@@ -167,7 +168,7 @@ class Join {
     while (true) {
       if (rank == 0) {
         const std::optional<std::string> current = try_get(store_, rdzv::master_key(id_));
-        if (current != master_record) store_.set(rdzv::master_key(id_), bytes(master_record));
+        if (current != master_record) store_.set(rdzv::master_key(id_), to_bytes(master_record));
       }
       int joined = 0;
       for (int slot = 0; slot < req_.nnodes; ++slot) {
@@ -191,7 +192,7 @@ class Join {
                               std::to_string(req_.nnodes) + " nodes joined; waited for the other " +
                               std::to_string(req_.nnodes - joined) + token_hint());
         // Leave, so a retry with the same id can still complete.
-        store_.compareSet(rdzv::slot_key(id_, rank), bytes(my_claim(rank)), bytes("left"));
+        store_.compareSet(rdzv::slot_key(id_, rank), to_bytes(my_claim(rank)), to_bytes("left"));
         return false;
       }
       pause();
