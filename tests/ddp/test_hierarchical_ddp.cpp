@@ -18,9 +18,17 @@ constexpr int kWorld = kHosts * kPerHost;
 constexpr int kRowsPerRank = 3;
 constexpr int kSteps = 3;
 
+// The ranks are threads and torch's default generator is one for the process: a model built on a
+// rank's thread could draw numbers another rank's seed left. Every model is built this way and then
+// given `initial` (drawn once, on the main thread), so all ranks start from the reference's state.
 torch::nn::Sequential make_model() {
-  torch::manual_seed(7);
   return torch::nn::Sequential(torch::nn::Linear(6, 33), torch::nn::Tanh(), torch::nn::Linear(33, 1));
+}
+
+void assign(torch::nn::Sequential& model, const std::vector<torch::Tensor>& values) {
+  torch::NoGradGuard no_grad;
+  const auto parameters = model->parameters();
+  for (std::size_t i = 0; i < parameters.size(); ++i) parameters[i].copy_(values[i]);
 }
 
 // The whole batch of step s; rank r trains on rows [r * kRowsPerRank, (r + 1) * kRowsPerRank).
@@ -42,7 +50,9 @@ std::shared_ptr<ddp::ProcessGroup> borrow(ddp::ProcessGroup& group) {
 }  // namespace
 
 TEST_CASE("hierarchical: DDP training equals single-process training", "[hierarchical]") {
+  torch::manual_seed(7);
   auto reference = make_model();
+  const auto initial = parameters_of(reference);
   torch::optim::SGD reference_sgd(reference->parameters(), 0.1);
   for (int step = 0; step < kSteps; ++step) {
     reference_sgd.zero_grad();
@@ -55,8 +65,9 @@ TEST_CASE("hierarchical: DDP training equals single-process training", "[hierarc
     std::vector<torch::Tensor> parameters;
     std::vector<std::string> gradient_algorithms;
   };
-  const auto seen = ddp::testing::run_ranks_on_hosts<Seen>(kHosts, kPerHost, [](ddp::ProcessGroup& group) {
+  const auto seen = ddp::testing::run_ranks_on_hosts<Seen>(kHosts, kPerHost, [&initial](ddp::ProcessGroup& group) {
     auto local = make_model();
+    assign(local, initial);
     ddp::DdpOptions options;
     options.algorithm = ddp::CollectiveAlgorithm::kHierarchical;
     options.first_bucket_cap_bytes = 64;  // several buckets in flight on the worker at once
