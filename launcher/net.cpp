@@ -86,6 +86,14 @@ int pick_free_port(const std::string& host) {
                             "' (not an address of this machine?)"));
 }
 
+int pick_free_port_pair(const std::string& host) {
+  int port = pick_free_port(host);
+  for (int tries = 0; tries < 20 && probe_bind(host, port + 1) != BindProbe::kFree; ++tries) {
+    port = pick_free_port(host);
+  }
+  return port;
+}
+
 std::string this_host_name() {
   char buf[256] = {0};
   if (::gethostname(buf, sizeof buf - 1) != 0) return "localhost";

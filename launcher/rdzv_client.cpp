@@ -52,10 +52,7 @@ class StoreRendezvous : public RendezvousHandler {
                               : listen_on_address(listen_address, config_.rdzv_port);
     // The master port, if this node gets rank 0; the next port is the launchers' job channel (See
     // Note [Coordinated restarts] in launcher/job_channel.cpp), so both must be free.
-    int port = pick_free_port(advertise);
-    for (int tries = 0; tries < 20 && probe_bind(advertise, port + 1) != BindProbe::kFree; ++tries) {
-      port = pick_free_port(advertise);
-    }
+    const int port = pick_free_port_pair(advertise);
     ddp_rdzv_request req{config_.rdzv_host.c_str(), config_.rdzv_port, config_.rdzv_id.c_str(), config_.nnodes,
                          listen_fd, advertise.c_str(), port, config_.rdzv_timeout_s, config_.rdzv_token.c_str(),
                          config_.keep_c10_logs ? 0 : 1};

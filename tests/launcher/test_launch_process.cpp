@@ -106,7 +106,7 @@ TEST_CASE("every variable reaches the workers, static rendezvous, nnodes x nproc
   for (auto [nnodes, nproc] : std::vector<std::pair<int, int>>{{1, 1}, {1, 3}, {2, 2}, {3, 1}}) {
     INFO(nnodes << " nodes x " << nproc << " workers");
     TempDir dir;
-    const int port = nnodes == 1 ? 0 : pick_free_port("127.0.0.1");
+    const int port = nnodes == 1 ? 0 : pick_free_port_pair("127.0.0.1");
     std::vector<std::vector<std::string>> nodes;
     for (int node = 0; node < nnodes; ++node) {
       nodes.push_back(with_worker({"--nnodes", std::to_string(nnodes), "--node_rank", std::to_string(node),
