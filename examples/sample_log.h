@@ -14,6 +14,7 @@ class SampleLog {
  public:
   // Creates DIR/samples-world<W>-rank<R>-pid<P>.txt (a new file: ddp/base/files.h). Empty dir: off.
   SampleLog(const std::string& dir, int64_t world_size, int64_t rank);
+  bool enabled() const { return fd_.valid(); }
   // Appends one line per sample of a trained micro-batch (no-op when off).
   void write(int64_t epoch, const std::vector<int64_t>& samples);
 

@@ -316,18 +316,21 @@ int64_t steps_for(int64_t samples, int64_t batch_size, int64_t grad_accum) {
   return (micro_batches + grad_accum - 1) / grad_accum;
 }
 
-// Every rank says so when it resumes an epoch at another world size than the checkpoint's.
-void report_world_change(const samplers::SamplerState& saved, int64_t dataset_size, const Runtime& rt) {
+// Every rank says so when it resumes an epoch at another world size than the checkpoint's; offset: where
+// its share of the rest of the epoch starts.
+void report_world_change(const samplers::SamplerState& saved, int64_t offset, int64_t dataset_size,
+                         const Runtime& rt) {
   if (saved.num_replicas == rt.world_size) return;
-  std::cout << "rank " << rt.rank << ": resumed epoch " << saved.epoch + 1 << " at sample offset "
-            << samplers::global_offset(saved, dataset_size, /*drop_last=*/false) << " of " << dataset_size
-            << ", world size " << saved.num_replicas << " -> " << rt.world_size << std::endl;
+  std::cout << "rank " << rt.rank << ": resumed epoch " << saved.epoch + 1 << " at sample offset " << offset
+            << " of " << dataset_size << ", world size " << saved.num_replicas << " -> " << rt.world_size
+            << std::endl;
 }
 
 // --log-samples: the samples of micro-batch `micro` of this rank's share (the loader hands them out in
 // the share's order).
 void log_micro_batch(SampleLog& log, int64_t epoch, const std::vector<int64_t>& share, int64_t micro,
                      int64_t batch_size) {
+  if (!log.enabled()) return;
   const auto size = static_cast<int64_t>(share.size());
   const int64_t first = std::min(size, micro * batch_size), last = std::min(size, first + batch_size);
   log.write(epoch, std::vector<int64_t>(share.begin() + first, share.begin() + last));
@@ -400,13 +403,13 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
       // the epoch split among this world's ranks (See Note [Re-sharding at a new world size]).
       sampler.set_state(*resumed);
       micro = sampler.position() / batch_size;
-      report_world_change(*resumed, sets.train_size, rt);
     } else {
       sampler.set_epoch(epoch);
     }
     // This rank's samples of the epoch: all of its share, or the rest of the epoch's after a re-shard.
     const std::vector<int64_t> share = sampler.indices();
     const int64_t share_start = sampler.state(0).offset.value_or(0);
+    if (resumed && resumed->epoch == epoch) report_world_change(*resumed, share_start, sets.train_size, rt);
     const int64_t micro_batches = (static_cast<int64_t>(share.size()) + batch_size - 1) / batch_size;
     const int64_t epoch_steps = steps_for(static_cast<int64_t>(share.size()), batch_size, options.grad_accum);
     auto loader = torch::data::make_data_loader(
