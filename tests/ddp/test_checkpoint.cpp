@@ -222,6 +222,15 @@ TEST_CASE("checkpoint round trip: model, optimizer momentum, progress, RNG", "[c
     CHECK(two.indices() == ddp::samplers::share_indices(100, two.options(), 2, 48));
     CHECK(two.state().offset == 48);
   }
+  SECTION("a trainer.pt without the sampler's offset (older files) loads; the offset is position x ranks") {
+    ddp::TrainingProgress old_progress{2, 58, ddp::samplers::SamplerState{2, 12, 4}};  // no offset: not written
+    const fs::path old = ddp::save_checkpoint(dir.path / "old", model, &optimizer, old_progress, 0, [] {});
+    const auto old_loaded = ddp::load_checkpoint(old, restored, &restored_optimizer);
+    CHECK_FALSE(old_loaded.sampler.offset.has_value());
+    ddp::samplers::DistributedSampler three(100, ddp::samplers::DistributedSamplerOptions(3, 0));
+    three.set_state(old_loaded.sampler);
+    CHECK(three.state().offset == 48);
+  }
   SECTION("the model file in the folder is a plain state dict") {
     require_same_state(saved_state, ddp::load_state_dict_file(saved / "model.pt"));
   }
