@@ -117,9 +117,10 @@ class DistributedSampler : public torch::data::samplers::Sampler<> {
   // Selects the permutation of the next epoch; call it before each epoch, on any copy.
   void set_epoch(int64_t epoch);
   int64_t epoch() const;
-  // Mid-epoch resume: the current epoch starts after the first `start` of this rank's indices.
-  // Takes effect at the next reset() or next(), for the current epoch only (set_epoch() to another
-  // epoch cancels it). Throws ddp::InvalidArgument if start is negative or beyond size().
+  // Mid-epoch resume: the current epoch starts after the first `start` of this rank's indices (of the
+  // whole epoch: it cancels a pending re-shard of set_state()). Takes effect at the next reset() or
+  // next(), for the current epoch only (set_epoch() to another epoch cancels it). Throws
+  // ddp::InvalidArgument if start is negative or beyond size().
   void set_start_index(int64_t start);
 
   // This rank's indices for the current epoch (all of its share, whatever the position: after a
@@ -128,14 +129,15 @@ class DistributedSampler : public torch::data::samplers::Sampler<> {
   // The number of samples this rank gets per epoch (PyTorch's len(sampler)).
   int64_t size() const;
   int64_t dataset_size() const;
-  // How many of this rank's indices next() handed out in the current epoch (before the epoch starts:
-  // its pending start index). A loader with workers prefetches: this may run up to max_jobs batches
+  // How many of this rank's indices (of indices()) next() handed out in the current epoch (before the
+  // epoch starts: its pending start index; 0 right after set_state() at another world size). A loader with workers prefetches: this may run up to max_jobs batches
   // ahead of what the training loop consumed, so a checkpoint should count consumed samples instead
   // (see state()).
   int64_t position() const;
 
   // {epoch, position, num_replicas, offset}; pass consumed = samples the loop actually trained on
-  // this epoch (of indices()) to store that instead of position().
+  // this epoch (of indices()) to store that instead of position(); it is capped at indices().size(),
+  // the end of the epoch, where offset is the dataset size.
   SamplerState state(std::optional<int64_t> consumed = std::nullopt) const;
   // Resumes from a saved state: set_epoch(state.epoch) and where the epoch goes on. At the world size
   // it was saved with, the same position; at another, the rest of the epoch from the state's exact
