@@ -35,6 +35,7 @@ set(DDP_PUBLIC_HEADERS
   ddp/amp/grad_scaler.h
   ddp/zero_redundancy_optimizer.h
   samplers/distributed_sampler.h
+  samplers/reshard.h
   ddp/base/error.h
   ddp/base/str.h
   # What those include.

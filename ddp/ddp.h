@@ -4,6 +4,7 @@
 //   data parallelism    ddp::DistributedDataParallel, ddp::DdpOptions       ddp/distributed_data_parallel.h
 //                       ddp::DataParallel, ddp::SyncBatchNorm, comm hooks
 //   data                ddp::DistributedSampler (= ddp::samplers::...)      samplers/distributed_sampler.h
+//                       re-sharding at a new world size                    samplers/reshard.h
 //   checkpoints         ddp::save_checkpoint, ddp::load_checkpoint, ...     ddp/checkpoint.h
 //   a worker's main     ddp::run_main (optional: see Note [Uncaught exceptions in a worker])
 //   progress, logging   ddp::ProgressReporter, ddp::Logger, ddp::version()
@@ -21,6 +22,7 @@
 #include "ddp/sync_batch_norm.h"
 #include "ddp/version.h"
 #include "samplers/distributed_sampler.h"
+#include "samplers/reshard.h"
 
 namespace ddp {
 

@@ -347,6 +347,7 @@ void write_trainer_state(const optim::Optimizer* optimizer, const TrainingProgre
   sampler.insert("epoch", progress.sampler.epoch);
   sampler.insert("position", progress.sampler.position);
   sampler.insert("num_replicas", progress.sampler.num_replicas);
+  if (progress.sampler.offset) sampler.insert("offset", *progress.sampler.offset);
   root.insert("sampler", sampler);
   root.insert("optimizer", optimizer != nullptr ? optimizer_state_dict(*optimizer) : c10::IValue());
   if (with_rng) {
@@ -378,6 +379,7 @@ TrainingProgress read_trainer_state(const fs::path& file, optim::Optimizer* opti
     progress.sampler.epoch = integer_entry(*sampler, "epoch", name);
     progress.sampler.position = integer_entry(*sampler, "position", name);
     progress.sampler.num_replicas = integer_entry(*sampler, "num_replicas", name);
+    if (sampler->find("offset") != nullptr) progress.sampler.offset = integer_entry(*sampler, "offset", name);
     if (optimizer != nullptr) {
       const PickleValue* state = root.find("optimizer");
       if (state == nullptr || state->kind == Kind::kNone) {

@@ -17,7 +17,8 @@ namespace ddp {
 // ~~~~~~~~~~~~~~~~~~~~
 // trainer.pt is a PyTorch zip file (ddp/torch_zip.h) holding one dict:
 //   {"ddp_trainer_version": 2, "epoch": int, "step": int,
-//    "sampler": {"epoch": int, "position": int, "num_replicas": int},
+//    "sampler": {"epoch": int, "position": int, "num_replicas": int,
+//                "offset": int (the epoch's samples done by all ranks; absent in older files)},
 //    "optimizer": None or {"state": {param index: {name: tensor or number}},
 //                          "param_groups": [{"lr": ..., <the options>, "params": [param indices]}]},
 //    "rng": None or {"cpu": uint8 tensor, "cuda": [uint8 tensor per device]},

@@ -31,11 +31,14 @@
 #include "examples/data/cifar10.h"
 #include "examples/data/fashion_mnist.h"
 #include "examples/data/image_dataset.h"
+#include "examples/batch_policy.h"
 #include "examples/metrics.h"
 #include "examples/models/lenet.h"
 #include "examples/models/resnet.h"
 #include "examples/progress.h"
+#include "examples/sample_log.h"
 #include "samplers/distributed_sampler.h"
+#include "samplers/reshard.h"
 
 namespace ddp::examples {
 namespace {
@@ -237,14 +240,6 @@ void set_threads(const TrainOptions& options, int local_processes) {
   }
 }
 
-// The learning rate of optimizer step `step` (0-based) of `total`: constant, or a cosine from lr to 0.
-// A function of the step alone, so a resumed run continues the schedule exactly.
-double learning_rate(const TrainOptions& options, int64_t step, int64_t total) {
-  if (!options.cosine_lr || total <= 0) return options.lr;
-  constexpr double kPi = 3.14159265358979323846;
-  return options.lr * 0.5 * (1.0 + std::cos(kPi * static_cast<double>(step) / static_cast<double>(total)));
-}
-
 // --resume: the newest valid checkpoint under --checkpoint-dir. Every step folder skipped on the way
 // (corrupt, cut, another user's, or without MANIFEST) is named in a warning with the reason. When
 // checkpoints exist but none is valid the run stops with an error, since starting from scratch would
@@ -296,7 +291,8 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& opti
   return std::make_unique<torch::optim::SGD>(trainee.module->parameters(), sgd);
 }
 
-RunMetrics start_metrics(const ProgramSpec& spec, const TrainOptions& options, const Runtime& rt, const DataSets& sets) {
+RunMetrics start_metrics(const ProgramSpec& spec, const TrainOptions& options, const Runtime& rt, const DataSets& sets,
+                         int64_t batch_size) {
   RunMetrics metrics;
   metrics.program = spec.name;
   metrics.model = options.model;
@@ -304,13 +300,40 @@ RunMetrics start_metrics(const ProgramSpec& spec, const TrainOptions& options, c
   metrics.backend = rt.backend;
   metrics.world_size = rt.world_size;
   for (const auto& d : rt.devices) metrics.devices.push_back(d.str());
-  metrics.batch_size = options.batch_size;
-  metrics.global_batch_size = options.batch_size * options.grad_accum * rt.world_size;
+  metrics.batch_size = batch_size;
+  metrics.global_batch_size = batch_size * options.grad_accum * rt.world_size;
   metrics.grad_accum = options.grad_accum;
   metrics.train_samples = sets.train_size;
   metrics.test_samples = sets.test_size;
   metrics.epochs = options.epochs;
   return metrics;
+}
+
+// Optimizer steps for `samples` of this rank at micro-batch batch_size: the last micro-batch and the
+// last group of --grad-accum micro-batches may be short.
+int64_t steps_for(int64_t samples, int64_t batch_size, int64_t grad_accum) {
+  const int64_t micro_batches = (samples + batch_size - 1) / batch_size;
+  return (micro_batches + grad_accum - 1) / grad_accum;
+}
+
+// Every rank says so when it resumes an epoch at another world size than the checkpoint's; offset: where
+// its share of the rest of the epoch starts.
+void report_world_change(const samplers::SamplerState& saved, int64_t offset, int64_t dataset_size,
+                         const Runtime& rt) {
+  if (saved.num_replicas == rt.world_size) return;
+  std::cout << "rank " << rt.rank << ": resumed epoch " << saved.epoch + 1 << " at sample offset " << offset
+            << " of " << dataset_size << ", world size " << saved.num_replicas << " -> " << rt.world_size
+            << std::endl;
+}
+
+// --log-samples: the samples of micro-batch `micro` of this rank's share (the loader hands them out in
+// the share's order).
+void log_micro_batch(SampleLog& log, int64_t epoch, const std::vector<int64_t>& share, int64_t micro,
+                     int64_t batch_size) {
+  if (!log.enabled()) return;
+  const auto size = static_cast<int64_t>(share.size());
+  const int64_t first = std::min(size, micro * batch_size), last = std::min(size, first + batch_size);
+  log.write(epoch, std::vector<int64_t>(share.begin() + first, share.begin() + last));
 }
 
 int train(const ProgramSpec& spec, const TrainOptions& options) {
@@ -321,16 +344,19 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
   std::optional<examples::StopSignal> stop_signal;
   if (!options.checkpoint_on_signal.empty()) stop_signal.emplace(options.checkpoint_on_signal);
   Runtime rt = make_runtime(options);
+  // Each rank's micro-batch at this world size (See Note [Batch policy]); checked before the data loads.
+  const int64_t batch_size = per_rank_batch_size(options, rt.world_size);
   set_threads(options, rt.local_size);
   DataSets sets = load_data(spec, options);
   Trainee trainee = make_trainee(options, sets, rt);
   const std::unique_ptr<torch::optim::Optimizer> optimizer_holder = make_optimizer(options, trainee, rt);
   torch::optim::Optimizer& optimizer = *optimizer_holder;
   samplers::DistributedSampler sampler = make_sampler(sets.train_size, rt, options.seed);
-  RunMetrics metrics = start_metrics(spec, options, rt, sets);
-  const int64_t micro_batches = (sampler.size() + options.batch_size - 1) / options.batch_size;
-  const int64_t steps_per_epoch = (micro_batches + options.grad_accum - 1) / options.grad_accum;
-  const int64_t samples_per_micro_batch = options.batch_size * rt.world_size;
+  RunMetrics metrics = start_metrics(spec, options, rt, sets, batch_size);
+  // Steps of a whole epoch; an epoch resumed at another world size has its own (its share's).
+  const int64_t steps_per_epoch = steps_for(sampler.size(), batch_size, options.grad_accum);
+  const int64_t samples_per_micro_batch = batch_size * rt.world_size;
+  SampleLog sample_log(options.log_samples, rt.world_size, rt.rank);
   // --amp fp16 scales the loss; bf16 has float32's range and needs no scaling (as in PyTorch).
   amp::GradScalerOptions scaler_options;
   scaler_options.enabled = options.amp == amp::Precision::kFloat16;
@@ -371,20 +397,28 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
   for (int64_t epoch = start_epoch; epoch < options.epochs && !stopped; ++epoch) {
     const auto epoch_start = Clock::now();
     sets.train->set_epoch(epoch);
-    int64_t micro = 0;  // micro-batches of this epoch done so far, on this rank
+    int64_t micro = 0;  // micro-batches of this epoch's share done so far, on this rank
     if (resumed && resumed->epoch == epoch) {
-      sampler.set_state(*resumed);  // mid-epoch: the loader starts after the consumed samples
-      micro = samplers::convert_start_index(*resumed, rt.world_size) / options.batch_size;
+      // Mid-epoch: the loader starts after the consumed samples; at another world size with the rest of
+      // the epoch split among this world's ranks (See Note [Re-sharding at a new world size]).
+      sampler.set_state(*resumed);
+      micro = sampler.position() / batch_size;
     } else {
       sampler.set_epoch(epoch);
     }
+    // This rank's samples of the epoch: all of its share, or the rest of the epoch's after a re-shard.
+    const std::vector<int64_t> share = sampler.indices();
+    const int64_t share_start = sampler.state(0).offset.value_or(0);
+    if (resumed && resumed->epoch == epoch) report_world_change(*resumed, share_start, sets.train_size, rt);
+    const int64_t micro_batches = (static_cast<int64_t>(share.size()) + batch_size - 1) / batch_size;
+    const int64_t epoch_steps = steps_for(static_cast<int64_t>(share.size()), batch_size, options.grad_accum);
     auto loader = torch::data::make_data_loader(
         *sets.train, sampler,
-        torch::data::DataLoaderOptions().batch_size(static_cast<size_t>(options.batch_size))
+        torch::data::DataLoaderOptions().batch_size(static_cast<size_t>(batch_size))
             .workers(static_cast<size_t>(options.workers)));
     std::optional<ProgressLine> progress;
     if (rt.main()) {
-      progress.emplace(std::cout, terminal, str("epoch ", epoch + 1, "/", options.epochs), steps_per_epoch,
+      progress.emplace(std::cout, terminal, str("epoch ", epoch + 1, "/", options.epochs), epoch_steps,
                        metrics.global_batch_size);
     }
     trainee.module->train();
@@ -405,6 +439,7 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
       }
       scaler.scale(loss / static_cast<double>(group_size)).backward();
       guard.reset();
+      log_micro_batch(sample_log, epoch, share, micro, batch_size);
       loss_sum += loss.item<double>();
       ++loss_count;
       ++micro;
@@ -412,7 +447,8 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
       if (!sync) continue;
       for (auto& group : optimizer.param_groups()) {  // --zero: the wrapper passes them on
         static_cast<torch::optim::SGDOptions&>(group.options())
-            .lr(learning_rate(options, global_step, options.epochs * steps_per_epoch));
+            .lr(scheduled_learning_rate(options, schedule_progress(epoch, options.epochs, share_start, sets.train_size,
+                                                                   group_start / options.grad_accum, epoch_steps)));
       }
       scaler.step(optimizer);  // optimizer.step() unless fp16 gradients overflowed
       scaler.update();
@@ -420,18 +456,18 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
       ++global_step;
       if (progress) progress->update(micro / options.grad_accum, loss_sum / static_cast<double>(loss_count));
       // This rank's samples and running loss to ddp_launch's metrics (a no-op without it).
-      to_launcher.report(group_size * options.batch_size, loss_sum / static_cast<double>(loss_count));
+      to_launcher.report(group_size * batch_size, loss_sum / static_cast<double>(loss_count));
       const bool last = micro == micro_batches;
       if (!options.checkpoint_dir.empty() && options.checkpoint_every > 0 && !last &&
           global_step % options.checkpoint_every == 0) {
-        save(options, rt, trainee, optimizer, scaler, global_step, sampler.state(micro * options.batch_size));
+        save(options, rt, trainee, optimizer, scaler, global_step, sampler.state(micro * batch_size));
       }
       if (options.max_steps > 0 && global_step >= options.max_steps) {
         stopped = !last;
         break;
       }
       if (stop_signal && !last && stop_signal->requested(rt.group.get())) {
-        save(options, rt, trainee, optimizer, scaler, global_step, sampler.state(micro * options.batch_size));
+        save(options, rt, trainee, optimizer, scaler, global_step, sampler.state(micro * batch_size));
         if (rt.main()) {
           std::cout << "signal " << stop_signal->name() << ": checkpoint of step " << global_step << " written to "
                     << options.checkpoint_dir << ", stopping (resume with --resume)" << std::endl;
@@ -444,9 +480,9 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
     const double seconds = std::chrono::duration<double>(Clock::now() - epoch_start).count();
     train_seconds += seconds;
     if (!options.checkpoint_dir.empty() && !stopped) {
-      save(options, rt, trainee, optimizer, scaler, global_step, samplers::SamplerState{epoch + 1, 0, rt.world_size});
+      save(options, rt, trainee, optimizer, scaler, global_step, samplers::SamplerState{epoch + 1, 0, rt.world_size, 0});
     }
-    const double accuracy = evaluate(trainee, *sets.test, sets.test_size, std::max<int64_t>(options.batch_size, 256), rt);
+    const double accuracy = evaluate(trainee, *sets.test, sets.test_size, std::max<int64_t>(batch_size, 256), rt);
     const std::vector<double> loss_sums = sum_over_ranks({loss_sum, static_cast<double>(loss_count)}, rt);
     const double mean_loss = loss_sums[1] > 0 ? loss_sums[0] / loss_sums[1] : 0.0;
     metrics.epoch_seconds.push_back(seconds);

@@ -43,6 +43,28 @@ void parse_comm_hook_flags(const cxxopts::ParseResult& result, TrainOptions& o) 
   o.powersgd_start_iter = positive<int64_t>(result, "powersgd-start-iter", 2);
 }
 
+// --batch-policy, --global-batch-size (See Note [Batch policy] in examples/batch_policy.h).
+void parse_batch_policy_flags(const cxxopts::ParseResult& result, TrainOptions& o) {
+  const std::string policy = result["batch-policy"].as<std::string>();
+  if (policy == "per-rank") {
+    o.batch_policy = BatchPolicy::kPerRank;
+  } else if (policy == "global") {
+    o.batch_policy = BatchPolicy::kGlobal;
+  } else {
+    throw UsageError(str("--batch-policy must be per-rank or global, not '", policy, "'"));
+  }
+  o.global_batch_size = positive<int64_t>(result, "global-batch-size", 0);
+  if (o.batch_policy == BatchPolicy::kGlobal && o.global_batch_size == 0) {
+    throw UsageError("--batch-policy global needs --global-batch-size N (samples per optimizer step)");
+  }
+  if (o.batch_policy == BatchPolicy::kPerRank && o.global_batch_size > 0) {
+    throw UsageError("--global-batch-size needs --batch-policy global (per-rank uses --batch-size)");
+  }
+  if (result.count("batch-size") && o.batch_policy == BatchPolicy::kGlobal) {
+    throw UsageError("--batch-size and --batch-policy global: pass --global-batch-size alone");
+  }
+}
+
 }  // namespace
 
 std::optional<TrainOptions> parse_train_options(int argc, char** argv, const ProgramSpec& spec) {
@@ -77,11 +99,14 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, const Pro
   // Debug flags for the tests, left out of --help.
   cli.add_options(kDebugGroup)
       ("save-params", "write the final parameters (float32, concatenated) to FILE", cxxopts::value<std::string>()->default_value(""))
-      ("max-steps", "stop when the global step reaches N (an interruption)", cxxopts::value<int64_t>()->default_value("0"));
+      ("max-steps", "stop when the global step reaches N (an interruption)", cxxopts::value<int64_t>()->default_value("0"))
+      ("log-samples", "each rank writes the samples it trains on (epoch index lines) to a new file in DIR", cxxopts::value<std::string>()->default_value(""));
   cli.add_options()
       ("comm-hook", "ddp: allreduce | fp16 | bf16 | powersgd (gradient communication; see docs/ddp.md)", cxxopts::value<std::string>()->default_value("allreduce"))
       ("powersgd-rank", "ddp with --comm-hook powersgd: the rank of the approximation", cxxopts::value<int64_t>()->default_value("1"))
-      ("powersgd-start-iter", "ddp with --comm-hook powersgd: steps all-reduced before compressing (>= 2)", cxxopts::value<int64_t>()->default_value("1000"));
+      ("powersgd-start-iter", "ddp with --comm-hook powersgd: steps all-reduced before compressing (>= 2)", cxxopts::value<int64_t>()->default_value("1000"))
+      ("batch-policy", "when the world size changes at a resume, keep per-rank (--batch-size per rank) or global (--global-batch-size)", cxxopts::value<std::string>()->default_value("per-rank"))
+      ("global-batch-size", "with --batch-policy global: samples per optimizer step, divided among the ranks", cxxopts::value<int64_t>()->default_value("0"));
   cxxopts::ParseResult result;
   try {
     result = cli.parse(argc, argv);
@@ -153,6 +178,8 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, const Pro
     if (o.dp_replicas > 0 && o.mode != Mode::kDp) throw UsageError("--dp-replicas needs --mode dp");
     o.zero = result.count("zero") > 0;
     if (o.zero && o.mode != Mode::kDdp) throw UsageError("--zero needs --mode ddp (it shards over the ranks)");
+    parse_batch_policy_flags(result, o);
+    o.log_samples = result["log-samples"].as<std::string>();
   } catch (const cxxopts::exceptions::exception& e) {
     throw UsageError(str(e.what(), " (see --help)"));
   }

@@ -10,6 +10,8 @@
 namespace ddp::examples {
 
 enum class Mode { kSingle, kDp, kDdp };
+// --batch-policy: what stays fixed when the world size changes (See Note [Batch policy]).
+enum class BatchPolicy { kPerRank, kGlobal };
 const char* mode_name(Mode mode);
 
 // What differs between train_fashion_mnist and train_cifar10.
@@ -53,6 +55,9 @@ struct TrainOptions {
   amp::Precision amp = amp::Precision::kOff;  // --amp: autocast's dtype; fp16 adds a GradScaler
   int64_t dp_replicas = 0;  // --dp-replicas N: dp over N CPU replicas (0: every CUDA device, else one CPU)
   bool zero = false;        // --zero: the optimizer's state sharded over the ranks (ZeroRedundancyOptimizer)
+  BatchPolicy batch_policy = BatchPolicy::kPerRank;  // --batch-policy per-rank | global
+  int64_t global_batch_size = 0;  // --global-batch-size: samples per optimizer step (batch policy global)
+  std::string log_samples;  // debug: each rank appends the samples it trains on to a file in this folder
 };
 
 // Parses argv. Returns nullopt after printing --help. Throws ddp::UsageError with a one-line

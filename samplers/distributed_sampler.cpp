@@ -9,6 +9,7 @@
 
 #include "ddp/base/error.h"
 #include "ddp/process_group.h"
+#include "samplers/reshard.h"
 
 namespace ddp::samplers {
 namespace {
@@ -41,8 +42,8 @@ int64_t samples_per_rank(int64_t dataset_size, const DistributedSamplerOptions& 
   return options.drop_last ? dataset_size / replicas : (dataset_size + replicas - 1) / replicas;
 }
 
-std::vector<int64_t> epoch_order(int64_t dataset_size, const DistributedSamplerOptions& options,
-                                 int64_t epoch) {
+std::vector<int64_t> epoch_permutation(int64_t dataset_size, const DistributedSamplerOptions& options,
+                                       int64_t epoch) {
   check_options(dataset_size, options);
   std::vector<int64_t> order(static_cast<size_t>(dataset_size));
   if (options.shuffle) {
@@ -54,6 +55,12 @@ std::vector<int64_t> epoch_order(int64_t dataset_size, const DistributedSamplerO
   } else {
     for (int64_t i = 0; i < dataset_size; ++i) order[static_cast<size_t>(i)] = i;
   }
+  return order;
+}
+
+std::vector<int64_t> epoch_order(int64_t dataset_size, const DistributedSamplerOptions& options,
+                                 int64_t epoch) {
+  std::vector<int64_t> order = epoch_permutation(dataset_size, options, epoch);
   const auto total = static_cast<size_t>(samples_per_rank(dataset_size, options) *
                                          options.num_replicas);
   if (total <= order.size()) {
@@ -69,24 +76,8 @@ std::vector<int64_t> epoch_order(int64_t dataset_size, const DistributedSamplerO
 
 std::vector<int64_t> rank_indices(int64_t dataset_size, const DistributedSamplerOptions& options,
                                   int64_t epoch) {
-  const std::vector<int64_t> order = epoch_order(dataset_size, options, epoch);
-  std::vector<int64_t> mine;
-  mine.reserve(static_cast<size_t>(samples_per_rank(dataset_size, options)));
-  for (size_t i = static_cast<size_t>(options.rank); i < order.size();
-       i += static_cast<size_t>(options.num_replicas)) {
-    mine.push_back(order[i]);
-  }
-  return mine;
-}
-
-int64_t convert_start_index(const SamplerState& state, int64_t num_replicas) {
-  if (state.position < 0 || state.num_replicas < 1 || num_replicas < 1) {
-    throw InvalidArgument(str("sampler state: invalid position ", state.position,
-                              " or num_replicas ", state.num_replicas, " -> ", num_replicas));
-  }
-  if (state.num_replicas == num_replicas) return state.position;
-  // All ranks advance in step, so position p in a world of R means global offsets [0, p * R) done.
-  return state.position * state.num_replicas / num_replicas;
+  // The share that starts at offset 0 is the whole epoch: elements rank, rank + R, ... of epoch_order.
+  return share_indices(dataset_size, options, epoch, /*start_offset=*/0);
 }
 
 struct DistributedSampler::State {
@@ -94,11 +85,10 @@ struct DistributedSampler::State {
 
   // Computes the current epoch's order and moves to its start (see Note [Sampler epoch start]).
   void start_epoch() {
-    indices = rank_indices(dataset_size, options, epoch);
-    position = 0;
-    if (start_index && start_index_epoch == epoch) {
-      position = std::min<int64_t>(*start_index, static_cast<int64_t>(indices.size()));
-    }
+    const bool pending = start_index && start_index_epoch == epoch;
+    share_start = pending ? pending_share_start : 0;
+    indices = share_indices(dataset_size, options, epoch, share_start);
+    position = pending ? std::min<int64_t>(*start_index, static_cast<int64_t>(indices.size())) : 0;
     start_index.reset();
     started = true;
   }
@@ -109,14 +99,35 @@ struct DistributedSampler::State {
     return start_index && start_index_epoch == epoch ? *start_index : 0;
   }
 
+  // Where the current share starts in the epoch's order (before the epoch started: the pending one).
+  int64_t current_share_start() const {
+    if (started) return share_start;
+    return start_index && start_index_epoch == epoch ? pending_share_start : 0;
+  }
+
+  // Makes the current epoch start at index `start` of the share at share_offset (validated).
+  void set_start(int64_t share_offset, int64_t start) {
+    const int64_t count = share_size(dataset_size, options, share_offset);
+    if (start < 0 || start > count) {
+      throw InvalidArgument(str("DistributedSampler::set_start_index(", start, "): must be in [0, ", count,
+                                "], the number of samples per rank"));
+    }
+    start_index = start;
+    pending_share_start = share_offset;
+    start_index_epoch = epoch;
+    started = false;
+  }
+
   mutable std::mutex mutex;
   int64_t dataset_size;
   DistributedSamplerOptions options;
   int64_t epoch = 0;
   std::optional<int64_t> start_index;
+  int64_t pending_share_start = 0;  // the share start_index counts in
   int64_t start_index_epoch = 0;
   bool started = false;  // false: the next next() starts the epoch first
   std::vector<int64_t> indices;
+  int64_t share_start = 0;  // See Note [Re-sharding at a new world size]
   int64_t position = 0;
 };
 
@@ -163,6 +174,8 @@ void DistributedSampler::save(torch::serialize::OutputArchive& archive) const {
   write("drop_last", state_->options.drop_last ? 1 : 0);
   write("epoch", state_->epoch);
   write("position", state_->current_position());
+  write("offset", offset_after(state_->dataset_size, state_->options, state_->current_share_start(),
+                               state_->current_position()));
 }
 
 void DistributedSampler::load(torch::serialize::InputArchive& archive) {
@@ -179,8 +192,11 @@ void DistributedSampler::load(torch::serialize::InputArchive& archive) {
         mine.seed, ", ", mine.shuffle, ", ", mine.drop_last,
         ": construct the sampler with the options it was saved with"));
   }
-  set_state({read_int(archive, "epoch"), read_int(archive, "position"),
-             read_int(archive, "num_replicas")});
+  SamplerState saved{read_int(archive, "epoch"), read_int(archive, "position"), read_int(archive, "num_replicas"),
+                     std::nullopt};
+  torch::Tensor offset;
+  if (archive.try_read("offset", offset)) saved.offset = offset.item<int64_t>();  // absent in older archives
+  set_state(saved);
 }
 
 void DistributedSampler::set_epoch(int64_t epoch) {
@@ -196,20 +212,13 @@ int64_t DistributedSampler::epoch() const {
 
 void DistributedSampler::set_start_index(int64_t start) {
   std::lock_guard<std::mutex> lock(state_->mutex);
-  const int64_t per_rank = samples_per_rank(state_->dataset_size, state_->options);
-  if (start < 0 || start > per_rank) {
-    throw InvalidArgument(str("DistributedSampler::set_start_index(", start,
-                              "): must be in [0, ", per_rank, "], the number of samples per rank"));
-  }
-  state_->start_index = start;
-  state_->start_index_epoch = state_->epoch;
-  state_->started = false;
+  state_->set_start(/*share_offset=*/0, start);
 }
 
 std::vector<int64_t> DistributedSampler::indices() const {
   std::lock_guard<std::mutex> lock(state_->mutex);
   if (state_->started) return state_->indices;
-  return rank_indices(state_->dataset_size, state_->options, state_->epoch);
+  return share_indices(state_->dataset_size, state_->options, state_->epoch, state_->current_share_start());
 }
 
 int64_t DistributedSampler::size() const {
@@ -229,14 +238,26 @@ int64_t DistributedSampler::position() const {
 
 SamplerState DistributedSampler::state(std::optional<int64_t> consumed) const {
   std::lock_guard<std::mutex> lock(state_->mutex);
-  const int64_t position = consumed ? *consumed : state_->current_position();
-  return {state_->epoch, position, state_->options.num_replicas};
+  const int64_t share = state_->current_share_start();
+  // A loop that counts batch_size x batches overshoots at the end of the epoch: that is its end.
+  const int64_t position = std::clamp<int64_t>(consumed ? *consumed : state_->current_position(), 0,
+                                               share_size(state_->dataset_size, state_->options, share));
+  return {state_->epoch, position, state_->options.num_replicas,
+          offset_after(state_->dataset_size, state_->options, share, position)};
 }
 
 void DistributedSampler::set_state(const SamplerState& state) {
-  const int64_t start = std::min(convert_start_index(state, options().num_replicas), size());
-  set_epoch(state.epoch);
-  set_start_index(start);
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  // Everything is checked before anything changes: a bad state leaves the sampler as it was.
+  const ResumePoint point = resume_point(state, state_->dataset_size, state_->options);
+  const int64_t count = share_size(state_->dataset_size, state_->options, point.share_start);
+  if (point.start_index > count) {
+    throw InvalidArgument(str("sampler state: position ", state.position, " is beyond the ", count,
+                              " samples per rank of the epoch: it was saved for another data set"));
+  }
+  if (state.epoch != state_->epoch) state_->started = false;
+  state_->epoch = state.epoch;
+  state_->set_start(point.share_start, point.start_index);
 }
 
 const DistributedSamplerOptions& DistributedSampler::options() const {
@@ -249,9 +270,11 @@ DistributedSampler DistributedSampler::clone() const {
   auto copy = std::make_shared<State>(state_->dataset_size, state_->options);
   copy->epoch = state_->epoch;
   copy->start_index = state_->start_index;
+  copy->pending_share_start = state_->pending_share_start;
   copy->start_index_epoch = state_->start_index_epoch;
   copy->started = state_->started;
   copy->indices = state_->indices;
+  copy->share_start = state_->share_start;
   copy->position = state_->position;
   return DistributedSampler(std::move(copy));
 }

@@ -37,12 +37,23 @@ struct DistributedSamplerOptions {
 };
 
 // Where a sampler stands: what a checkpoint stores to resume mid-epoch (see ddp/checkpoint.h).
+// set_state() resumes it at any world size: see Note [Re-sharding at a new world size] (samplers/reshard.h).
 struct SamplerState {
+  SamplerState() = default;
+  SamplerState(int64_t epoch, int64_t position, int64_t num_replicas,
+               std::optional<int64_t> offset = std::nullopt)
+      : epoch(epoch), position(position), num_replicas(num_replicas), offset(offset) {}
+
   int64_t epoch = 0;
-  // How many of this rank's indices of `epoch` were consumed.
+  // How many of this rank's indices of `epoch` were consumed (of its current share, which is the whole
+  // epoch unless the epoch was resumed at another world size).
   int64_t position = 0;
-  // The world size the position was counted in; set_state() converts it to another world size.
+  // The world size the position was counted in.
   int64_t num_replicas = 1;
+  // How many samples of the epoch's global order all ranks together are done with, exactly, in
+  // [0, dataset size]; the dataset size once the epoch is complete. Unset in states saved before it
+  // existed: then position * num_replicas (See Note [Re-sharding at a new world size]).
+  std::optional<int64_t> offset;
 };
 
 // The global order of one epoch, before it is split: a permutation of 0..n-1 (randperm on a CPU
@@ -50,6 +61,10 @@ struct SamplerState {
 // identity, padded by wrapping around or truncated to a multiple of num_replicas. Pure function.
 std::vector<int64_t> epoch_order(int64_t dataset_size, const DistributedSamplerOptions& options,
                                  int64_t epoch);
+
+// The permutation of 0..n-1 (or the identity) that epoch_order pads or truncates. Pure function.
+std::vector<int64_t> epoch_permutation(int64_t dataset_size, const DistributedSamplerOptions& options,
+                                       int64_t epoch);
 
 // This rank's share of epoch_order: elements rank, rank + R, rank + 2R, ... Pure function.
 std::vector<int64_t> rank_indices(int64_t dataset_size, const DistributedSamplerOptions& options,
@@ -102,28 +117,32 @@ class DistributedSampler : public torch::data::samplers::Sampler<> {
   // Selects the permutation of the next epoch; call it before each epoch, on any copy.
   void set_epoch(int64_t epoch);
   int64_t epoch() const;
-  // Mid-epoch resume: the current epoch starts after the first `start` of this rank's indices.
-  // Takes effect at the next reset() or next(), for the current epoch only (set_epoch() to another
-  // epoch cancels it). Throws ddp::InvalidArgument if start is negative or beyond size().
+  // Mid-epoch resume: the current epoch starts after the first `start` of this rank's indices (of the
+  // whole epoch: it cancels a pending re-shard of set_state()). Takes effect at the next reset() or
+  // next(), for the current epoch only (set_epoch() to another epoch cancels it). Throws
+  // ddp::InvalidArgument if start is negative or beyond size().
   void set_start_index(int64_t start);
 
-  // This rank's indices for the current epoch (all of them, whatever the position).
+  // This rank's indices for the current epoch (all of its share, whatever the position: after a
+  // resume at another world size, the rest of the epoch's order from the resumed offset on).
   std::vector<int64_t> indices() const;
   // The number of samples this rank gets per epoch (PyTorch's len(sampler)).
   int64_t size() const;
   int64_t dataset_size() const;
-  // How many of this rank's indices next() handed out in the current epoch (before the epoch starts:
-  // its pending start index). A loader with workers prefetches: this may run up to max_jobs batches
+  // How many of this rank's indices (of indices()) next() handed out in the current epoch (before the
+  // epoch starts: its pending start index; 0 right after set_state() at another world size). A loader with workers prefetches: this may run up to max_jobs batches
   // ahead of what the training loop consumed, so a checkpoint should count consumed samples instead
   // (see state()).
   int64_t position() const;
 
-  // {epoch, position, num_replicas}; pass consumed = samples the loop actually trained on this epoch
-  // to store that instead of position().
+  // {epoch, position, num_replicas, offset}; pass consumed = samples the loop actually trained on
+  // this epoch (of indices()) to store that instead of position(); it is capped at indices().size(),
+  // the end of the epoch, where offset is the dataset size.
   SamplerState state(std::optional<int64_t> consumed = std::nullopt) const;
-  // Resumes from a saved state: set_epoch(state.epoch) and the start index. A state saved with
-  // another world size is converted through the global sample offset, rounding down: no sample of
-  // the epoch is skipped, at most R - 1 per rank are seen twice.
+  // Resumes from a saved state: set_epoch(state.epoch) and where the epoch goes on. At the world size
+  // it was saved with, the same position; at another, the rest of the epoch from the state's exact
+  // global offset, split among this world's ranks: no sample of the epoch lost or seen twice. See
+  // Note [Re-sharding at a new world size]. Throws ddp::InvalidArgument for a state that does not fit.
   void set_state(const SamplerState& state);
 
   const DistributedSamplerOptions& options() const;
@@ -135,8 +154,5 @@ class DistributedSampler : public torch::data::samplers::Sampler<> {
   explicit DistributedSampler(std::shared_ptr<State> state);
   std::shared_ptr<State> state_;
 };
-
-// Start index on this rank for a state saved with another world size (Note in set_state()).
-int64_t convert_start_index(const SamplerState& state, int64_t num_replicas);
 
 }  // namespace ddp::samplers

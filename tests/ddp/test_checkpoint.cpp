@@ -17,6 +17,7 @@
 #include "ddp/base/error.h"
 #include "ddp/checkpoint.h"
 #include "samplers/distributed_sampler.h"
+#include "samplers/reshard.h"
 #include "tests/ddp/test_checkpoint_support.h"
 
 namespace fs = std::filesystem;
@@ -215,7 +216,20 @@ TEST_CASE("checkpoint round trip: model, optimizer momentum, progress, RNG", "[c
     ddp::samplers::DistributedSampler two(100, ddp::samplers::DistributedSamplerOptions(2, 1));
     two.set_state(loaded.sampler);
     CHECK(two.epoch() == 2);
-    CHECK(two.position() == 24);  // 12 per rank x 4 ranks = 48 samples = 24 per rank of 2
+    // 12 per rank x 4 ranks = 48 samples done: the rest of the epoch, 52 samples, split among 2 ranks.
+    CHECK(loaded.sampler.offset == 48);
+    CHECK(two.position() == 0);
+    CHECK(two.indices() == ddp::samplers::share_indices(100, two.options(), 2, 48));
+    CHECK(two.state().offset == 48);
+  }
+  SECTION("a trainer.pt without the sampler's offset (older files) loads; the offset is position x ranks") {
+    ddp::TrainingProgress old_progress{2, 58, ddp::samplers::SamplerState{2, 12, 4}};  // no offset: not written
+    const fs::path old = ddp::save_checkpoint(dir.path / "old", model, &optimizer, old_progress, 0, [] {});
+    const auto old_loaded = ddp::load_checkpoint(old, restored, &restored_optimizer);
+    CHECK_FALSE(old_loaded.sampler.offset.has_value());
+    ddp::samplers::DistributedSampler three(100, ddp::samplers::DistributedSamplerOptions(3, 0));
+    three.set_state(old_loaded.sampler);
+    CHECK(three.state().offset == 48);
   }
   SECTION("the model file in the folder is a plain state dict") {
     require_same_state(saved_state, ddp::load_state_dict_file(saved / "model.pt"));

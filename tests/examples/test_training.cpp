@@ -224,6 +224,11 @@ TEST_CASE("bad command lines and missing data: one clear line and an exit code",
       {"train_fashion_mnist --checkpoint-dir /tmp/x --allow-fresh-start", "--allow-fresh-start needs --resume"},
       {"train_cifar10 --model vgg --data-dir /tmp", "--model must be lenet or resnet18"},
       {"train_cifar10", "--data-dir is required"},
+      {"train_fashion_mnist --batch-policy elastic", "--batch-policy must be per-rank or global, not 'elastic'"},
+      {"train_fashion_mnist --batch-policy global", "--batch-policy global needs --global-batch-size N"},
+      {"train_fashion_mnist --global-batch-size 64", "--global-batch-size needs --batch-policy global"},
+      {"train_fashion_mnist --batch-policy global --global-batch-size 100 --grad-accum 3 --limit 64",
+       "--global-batch-size 100 does not divide among 1 rank(s) x 3 micro-batch(es)"},
   };
   for (const Case& c : cases) {
     const Run r = run(kBin + "/" + c.arguments);

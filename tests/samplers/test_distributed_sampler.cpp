@@ -254,12 +254,22 @@ TEST_CASE("state survives save/load and converts to another world size", "[sampl
     DistributedSampler other(31, options);
     CHECK_THROWS_AS(other.load(in2), ddp::InvalidArgument);
   }
-  SECTION("a state from 2 ranks at position 7 (14 samples) resumes at 4 of 3 ranks") {
-    DistributedSampler three(30, with(DistributedSamplerOptions(3, 0), [](auto& o) { o.seed = 4; }));
+  SECTION("a state from 2 ranks at position 7 (14 samples) resumes 3 ranks at offset 14, exactly") {
+    const auto three_options = with(DistributedSamplerOptions(3, 0), [](auto& o) { o.seed = 4; });
+    DistributedSampler three(30, three_options);
+    CHECK(sampler.state().offset == 14);
     three.set_state(sampler.state());
     CHECK(three.epoch() == 2);
-    CHECK(three.position() == 4);  // 12 global samples done: none skipped
-    CHECK(ddp::samplers::convert_start_index({2, 7, 2}, 1) == 14);
+    CHECK(three.position() == 0);  // a new share: the rest of the epoch from offset 14
+    const auto order = ddp::samplers::epoch_order(30, options, 2);
+    CHECK(drain(three, 4) == (std::vector<int64_t>{order[14], order[17], order[20], order[23], order[26], order[29]}));
+  }
+  SECTION("an archive without an offset (older files) resumes from position x num_replicas") {
+    DistributedSampler one(30, with(DistributedSamplerOptions(1, 0), [](auto& o) { o.seed = 4; }));
+    one.set_state({2, 7, 2});
+    CHECK(one.state().offset == 14);
+    const auto order = ddp::samplers::epoch_order(30, options, 2);
+    CHECK(drain(one, 5) == std::vector<int64_t>(order.begin() + 14, order.end()));
   }
   SECTION("state(consumed) records what the loop consumed, not what was prefetched") {
     CHECK(sampler.state(3).position == 3);
