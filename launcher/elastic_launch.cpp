@@ -30,9 +30,10 @@ class NewcomerWatch {
     if (waiting <= 0) return std::nullopt;
     if (rdzv::admits_newcomers(rules_, m_.node.nnodes, waiting, restarts_left_)) {
       waiting_ = waiting;
-      return ddp::str(waiting, waiting == 1 ? " node waits" : " nodes wait", " to join the job (", m_.node.nnodes,
+      reason_ = ddp::str(waiting, waiting == 1 ? " node waits" : " nodes wait", " to join the job (", m_.node.nnodes,
                       " of at most ", rules_.max_nodes, " nodes): every node restarts its workers into round ",
                       m_.round + 1);
+      return reason_;
     }
     if (!told_) {
       told_ = true;
@@ -43,8 +44,9 @@ class NewcomerWatch {
     }
     return std::nullopt;
   }
-  // Newcomers seen waiting when the round was stopped for them (0: it was not).
+  // Newcomers seen waiting when the round was stopped for them (0: it was not), and the line said.
   int waiting() const { return waiting_; }
+  const std::string& reason() const { return reason_; }
 
  private:
   ElasticRendezvous& rendezvous_;
@@ -53,6 +55,7 @@ class NewcomerWatch {
   bool restarts_left_;
   Clock::time_point last_poll_{};
   int waiting_ = 0;
+  std::string reason_;
   bool told_ = false;
 };
 
@@ -97,6 +100,9 @@ SupervisorResult run_elastic(const LaunchConfig& c, const LocalWorkers& local, c
     if (channel) channel->set_job_succeeded(result.exit_code == 0 && !changed);
     const int lost = channel ? channel->link()->lost_nodes() : 0;
     channel.reset();
+    const std::string why = result.stopped_by ? *result.stopped_by
+                            : newcomers.waiting() > 0 ? newcomers.reason()
+                                                      : std::string("this node's group failed");
     if ((result.exit_code == 0 && !changed) || result.launcher_signal) return result;
     if (result.exit_code == 0) result.exit_code = 1;
     if (!restarts_left) {
@@ -105,9 +111,8 @@ SupervisorResult run_elastic(const LaunchConfig& c, const LocalWorkers& local, c
       return result;
     }
     expected = rdzv::expected_next_round(rules, node.nnodes, lost, newcomers.waiting());
-    spdlog::warn("round {} ended ({}): joining round {} with the nodes that remain, restart {} of {}", m.round,
-                 result.stopped_by ? *result.stopped_by : std::string("this node's group failed"), m.round + 1,
-                 m.round + 1, c.max_restarts);
+    spdlog::warn("round {} ended ({}): joining round {} with the nodes that remain, restart {} of {}", m.round, why,
+                 m.round + 1, m.round + 1, c.max_restarts);
     after_round = m.round;
   }
 }

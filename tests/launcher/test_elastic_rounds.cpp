@@ -9,6 +9,8 @@
 #include "config_support.h"
 #include "launcher/rdzv_records.h"
 #include "launcher/rdzv_rounds.h"
+#include "launcher/hostlist.h"
+#include "launcher/remote_command.h"
 
 using namespace ddp::launcher;
 using namespace ddp::launcher::rdzv;
@@ -156,4 +158,29 @@ TEST_CASE("--nnodes MIN:MAX on the command line", "[launcher][elastic][config]")
              Catch::Contains("last_call_timeout"));
   CHECK_THAT(usage_error({"--nnodes", "2:3", "--rdzv_endpoint", "h", "--hang_timeout", "5", "/bin/true"}),
              Catch::Contains("not supported with elastic membership"));
+}
+
+TEST_CASE("each host of an elastic host list joins the rounds, with no fixed node rank", "[launcher][elastic]") {
+  RemoteJob job;
+  job.launcher_path = "/opt/ddp/bin/ddp_launch";
+  job.working_dir = "/work";
+  job.program = {"./train"};
+  job.master_addr = "h1";
+  job.nnodes = 3;
+  job.elastic_nnodes = "2:3";
+  job.rdzv_endpoint = "h1:29400";
+  job.rdzv_id = "job7";
+  const HostSlots host{"h2", 1, {0}};
+  CHECK(remote_command_line(job, host, 1, false) ==
+        "cd /work && exec /opt/ddp/bin/ddp_launch --nnodes=2:3 --rdzv_endpoint=h1:29400 --rdzv_id=job7 "
+        "--nproc_per_node=1 --watch_stdin -- ./train");
+  // Given on the local command line: passed on as given, not added twice.
+  job.rdzv_endpoint.clear();
+  job.rdzv_id.clear();
+  job.passed_flags = {"--rdzv_endpoint=h9:1234", "--rdzv_id=mine"};
+  CHECK(remote_command_line(job, host, 1, false) ==
+        "cd /work && exec /opt/ddp/bin/ddp_launch --rdzv_endpoint=h9:1234 --rdzv_id=mine --nnodes=2:3 "
+        "--nproc_per_node=1 --watch_stdin -- ./train");
+  // The local launcher accepts the range with a host list (each host's launcher has the c10d rendezvous).
+  CHECK(parse({"--hosts", "h1:1,h2:1", "--nnodes", "2:3", "/bin/true"}).elastic);
 }
