@@ -249,27 +249,36 @@ launch_elastic() {
     >"$work/host$k.log" 2>&1 &
 }
 
-# Elastic membership: prints "ARRIVAL LOSS" in seconds (a host joining a 2-host job to training at 3;
-# host 1 lost to training at 2).
-elastic() {
-  local tool=$1 port=$2 t0 t arrival loss
+# Elastic membership, two jobs: a host joining a running 2-host job, to rank 0's first step at 3
+# hosts; then, in a 3-host job, every process of host 1 SIGKILLed at once, to rank 0's first step on
+# the 2 survivors. Prints "ARRIVAL LOSS" in seconds ("failed" for a figure that did not happen).
+elastic_phase() {  # elastic_phase TOOL PORT arrival|loss
+  local tool=$1 port=$2 phase=$3 t0 t k
   rm -f "$work"/host*.log
-  [[ -n $mono_offset ]] || { echo "no .venv/bin/python to read CLOCK_MONOTONIC" >&2; return 1; }
   launch_elastic "$tool" 0 "$port"
   sleep 0.5
   launch_elastic "$tool" 1 "$port"
-  t=$(first_step_after 0) || { echo "the 2-host job did not train" >&2; tail -n 5 "$work"/host*.log >&2; drain_bed 0 >/dev/null; return 1; }
+  [[ $phase == arrival ]] || launch_elastic "$tool" 2 "$port"
+  t=$(first_step_after 0) || { echo "the job did not train" >&2; tail -n 5 "$work"/host*.log >&2; return 1; }
   sleep 2
   t0=$(mono_now)
-  launch_elastic "$tool" 2 "$port"
-  t=$(first_step_after "$t0") || { echo "no step after host 2 arrived" >&2; tail -n 5 "$work"/host*.log >&2; drain_bed 0 >/dev/null; return 1; }
-  arrival=$(awk -v a="$t0" -v b="$t" 'BEGIN { printf "%.2f", (b - a) / 1e9 }')
-  sleep 3
-  t0=$(mono_now)
-  # shellcheck disable=SC2046  # one pid per word
-  kill -KILL $(ip netns pids "$name-h1")
-  t=$(first_step_after "$t0") || { echo "no step after host 1 was lost" >&2; tail -n 5 "$work"/host*.log >&2; drain_bed 0 >/dev/null; return 1; }
-  loss=$(awk -v a="$t0" -v b="$t" 'BEGIN { printf "%.2f", (b - a) / 1e9 }')
+  if [[ $phase == arrival ]]; then
+    launch_elastic "$tool" 2 "$port"
+  else
+    # shellcheck disable=SC2046  # one pid per word
+    kill -KILL $(ip netns pids "$name-h1")
+  fi
+  t=$(first_step_after "$t0") || { echo "no step after the $phase" >&2; tail -n 5 "$work"/host*.log >&2; return 1; }
+  awk -v a="$t0" -v b="$t" 'BEGIN { printf "%.2f", (b - a) / 1e9 }'
+}
+
+elastic() {
+  local tool=$1 port=$2 arrival loss
+  [[ -n $mono_offset ]] || { echo "no .venv/bin/python to read CLOCK_MONOTONIC" >&2; return 1; }
+  arrival=$(elastic_phase "$tool" "$port" arrival || echo failed)
+  drain_bed 0 >/dev/null
+  wait || true
+  loss=$(elastic_phase "$tool" $((port + 1)) loss || echo failed)
   drain_bed 0 >/dev/null
   wait || true
   echo "$arrival $loss"
@@ -326,7 +335,7 @@ for ((run = 1; run <= runs; run++)); do
       done
     fi
     if [[ ,$figures, == *,elastic,* ]]; then
-      port=$((port + 2))
+      port=$((port + 3))
       value=$(elastic "$tool" "$port" || echo "failed failed")
       read -r arrival loss <<<"$value"
       echo "run $run: $tool elastic: a host arriving to training at 3 hosts: $arrival s; a host lost to training at 2: $loss s"
