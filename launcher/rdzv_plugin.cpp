@@ -17,6 +17,8 @@
 //   it. Everything is bounded by --rdzv_timeout, and a timeout says how many nodes had joined.
 // - Lifetime: the serving node keeps the store until every node has marked itself done (each mark
 //   proved, bounded by the timeout), so nobody reads from a store that is gone.
+// - Elastic jobs (--nnodes MIN:MAX) use the same store in rounds: rdzv_plugin_rounds.cpp, See
+//   Note [Elastic rounds] in launcher/rdzv_rounds.cpp.
 // - Errors: one line each. c10d's exceptions carry a backtrace in what(); only the first line of
 //   what_without_backtrace() is reported. c10d also logs a failed store operation as a warning with
 //   a 17-line backtrace before it throws; unless the user asked for c10's logs (TORCH_CPP_LOG_LEVEL),
