@@ -147,6 +147,7 @@ class Round {
       view.expected = req_.expected_nodes;
       view.since_last_join_s = seconds_since(last_change);
       view.waited_s = seconds_since(started_);
+      view.joins_running_job = req_.after_round < 0 && round > 0;
       const rdzv::RoundStep step = rdzv::decide_round(rules_, view);
       if (step == rdzv::RoundStep::kClose) {
         const std::string record = rdzv::make_closed_record(token_, id_, round, joined);
@@ -160,6 +161,13 @@ class Round {
           members = *closed;  // closed with this node just before it left: it is a member after all
           store_.compareSet(key, ddp::to_bytes("left"), ddp::to_bytes(claim_of(round, slot)));
           return true;
+        }
+        if (view.joins_running_job) {
+          set_error(result, prefix() + ": the running job did not admit this node into round " +
+                                std::to_string(round) + " within " + std::to_string(static_cast<int>(req_.timeout_s)) +
+                                " s (--rdzv_timeout): the job is at its maximum of " + std::to_string(req_.max_nodes) +
+                                " nodes, has used up its --max_restarts, or has ended");
+          return false;
         }
         set_error(result, prefix() + ": " + std::to_string(last_joined) + (last_joined == 1 ? " node" : " nodes") +
                               " joined within " + std::to_string(static_cast<int>(req_.timeout_s)) +

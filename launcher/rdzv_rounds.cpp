@@ -28,7 +28,9 @@ namespace ddp::launcher::rdzv {
 //   the coordinator gone) or a failed group stops every member's workers and they join round R+1;
 //   while a round runs, every member polls round R+1 for claims (admits_newcomers): a newcomer's
 //   claim makes the members stop and join it, as torchrun's agents do on num_nodes_waiting(). At
-//   MAX the newcomer waits (it is told so) until a place frees or its --rdzv_timeout ends. Each
+//   MAX the newcomer waits (it is told so) until a place frees or its --rdzv_timeout ends. A
+//   newcomer never closes a round of a running job itself (with MIN 1 it would start a job of its
+//   own beside the running one): the members close it when they admit it. Each
 //   new round is a restart: TORCHELASTIC_RESTART_COUNT is the round number R, the same for every
 //   member, and the job ends when a change would need round max_restarts + 1.
 // The rounds are the only thing the membership needs from the store: the next issue's in-place
@@ -36,6 +38,7 @@ namespace ddp::launcher::rdzv {
 // the round's business).
 
 RoundStep decide_round(const RoundRules& rules, const RoundView& view) {
+  if (view.joins_running_job) return view.waited_s >= rules.timeout_s ? RoundStep::kTimedOut : RoundStep::kWait;
   if (view.joined >= rules.max_nodes) return RoundStep::kClose;
   if (view.joined >= rules.min_nodes) {
     if (view.expected > 0 && view.joined >= view.expected) return RoundStep::kClose;

@@ -22,16 +22,20 @@ struct RoundView {
                                 // waiting newcomers); 0: none known (the job's first round)
   double since_last_join_s = 0;  // since `joined` last changed
   double waited_s = 0;           // since this node started waiting
+  // This node arrives while a job runs (it joins round R > 0 and was in no round before): it never
+  // closes the round itself; the running job's members do, when they admit it.
+  bool joins_running_job = false;
 };
 
 enum class RoundStep {
   kWait,      // keep waiting
   kClose,     // close the round with the nodes that joined
-  kTimedOut,  // fewer than min_nodes joined within the timeout: give up
+  kTimedOut,  // fewer than min_nodes joined (or, joining a running job, not admitted) within the timeout
 };
 
 // A round closes when max_nodes joined, or when at least min_nodes joined and either every expected
-// node is there or none arrived within the last call; below min_nodes it times out.
+// node is there or none arrived within the last call; below min_nodes it times out. A node joining
+// a running job only waits (bounded by the timeout) for the members to close it.
 RoundStep decide_round(const RoundRules& rules, const RoundView& view);
 
 // A closed round's node rank of the node that claimed `slot`: its place among `member_slots` (sorted

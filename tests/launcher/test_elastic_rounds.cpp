@@ -105,6 +105,19 @@ TEST_CASE("a re-rendezvous closes as soon as every expected node is back", "[lau
   CHECK(expected_next_round(rules, 1, 3, 0) == 0);
 }
 
+TEST_CASE("a node joining a running job never closes the round itself", "[launcher][elastic]") {
+  RoundRules rules = rules_2_4();
+  rules.min_nodes = 1;
+  RoundView v = view(1, 10, 10);
+  CHECK(decide_round(rules, v) == RoundStep::kClose);  // the job's first round: one node may start it
+  v.joins_running_job = true;
+  CHECK(decide_round(rules, v) == RoundStep::kWait);   // beside a running job: wait to be admitted
+  v.joined = 4;
+  CHECK(decide_round(rules, v) == RoundStep::kWait);
+  v.waited_s = 30;
+  CHECK(decide_round(rules, v) == RoundStep::kTimedOut);
+}
+
 TEST_CASE("members and newcomers", "[launcher][elastic]") {
   CHECK(node_rank_in({0, 1, 3}, 3) == 2);
   CHECK(node_rank_in({0, 1, 3}, 0) == 0);
