@@ -4,6 +4,8 @@
 #   elastic_test.sh SCENARIO NETNS_CLUSTER DDP_LAUNCH FAULT_WORKER
 #   down: 3 hosts (--nnodes 2:3), host2's launcher SIGKILLed mid-training: hosts 0 and 1 go on in
 #         round 1 at world size 2, resume from the last checkpoint and exit 0.
+#   partition: the same with host2's link down: the workers' collective timeout ends round 0, and
+#         hosts 0 and 1 finish at world size 2.
 #   up:   one launcher alone below MIN ends with one line naming 1 node and MIN 2; then a 2-host job
 #         (--nnodes 2:3) is joined by host2 mid-training: every worker of round 1 sees WORLD_SIZE 3.
 # Each worker is fault_worker (tests/faults) behind a wrapper that prints its WORLD_SIZE and
@@ -81,7 +83,7 @@ expect() {  # expect K TEXT: TEXT in host K's output
 case $scenario in
   down)
     for k in 0 1 2; do
-      elastic_job $k down 60
+      elastic_job $k down 40
       ((k > 0)) || wait_listening 0 29400
     done
     for k in 0 1 2; do wait_for 20 "$work/host$k.log" "world 3 round 0"; done
@@ -97,10 +99,30 @@ case $scenario in
     for k in 0 1; do
       expect $k "world 2 round 1"
       expect $k "joining round 1"
-      expect $k "finished 60 steps"
+      expect $k "finished 40 steps"
     done
     grep -q "resumed from step" "$work/host0.log" || fail "round 1 did not resume from a checkpoint"
     ! grep -q "round 2" "$work/host0.log" || fail "a third round ran"
+    ;;
+  partition)
+    # Host 2's link goes down mid-training: nothing closes, so the workers' collective timeout (3 s)
+    # ends round 0 on hosts 0 and 1, which form round 1 without host2 (after the last call) and
+    # finish at world size 2. Host 2, cut off from the store, is left to its --rdzv_timeout.
+    for k in 0 1 2; do
+      start $k -- --nnodes 2:3 --rdzv_endpoint host0:29400 --rdzv_id cut --rdzv_timeout 20 \
+        --rdzv_conf last_call_timeout=1 --max_restarts 2 "$work/worker.sh" --steps 40 --step-ms 40 \
+        --timeout-ms 3000 --checkpoint-dir "$work/ck" --checkpoint-every 5 --resume
+      ((k > 0)) || wait_listening 0 29400
+    done
+    for k in 0 1 2; do wait_for 20 "$work/host$k.log" "world 3 round 0"; done
+    wait_for 20 "$work/host0.log" "checkpoint step 10"
+    "$cluster" exec "$name" 2 ip link set eth0 down
+    succeeded 0 1
+    for k in 0 1; do
+      expect $k "world 2 round 1"
+      expect $k "finished 40 steps"
+    done
+    ! grep -q "world 3 round 1" "$work/host0.log" || fail "host2 took part in round 1 while cut off"
     ;;
   up)
     # Below MIN: one line naming the nodes that came and MIN, within the timeout (+ a bound).
@@ -112,6 +134,22 @@ case $scenario in
     ((SECONDS - started < 12)) || fail "below MIN took $((SECONDS - started)) s with --rdzv_timeout 2"
     grep -q -E "^ddp_launch: error: .*1 node joined within 2 s \(--rdzv_timeout\), fewer than the minimum of 2 \(--nnodes 2:3\)$" \
       "$work/alone.log" || fail "below MIN: $(cat "$work/alone.log")"
+    # --max_restarts used up: a 1-node job (--nnodes 1:2 --max_restarts 0) does not admit host1,
+    # which ends with one line after its --rdzv_timeout; the job itself finishes (exit 0).
+    printf '%s\n' '#!/bin/sh' 'sleep 3' >"$work/sleeper.sh"
+    chmod +x "$work/sleeper.sh"
+    used_up=(--nnodes 1:2 --rdzv_endpoint host0:29402 --rdzv_id used_up --rdzv_conf last_call_timeout=0.5
+      --max_restarts 0)
+    start 0 -- "${used_up[@]}" --rdzv_timeout 20 "$work/sleeper.sh"
+    wait_for 20 "$work/host0.log" "round 0: starting 1 workers (ranks 0..0 of 1)"
+    status=0
+    "$cluster" exec "$name" 1 timeout -s KILL 20 "$launch" "${used_up[@]}" --rdzv_timeout 2 /bin/true \
+      >"$work/refused.log" 2>&1 || status=$?
+    ((status == 1)) || fail "a node the job could not admit exited with $status, not 1: $(cat "$work/refused.log")"
+    grep -q -E "^ddp_launch: error: .*the running job did not admit this node into round 1 within 2 s" \
+      "$work/refused.log" || fail "not admitted: $(cat "$work/refused.log")"
+    succeeded 0
+    expect 0 "a node is waiting to join, but --max_restarts is used up: the job goes on with 1 nodes"
     # A 2-host job, joined by host2 mid-training.
     for k in 0 1; do
       elastic_job $k up 80
