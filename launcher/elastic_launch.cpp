@@ -24,10 +24,15 @@ class NewcomerWatch {
       : rendezvous_(rendezvous), rules_(rules), m_(m), restarts_left_(restarts_left) {}
 
   std::optional<std::string> poll() {
-    if (Clock::now() - last_poll_ < std::chrono::milliseconds(250)) return std::nullopt;
+    if (store_lost_ || Clock::now() - last_poll_ < std::chrono::milliseconds(250)) return std::nullopt;
     last_poll_ = Clock::now();
     const int waiting = rendezvous_.waiting_after(m_.round);
-    if (waiting <= 0) return std::nullopt;
+    if (waiting < 0) {  // each query is bounded by --rdzv_timeout: do not block the group's supervision again
+      store_lost_ = true;
+      spdlog::warn("the rendezvous store did not answer: no newcomer can be admitted into this round");
+      return std::nullopt;
+    }
+    if (waiting == 0) return std::nullopt;
     if (rdzv::admits_newcomers(rules_, m_.node.nnodes, waiting, restarts_left_)) {
       waiting_ = waiting;
       reason_ = ddp::str(waiting, waiting == 1 ? " node waits" : " nodes wait", " to join the job (", m_.node.nnodes,
@@ -57,6 +62,7 @@ class NewcomerWatch {
   int waiting_ = 0;
   std::string reason_;
   bool told_ = false;
+  bool store_lost_ = false;
 };
 
 }  // namespace

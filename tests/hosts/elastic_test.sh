@@ -165,7 +165,7 @@ case $scenario in
     done
     # The members that noticed the newcomer themselves said so (the others may hear it first as a stop
     # over the job channel).
-    cat "$work/host0.log" "$work/host1.log" | grep -q -F "1 node waits to join the job" ||
+    grep -q -F "1 node waits to join the job" "$work/host0.log" "$work/host1.log" ||
       fail "neither host 0 nor host 1 said that a node waits to join"
     grep -q "resumed from step" "$work/host2.log" || fail "host2 did not resume from the job's checkpoint"
     ;;
