@@ -55,10 +55,14 @@ bool has_collective_logs(const std::string& dir) {
 // --dry_run: the plan of attempt 0, printed; nothing is started or created.
 void print_dry_run(const LaunchConfig& c, const NodeAssignment& node, const LocalWorkers& local, const RunContext& run,
                    bool dynamic) {
-  std::printf("ddp_launch dry run: %d workers on node %s of %d, world size %d, master %s:%s, run id %s; "
+  // An elastic job's size is the round's (See Note [Elastic rounds]).
+  const std::string nodes = c.elastic ? ddp::str(c.min_nnodes, " to ", c.nnodes, " (elastic)") : std::to_string(c.nnodes);
+  const std::string world = c.elastic ? ddp::str(c.min_nnodes * local.nproc, " to ", c.nnodes * local.nproc)
+                                      : std::to_string(c.nnodes * local.nproc);
+  std::printf("ddp_launch dry run: %d workers on node %s of %s, world size %s, master %s:%s, run id %s; "
               "nothing is started\n",
-              local.nproc, dynamic ? "<assigned at rendezvous>" : std::to_string(node.node_rank).c_str(), c.nnodes,
-              c.nnodes * local.nproc, dynamic ? "<rank 0 node>" : node.master_addr.c_str(),
+              local.nproc, dynamic ? "<assigned at rendezvous>" : std::to_string(node.node_rank).c_str(), nodes.c_str(),
+              world.c_str(), dynamic ? "<rank 0 node>" : node.master_addr.c_str(),
               dynamic || node.master_port == 0 ? "<free port>" : std::to_string(node.master_port).c_str(),
               c.run_id.c_str());
   // Everything else the flags decided, so that two command lines with the same meaning print the
