@@ -1,8 +1,12 @@
 // Unit tests of the elastic rounds (launcher/rdzv_rounds.h, See Note [Elastic rounds]): when a
 // round closes, who is in it, its proved member list, and --nnodes MIN:MAX on the command line.
-// No processes: the plugin drives the same functions against the store.
+// No processes but the supervisor test's sleeping workers: the plugin drives the same functions
+// against the store.
 #include <catch2/catch.hpp>
 
+#include <csignal>
+#include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +15,7 @@
 #include "launcher/rdzv_rounds.h"
 #include "launcher/hostlist.h"
 #include "launcher/remote_command.h"
+#include "launcher/supervisor.h"
 
 using namespace ddp::launcher;
 using namespace ddp::launcher::rdzv;
@@ -196,4 +201,40 @@ TEST_CASE("each host of an elastic host list joins the rounds, with no fixed nod
         "--nproc_per_node=1 --watch_stdin -- ./train");
   // The local launcher accepts the range with a host list (each host's launcher has the c10d rendezvous).
   CHECK(parse({"--hosts", "h1:1,h2:1", "--nnodes", "2:3", "/bin/true"}).elastic);
+}
+
+TEST_CASE("a membership change stops the running group at once", "[launcher][elastic]") {
+  // See Note [Elastic rounds]: while a round runs, the supervisor polls the membership hook; its line
+  // stops the workers (SIGTERM) as another host's failure would, and supervise returns.
+  SupervisorOptions options;
+  options.program_path = "/bin/sh";
+  options.program_args = {"sh", "-c", "exec sleep 30"};
+  options.monitor_interval_s = 0.02;
+  options.shutdown_grace_s = 5;
+  int polls = 0;
+  const auto started = std::chrono::steady_clock::now();
+  options.membership_change = [&]() -> std::optional<std::string> {
+    ++polls;
+    if (std::chrono::steady_clock::now() - started < std::chrono::milliseconds(300)) return std::nullopt;
+    return std::string("1 node waits to join the job");
+  };
+  int groups = 0;
+  const GroupFactory make_group = [&](int) {
+    ++groups;
+    std::vector<WorkerLaunch> group(2);
+    for (int lr = 0; lr < 2; ++lr) {
+      group[lr].local_rank = group[lr].rank = lr;
+      group[lr].env = {"PATH=/usr/bin:/bin"};
+      group[lr].stdout_to_console = group[lr].stderr_to_console = false;
+    }
+    return group;
+  };
+  const SupervisorResult result = supervise(options, make_group);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  CHECK(groups == 1);
+  CHECK(polls >= 2);
+  CHECK(result.exit_code != 0);  // the workers ended by SIGTERM: not a success
+  REQUIRE(result.root_cause);
+  CHECK(result.root_cause->signal == SIGTERM);
+  CHECK(seconds < 5);  // a hang guard (the grace period), not a timing test
 }
