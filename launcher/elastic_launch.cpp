@@ -112,8 +112,7 @@ SupervisorResult run_elastic(const LaunchConfig& c, const LocalWorkers& local, c
     if ((result.exit_code == 0 && !changed) || result.launcher_signal) return result;
     if (result.exit_code == 0) result.exit_code = 1;
     if (!restarts_left) {
-      spdlog::error("round {} ended ({}), and --max_restarts {} is used up: ending", m.round,
-                    result.stopped_by ? *result.stopped_by : std::string("this node's group failed"), c.max_restarts);
+      spdlog::error("round {} ended ({}), and --max_restarts {} is used up: ending", m.round, why, c.max_restarts);
       return result;
     }
     expected = rdzv::expected_next_round(rules, node.nnodes, lost, newcomers.waiting());
