@@ -200,7 +200,17 @@ class Attempt {
   // See Note [Coordinated restarts]: another node's failure (or loss) stops this group too; with
   // the hang watchdog on, this node's progress goes to the others.
   void follow_job() {
-    if (options_.link == nullptr) return;
+    if (options_.link != nullptr) follow_link();
+    if (options_.membership_change && !stopping_) {  // See Note [Elastic rounds] in launcher/rdzv_rounds.cpp
+      if (const auto change = options_.membership_change()) {
+        if (failures.empty()) stopped_by_ = *change;
+        spdlog::warn("{}", *change);
+        begin_stop(true, "the job's membership changes");
+      }
+    }
+  }
+
+  void follow_link() {
     options_.link->pump();
     if (const auto stop = options_.link->take_stop(attempt_)) {
       if (!stopping_ && failures.empty()) stopped_by_ = *stop;
@@ -218,7 +228,7 @@ class Attempt {
 
   int next_timeout_ms() const {
     int ms = std::max(1, static_cast<int>(options_.monitor_interval_s * 1000));
-    if (options_.link != nullptr) ms = std::min(ms, 250);  // its pings (See Note [Coordinated restarts])
+    if (options_.link != nullptr || options_.membership_change) ms = std::min(ms, 250);  // its pings (See Note [Coordinated restarts])
     const auto until = [&](Clock::time_point deadline) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
       ms = std::min<long long>(ms, std::max<long long>(0, left + 1));

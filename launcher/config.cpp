@@ -367,6 +367,20 @@ ParseResult parse_launch_args(int argc, const char* const* argv, const Environme
 // Across nodes (a host list included) the port must be agreed in advance: 29500, torchrun's default. --rdzv_endpoint HOST:0
 // (torchrun's recipe for one-node jobs) is the same: one node needs no rendezvous store.
 
+// --nnodes MIN:MAX needs the c10d rendezvous (the static one has a fixed node count), or a host
+// list, which gives every host one; what it does not support yet is refused in one line.
+static void check_elastic(const LaunchConfig& c, bool dynamic, const std::string& nnodes) {
+  if (!dynamic) {
+    throw UsageError(ddp::str("--nnodes ", nnodes, " (elastic membership) needs the c10d rendezvous: add "
+                              "--rdzv_endpoint HOST:PORT (and the same --rdzv_id on every node); the static "
+                              "rendezvous (--node_rank, --master_addr) has a fixed node count"));
+  }
+  if (c.hang_timeout_s > 0 || c.metrics_port > 0) {
+    throw UsageError(ddp::str("--nnodes ", nnodes, ": --hang_timeout and --metrics_port are not supported with "
+                              "elastic membership yet; give one node count, or drop them"));
+  }
+}
+
 // Every value of the configuration, validated. See Note [torchrun's command line].
 static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSnapshot& env,
                         const std::vector<std::string>& program) {
@@ -382,10 +396,10 @@ static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSn
     if (colon != std::string::npos) {
       const int lo = parse_int_flag("--nnodes", n.substr(0, colon), 1, 1 << 20);
       const int hi = parse_int_flag("--nnodes", n.substr(colon + 1), 1, 1 << 20);
-      if (lo != hi) {
-        throw UsageError(ddp::str("--nnodes ", n, ": elastic node ranges are not supported; give one number"));
-      }
-      c.nnodes = lo;
+      if (lo > hi) throw UsageError(ddp::str("--nnodes ", n, ": MIN is above MAX; write MIN:MAX, e.g. 2:4"));
+      c.nnodes = hi;
+      c.min_nnodes = lo;
+      c.elastic = lo < hi;  // See Note [Elastic rounds] in launcher/rdzv_rounds.cpp
     } else {
       c.nnodes = parse_int_flag("--nnodes", n, 1, 1 << 20);
     }
@@ -473,6 +487,7 @@ static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSn
       }
       c.rdzv_timeout_s = *conf.join_timeout_s;
     }
+    if (conf.last_call_timeout_s) c.rdzv_last_call_s = *conf.last_call_timeout_s;
   }
   if (given("local_addr")) {
     c.local_addr = text("local_addr");
@@ -563,6 +578,7 @@ static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSn
   if (given("duplicate_stderr_filters")) c.duplicate_stderr_filters = parse_duplicate_filters(text("duplicate_stderr_filters"));
   c.hang_timeout_s = parse_seconds_flag("--hang_timeout", text("hang_timeout"));
   c.metrics_port = parse_int_flag("--metrics_port", text("metrics_port"), 0, 65535);
+  if (c.elastic) check_elastic(c, rdzv || given("hostfile") || given("hosts"), text("nnodes"));
   c.metrics_addr = text("metrics_addr");
   if (!is_numeric_address(c.metrics_addr)) {
     throw UsageError(ddp::str("--metrics_addr '", c.metrics_addr,

@@ -66,6 +66,11 @@ struct LaunchConfig {
   bool keep_c10_logs = false;  // TORCH_CPP_LOG_LEVEL is set: the rendezvous leaves c10's logging alone
   std::string local_addr;  // --local_addr: what this node advertises in a dynamic rendezvous; empty: the route's
   std::string role = "default";  // ROLE_NAME
+  // Elastic membership: --nnodes MIN:MAX with MIN < MAX (nnodes is then MAX). See Note [Elastic
+  // rounds] in launcher/rdzv_rounds.cpp.
+  bool elastic = false;
+  int min_nnodes = 1;
+  double rdzv_last_call_s = 3;  // --rdzv_conf last_call_timeout: how long a round waits for more than MIN
   // Supervision.
   std::vector<int> forwarded_signals;  // --signals_to_handle
   std::string signals_to_handle;       // its text, as given: TORCHELASTIC_SIGNALS_TO_HANDLE

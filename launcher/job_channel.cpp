@@ -33,7 +33,8 @@
 //   launcher, its group ended, reports the round's end (`ended ok|failed|final`) and waits for the
 //   verdict: when every node has reported, `restart` if restarts are left and no node is lost or
 //   final (signalled, or a worker it could not reap), else `done`. The round is the re-rendezvous:
-//   node ranks and the master stay (membership is fixed: the job is not elastic).
+//   node ranks and the master stay (membership is fixed; an elastic job, --nnodes MIN:MAX, runs a
+//   channel per membership round and never restarts within it: See Note [Elastic rounds]).
 // - A launcher whose connection closes without a goodbye is lost (killed, or its host is gone):
 //   every other launcher is told its host and ranks (`lost`), stops, and the job ends, each summary
 //   naming it. A node that does not report the end of a round within --rdzv_timeout of the round's

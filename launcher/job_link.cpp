@@ -104,6 +104,7 @@ void JobLink::connection_lost() {
     if (kind == "done") return;
   }
   coordinator_gone_ = true;
+  lost_[0] = true;
   const std::string what = ddp::str(name_of_node(0), " was lost: the job's coordinator, in its launcher, closed the ",
                                      "connection (the launcher or its host is gone)");
   add_news(what);
@@ -131,6 +132,7 @@ void JobLink::on_line(const std::string& line) {
   } else if (word == "lost") {  // lost NODE TEXT
     const auto [node, what] = split_word(rest);
     add_news(what);
+    if (const auto k = parse_line_int(node)) lost_[*k] = true;
     if (!job_stop_) job_stop_ = what;
   } else if (word == "progress") {  // progress NODE ROUND RANK:STEP,...
     const auto [node, r1] = split_word(rest);

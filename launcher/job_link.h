@@ -64,6 +64,8 @@ class JobLink {
   // verdict. A kNoAnswer's reason is in `why`.
   RoundVerdict finish_round(int round, const std::string& kind, double timeout_s, SignalPipe& signals,
                             std::string& why);
+  // How many nodes the coordinator reported lost (node 0 included when the coordinator is gone).
+  int lost_nodes() const { return static_cast<int>(lost_.size()); }
   // Whether the link has ever reached the coordinator.
   bool connected_once() const { return hello_sent_; }
 
@@ -109,6 +111,7 @@ class JobLink {
   Clock::time_point last_progress_sent_;
   Clock::time_point last_ping_;
   std::vector<std::string> news_;
+  std::map<int, bool> lost_;  // node -> lost
 };
 
 }  // namespace ddp::launcher

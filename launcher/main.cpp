@@ -11,6 +11,7 @@
 #include "ddp/base/report_files.h"
 #include "launcher/agent_socket.h"
 #include "launcher/config.h"
+#include "launcher/elastic_launch.h"
 #include "launcher/gpu_select.h"
 #include "launcher/job_channel.h"
 #include "launcher/line_splitter.h"
@@ -54,10 +55,14 @@ bool has_collective_logs(const std::string& dir) {
 // --dry_run: the plan of attempt 0, printed; nothing is started or created.
 void print_dry_run(const LaunchConfig& c, const NodeAssignment& node, const LocalWorkers& local, const RunContext& run,
                    bool dynamic) {
-  std::printf("ddp_launch dry run: %d workers on node %s of %d, world size %d, master %s:%s, run id %s; "
+  // An elastic job's size is the round's (See Note [Elastic rounds]).
+  const std::string nodes = c.elastic ? ddp::str(c.min_nnodes, " to ", c.nnodes, " (elastic)") : std::to_string(c.nnodes);
+  const std::string world = c.elastic ? ddp::str(c.min_nnodes * local.nproc, " to ", c.nnodes * local.nproc)
+                                      : std::to_string(c.nnodes * local.nproc);
+  std::printf("ddp_launch dry run: %d workers on node %s of %s, world size %s, master %s:%s, run id %s; "
               "nothing is started\n",
-              local.nproc, dynamic ? "<assigned at rendezvous>" : std::to_string(node.node_rank).c_str(), c.nnodes,
-              c.nnodes * local.nproc, dynamic ? "<rank 0 node>" : node.master_addr.c_str(),
+              local.nproc, dynamic ? "<assigned at rendezvous>" : std::to_string(node.node_rank).c_str(), nodes.c_str(),
+              world.c_str(), dynamic ? "<rank 0 node>" : node.master_addr.c_str(),
               dynamic || node.master_port == 0 ? "<free port>" : std::to_string(node.master_port).c_str(),
               c.run_id.c_str());
   // Everything else the flags decided, so that two command lines with the same meaning print the
@@ -130,6 +135,30 @@ class RunFolder {
   std::string path_;
 };
 
+// What the flags say about supervision, for a fixed job and for each round of an elastic one.
+SupervisorOptions supervisor_options(const LaunchConfig& c) {
+  SupervisorOptions options;
+  options.program_path = c.program_path;
+  options.program_args = c.program_args;
+  options.monitor_interval_s = c.monitor_interval_s;
+  options.shutdown_grace_s = c.shutdown_grace_s;
+  options.max_restarts = c.max_restarts;
+  options.host_name = this_host_name();
+  options.forwarded_signals = c.forwarded_signals;
+  options.duplicate_stdout_filters = c.duplicate_stdout_filters;
+  options.duplicate_stderr_filters = c.duplicate_stderr_filters;
+  options.round_timeout_s = c.rdzv_timeout_s;
+  return options;
+}
+
+// The end of a launcher's run: from here on SIGTERM is ignored (See Note [SIGTERM after the
+// workers]); the summary of a failure.
+int finish_run(const SupervisorResult& result, const std::string& host_name) {
+  ::signal(SIGTERM, SIG_IGN);
+  if (result.exit_code != 0) std::fputs(format_failure_summary(result, host_name).c_str(), stderr);
+  return result.exit_code;
+}
+
 // Note [SIGTERM after the workers]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // SIGTERM asks a launcher to stop its workers. Once they are stopped, the launcher only finishes
@@ -167,6 +196,10 @@ int run(const LaunchConfig& c, const EnvironmentSnapshot& env) {
   // Made before the rendezvous: a --log_dir that cannot hold the run fails before other nodes wait.
   RunFolder folder(c, env);
   run.run_folder = folder.path();
+  if (c.elastic) {  // See Note [Elastic rounds] in launcher/rdzv_rounds.cpp
+    if (writes_log_files(c, local.nproc)) folder.keep();
+    return finish_run(run_elastic(c, local, run, supervisor_options(c)), this_host_name());
+  }
   if (rendezvous->is_dynamic()) {
     spdlog::info("rendezvous '{}' at {}:{}: waiting for {} nodes (timeout {} s)", c.rdzv_id, c.rdzv_host, c.rdzv_port,
                  c.nnodes, c.rdzv_timeout_s);
@@ -207,29 +240,14 @@ int run(const LaunchConfig& c, const EnvironmentSnapshot& env) {
     for (const WorkerLaunch& w : group) make_new_dir(w.dir);
     return group;
   };
-  SupervisorOptions options;
-  options.program_path = c.program_path;
-  options.program_args = c.program_args;
-  options.monitor_interval_s = c.monitor_interval_s;
-  options.shutdown_grace_s = c.shutdown_grace_s;
-  options.max_restarts = c.max_restarts;
-  options.host_name = this_host_name();
+  SupervisorOptions options = supervisor_options(c);
   options.agent = agent.get();
   options.progress = agent ? &board : nullptr;
   options.hang_timeout_s = c.hang_timeout_s;
-  options.forwarded_signals = c.forwarded_signals;
-  options.duplicate_stdout_filters = c.duplicate_stdout_filters;
-  options.duplicate_stderr_filters = c.duplicate_stderr_filters;
   options.link = channel ? channel->link() : nullptr;
-  options.round_timeout_s = c.rdzv_timeout_s;
   const SupervisorResult result = supervise(options, make_group);
-  // See Note [SIGTERM after the workers]: from here on SIGTERM is ignored.
-  ::signal(SIGTERM, SIG_IGN);
   if (channel) channel->set_job_succeeded(result.exit_code == 0);
-  if (result.exit_code != 0) {
-    std::fputs(format_failure_summary(result, options.host_name).c_str(), stderr);
-  }
-  return result.exit_code;
+  return finish_run(result, options.host_name);
 }
 
 }  // namespace

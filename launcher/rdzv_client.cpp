@@ -28,33 +28,10 @@ class StoreRendezvous : public RendezvousHandler {
     const auto join = plugin.symbol<ddp_rdzv_join_fn>(DDP_RDZV_JOIN_SYMBOL);
     release_ = plugin.symbol<ddp_rdzv_release_fn>(DDP_RDZV_RELEASE_SYMBOL);
 
-    // Advertise, as rank 0's node, the address that routes to the endpoint, and serve the store when
-    // the endpoint is ours: bound here to exactly its address, or to every interface when it is this
-    // host's Debian name (See Note [Advertised address] in ddp/base/route.h and Note [Dynamic
-    // rendezvous]); the store owns the socket from then on.
-    const RouteFacts route = look_up_route(config_.rdzv_host);
-    AdvertiseOptions options;
-    options.peers_on_other_hosts = config_.nnodes > 1;
-    options.master_name = "--rdzv_endpoint host";
-    options.remedy = "give --rdzv_endpoint as an address of the serving node that the other nodes reach";
-    // --local_addr (torchrun's) names the address this node advertises; otherwise the route decides.
-    std::string advertise = config_.local_addr;
-    if (advertise.empty()) {
-      try {
-        advertise = choose_advertised_address(route, options).address;
-      } catch (const ddp::Error& error) {
-        throw ddp::UsageError(error.what());
-      }
-    }
-    const std::string listen_address = store_listen_address(route, options.peers_on_other_hosts);
-    const int listen_fd = listen_address == route.master_address
-                              ? listen_on(config_.rdzv_host, config_.rdzv_port)
-                              : listen_on_address(listen_address, config_.rdzv_port);
-    // The master port, if this node gets rank 0; the next port is the launchers' job channel (See
-    // Note [Coordinated restarts] in launcher/job_channel.cpp), so both must be free.
-    const int port = pick_free_port_pair(advertise);
+    const StoreEndpoint endpoint = open_store_endpoint(config_);
+    const int port = pick_free_port_pair(endpoint.advertise);
     ddp_rdzv_request req{config_.rdzv_host.c_str(), config_.rdzv_port, config_.rdzv_id.c_str(), config_.nnodes,
-                         listen_fd, advertise.c_str(), port, config_.rdzv_timeout_s, config_.rdzv_token.c_str(),
+                         endpoint.listen_fd, endpoint.advertise.c_str(), port, config_.rdzv_timeout_s, config_.rdzv_token.c_str(),
                          config_.keep_c10_logs ? 0 : 1};
     ddp_rdzv_result result{};
     handle_ = join(&req, &result);
@@ -74,6 +51,32 @@ class StoreRendezvous : public RendezvousHandler {
 };
 
 }  // namespace
+
+StoreEndpoint open_store_endpoint(const LaunchConfig& config) {
+  // Advertise, as rank 0's node, the address that routes to the endpoint, and serve the store when
+  // the endpoint is ours: bound here to exactly its address, or to every interface when it is this
+  // host's Debian name (See Note [Advertised address] in ddp/base/route.h and Note [Dynamic
+  // rendezvous]); the store owns the socket from then on.
+  const RouteFacts route = look_up_route(config.rdzv_host);
+  AdvertiseOptions options;
+  options.peers_on_other_hosts = config.nnodes > 1;
+  options.master_name = "--rdzv_endpoint host";
+  options.remedy = "give --rdzv_endpoint as an address of the serving node that the other nodes reach";
+  StoreEndpoint endpoint;
+  // --local_addr (torchrun's) names the address this node advertises; otherwise the route decides.
+  endpoint.advertise = config.local_addr;
+  if (endpoint.advertise.empty()) {
+    try {
+      endpoint.advertise = choose_advertised_address(route, options).address;
+    } catch (const ddp::Error& error) {
+      throw ddp::UsageError(error.what());
+    }
+  }
+  const std::string listen_address = store_listen_address(route, options.peers_on_other_hosts);
+  endpoint.listen_fd = listen_address == route.master_address ? listen_on(config.rdzv_host, config.rdzv_port)
+                                                              : listen_on_address(listen_address, config.rdzv_port);
+  return endpoint;
+}
 
 std::unique_ptr<RendezvousHandler> make_store_rendezvous(const LaunchConfig& config, int nproc_per_node) {
   return std::make_unique<StoreRendezvous>(config, nproc_per_node);

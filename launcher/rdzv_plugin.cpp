@@ -17,6 +17,8 @@
 //   it. Everything is bounded by --rdzv_timeout, and a timeout says how many nodes had joined.
 // - Lifetime: the serving node keeps the store until every node has marked itself done (each mark
 //   proved, bounded by the timeout), so nobody reads from a store that is gone.
+// - Elastic jobs (--nnodes MIN:MAX) use the same store in rounds: rdzv_plugin_rounds.cpp, See
+//   Note [Elastic rounds] in launcher/rdzv_rounds.cpp.
 // - Errors: one line each. c10d's exceptions carry a backtrace in what(); only the first line of
 //   what_without_backtrace() is reported. c10d also logs a failed store operation as a warning with
 //   a 17-line backtrace before it throws; unless the user asked for c10's logs (TORCH_CPP_LOG_LEVEL),
@@ -38,6 +40,7 @@
 #include "ddp/base/store_values.h"
 #include "ddp/base/str.h"
 #include "launcher/rdzv_plugin_api.h"
+#include "launcher/rdzv_plugin_store.h"
 #include "launcher/rdzv_records.h"
 
 namespace {
@@ -47,49 +50,14 @@ using Clock = std::chrono::steady_clock;
 using ddp::bytes_to_text;
 using ddp::to_bytes;
 
-struct Handle {
-  c10::intrusive_ptr<c10d::TCPStore> store;
-  std::string run_id;
-  std::string token;
-  int nnodes = 0;
-  bool is_server = false;
-  double timeout_s = 0;
-};
+using ddp::launcher::rdzv_plugin::claim;
+using ddp::launcher::rdzv_plugin::Handle;
+using ddp::launcher::rdzv_plugin::one_line;
+using ddp::launcher::rdzv_plugin::open_store;
+using ddp::launcher::rdzv_plugin::try_get;
 
 void set_error(ddp_rdzv_result* r, const std::string& text) {
-  std::snprintf(r->error, sizeof r->error, "%s", text.c_str());
-}
-
-std::string one_line(const std::exception& e) {
-  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-  std::string what = c10_error != nullptr ? c10_error->what_without_backtrace() : e.what();
-  return ddp::first_line(what);
-}
-
-
-std::optional<std::string> try_get(c10d::TCPStore& store, const std::string& key) {
-  if (!store.check({key})) return std::nullopt;
-  return bytes_to_text(store.get(key));
-}
-
-// Writes `mine` to `key` unless it holds a valid claim of another launcher; returns what the key
-// holds afterwards.
-std::string claim(c10d::TCPStore& store, const std::string& key, const std::string& mine,
-                  const std::function<bool(const std::string&)>& is_launchers) {
-  std::string current = bytes_to_text(store.compareSet(key, {}, to_bytes(mine)));
-  if (current == mine || is_launchers(current)) return current;
-  // Foreign bytes or a launcher that left: take the slot over, unless someone else does first.
-  return bytes_to_text(store.compareSet(key, to_bytes(current), to_bytes(mine)));
-}
-
-c10::intrusive_ptr<c10d::TCPStore> open_store(const ddp_rdzv_request& req) {
-  c10d::TCPStoreOptions opts;
-  opts.port = static_cast<std::uint16_t>(req.endpoint_port);
-  opts.isServer = req.listen_fd >= 0;
-  if (opts.isServer) opts.masterListenFd = req.listen_fd;
-  opts.waitWorkers = false;
-  opts.timeout = std::chrono::milliseconds(static_cast<long long>(req.timeout_s * 1000));
-  return c10::make_intrusive<c10d::TCPStore>(req.endpoint_host, opts);
+  ddp::launcher::rdzv_plugin::set_error(r->error, sizeof r->error, text);
 }
 
 class Join {
@@ -242,10 +210,7 @@ extern "C" __attribute__((visibility("default"))) void* ddp_rdzv_join(const ddp_
   try {
     handle->store = open_store(*req);
   } catch (const std::exception& e) {
-    set_error(result, "rendezvous '" + id + "': could not reach the store at " + where + " within " +
-                          std::to_string(static_cast<int>(req->timeout_s)) +
-                          " s (--rdzv_timeout); waited for the node that serves it (the one whose address is "
-                          "the endpoint) to come up: " + one_line(e));
+    set_error(result, ddp::launcher::rdzv_plugin::unreachable_store(*req, e));
     return nullptr;
   }
   try {

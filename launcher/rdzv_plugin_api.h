@@ -37,6 +37,45 @@ typedef void* (*ddp_rdzv_join_fn)(const struct ddp_rdzv_request* request, struct
 // Releases the handle; a serving node first waits (bounded) until every node has read the result.
 typedef void (*ddp_rdzv_release_fn)(void* handle);
 
+// Elastic rounds (--nnodes MIN:MAX; See Note [Elastic rounds] in launcher/rdzv_rounds.cpp).
+struct ddp_rdzv_round_request {
+  int min_nodes;
+  int max_nodes;
+  int after_round;      // join the first open round after this one (-1: the job's first open round)
+  int expected_nodes;   // close as soon as this many joined (>= min_nodes); 0: none known
+  double last_call_s;   // close at >= min_nodes once no node joined for this long
+  double timeout_s;     // --rdzv_timeout: below min_nodes for this long, give up
+  const char* advertise_addr;  // as in ddp_rdzv_request, fresh for each round
+  int advertise_port;
+  // Called (from the calling thread) with one line to log, e.g. that the job is at max_nodes and
+  // this node waits for a place; may be NULL.
+  void (*note)(const char* line);
+};
+
+struct ddp_rdzv_round_result {
+  int round;
+  int node_rank;
+  int nnodes;        // the round's members
+  char master_addr[256];
+  int master_port;
+  int nodes_joined;  // on failure: how many nodes had joined when it gave up
+  char error[1024];
+};
+
+// Opens (serving, with request->listen_fd >= 0) the store of an elastic job; joins nothing
+// (request->nnodes is the job's max_nodes). Returns a handle for the calls below, or NULL with
+// result->error set. Release it with ddp_rdzv_release.
+typedef void* (*ddp_rdzv_open_fn)(const struct ddp_rdzv_request* request, struct ddp_rdzv_result* result);
+// Joins the next round and waits (bounded) until it closes: 0 and result filled, or -1 with
+// result->error set.
+typedef int (*ddp_rdzv_round_fn)(void* handle, const struct ddp_rdzv_round_request* request,
+                                 struct ddp_rdzv_round_result* result);
+// How many launchers wait to join the round after `round` (>= 0; -1: the store is unreachable).
+typedef int (*ddp_rdzv_waiting_fn)(void* handle, int round);
+
+#define DDP_RDZV_OPEN_SYMBOL "ddp_rdzv_open"
+#define DDP_RDZV_ROUND_SYMBOL "ddp_rdzv_round"
+#define DDP_RDZV_WAITING_SYMBOL "ddp_rdzv_waiting"
 #define DDP_RDZV_JOIN_SYMBOL "ddp_rdzv_join"
 #define DDP_RDZV_RELEASE_SYMBOL "ddp_rdzv_release"
 

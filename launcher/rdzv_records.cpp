@@ -9,6 +9,8 @@
 #include <sstream>
 #include <vector>
 
+#include "launcher/rdzv_rounds.h"
+
 namespace ddp::launcher::rdzv {
 
 // Note [Rendezvous token]
@@ -150,6 +152,37 @@ std::string printable_value(const std::string& value) {
     }
   }
   return out;
+}
+
+std::string round_id(const std::string& run_id, int round) { return run_id + "/r" + std::to_string(round); }
+std::string closed_key(const std::string& run_id, int round) { return "ddp_rdzv/" + round_id(run_id, round) + "/closed"; }
+
+namespace {
+std::string closed_message(const std::string& run_id, int round, const std::string& members) {
+  return "closed\n" + run_id + "\n" + std::to_string(round) + "\n" + members;
+}
+}  // namespace
+
+std::string make_closed_record(const Token& token, const std::string& run_id, int round,
+                               const std::vector<int>& member_slots) {
+  const std::string members = format_members(member_slots);
+  return "closed " + members + " " + token.proof(closed_message(run_id, round, members));
+}
+
+std::optional<std::vector<int>> parse_closed_record(const Token& token, const std::string& run_id, int round,
+                                                    int max_nodes, const std::string& value, std::string& error) {
+  const std::string where = "key '" + closed_key(run_id, round) + "' holds '" + printable_value(value) + "'";
+  const auto parts = split_spaces(value);
+  std::vector<int> members;
+  if (parts.size() != 3 || parts[0] != "closed" || !parse_members(parts[1], max_nodes, members)) {
+    error = where + ", not 'closed <slots> <proof>'";
+    return std::nullopt;
+  }
+  if (!token.verify(closed_message(run_id, round, parts[1]), parts[2])) {
+    error = where + ", which no launcher of this job wrote (its proof does not match the job's DDP_RDZV_TOKEN)";
+    return std::nullopt;
+  }
+  return members;
 }
 
 std::string random_nonce() {

@@ -4,6 +4,7 @@
 // See Note [Rendezvous token] in rdzv_records.cpp.
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace ddp::launcher::rdzv {
 
@@ -44,6 +45,19 @@ std::optional<MasterRecord> parse_master_record(const Token& token, const std::s
 
 // `value` as one printable line of at most 80 characters (for error messages).
 std::string printable_value(const std::string& value);
+
+// Elastic rounds (See Note [Elastic rounds] in launcher/rdzv_rounds.cpp): round R of rendezvous
+// `run_id` is rendezvous "<run_id>/r<R>" for slot_key, master_key and claims (run ids have no '/').
+std::string round_id(const std::string& run_id, int round);
+// Where round R's member list is written once it closes.
+std::string closed_key(const std::string& run_id, int round);
+// "closed <slots> <proof>": round R closed with the launchers of these slots (ascending).
+std::string make_closed_record(const Token& token, const std::string& run_id, int round,
+                               const std::vector<int>& member_slots);
+// The member slots of a closed record a launcher of this job wrote; nullopt with `error` set (one
+// line naming the key) when it is malformed or unproved.
+std::optional<std::vector<int>> parse_closed_record(const Token& token, const std::string& run_id, int round,
+                                                    int max_nodes, const std::string& value, std::string& error);
 
 // 16 random bytes, hex: a launcher's nonce.
 std::string random_nonce();

@@ -108,9 +108,15 @@ int uniform_slot_count(const std::vector<HostSlots>& hosts) {
 std::string remote_command_line(const RemoteJob& job, const HostSlots& host, int node_rank, bool check) {
   std::vector<std::string> words{job.launcher_path};
   words.insert(words.end(), job.passed_flags.begin(), job.passed_flags.end());
-  words.push_back(ddp::str("--nnodes=", job.nnodes));
-  words.push_back(ddp::str("--node_rank=", node_rank));
-  words.push_back("--master_addr=" + job.master_addr);
+  if (job.elastic_nnodes.empty()) {
+    words.push_back(ddp::str("--nnodes=", job.nnodes));
+    words.push_back(ddp::str("--node_rank=", node_rank));
+    words.push_back("--master_addr=" + job.master_addr);
+  } else {  // node ranks come from the rounds (See Note [Elastic rounds])
+    words.push_back("--nnodes=" + job.elastic_nnodes);
+    if (!job.rdzv_endpoint.empty()) words.push_back("--rdzv_endpoint=" + job.rdzv_endpoint);
+    if (!job.rdzv_id.empty()) words.push_back("--rdzv_id=" + job.rdzv_id);
+  }
   const bool subset = static_cast<int>(host.local_ranks.size()) != host.slots;
   if (subset && (job.nproc_given || job.gpus_given)) {
     throw UsageError(ddp::str("--include/--exclude choose some slots of ", host.host, ", and --",

@@ -25,6 +25,12 @@ struct RemoteJob {
   // --nproc_per_node was given: it is among passed_flags; else each host runs its slots.
   bool nproc_given = false;
   bool gpus_given = false;  // --gpus was given: a slot subset cannot choose the GPUs too
+  // Elastic membership (--nnodes MIN:MAX, See Note [Elastic rounds]): "MIN:MAX", and each host
+  // joins the c10d rendezvous instead of taking a fixed node rank: --rdzv_endpoint and --rdzv_id
+  // are added with these values, or passed on as given (empty here).
+  std::string elastic_nnodes;
+  std::string rdzv_endpoint;
+  std::string rdzv_id;
 };
 
 // Flags that only the local launcher reads (the host list, how to reach the hosts) or that the

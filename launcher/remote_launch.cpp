@@ -123,7 +123,8 @@ std::vector<HostSlots> read_hosts(const LaunchConfig& c) {
 
 std::vector<HostNode> plan_nodes(const LaunchConfig& c, const EnvironmentSnapshot& env) {
   for (const char* flag : {"nnodes", "node_rank", "rdzv_endpoint", "standalone"}) {
-    if (has_flag(c.launcher_args, flag)) {
+    const bool elastic_flag = c.elastic && (std::string(flag) == "nnodes" || std::string(flag) == "rdzv_endpoint");
+    if (has_flag(c.launcher_args, flag) && !elastic_flag) {
       throw UsageError(ddp::str("--", flag, " and --", c.hostfile.empty() ? "hosts" : "hostfile",
                                 " exclude each other: the host list gives the nodes and their ranks"));
     }
@@ -143,6 +144,11 @@ std::vector<HostNode> plan_nodes(const LaunchConfig& c, const EnvironmentSnapsho
   job.nproc_given = c.nproc_given && has_flag(c.launcher_args, "nproc_per_node");
   job.gpus_given = has_flag(c.launcher_args, "gpus");
   if (!job.nproc_given) uniform_slot_count(hosts);
+  if (c.elastic) {  // See Note [Elastic rounds]: the first host serves the rendezvous store
+    job.elastic_nnodes = ddp::str(c.min_nnodes, ":", c.nnodes);
+    if (!has_flag(c.launcher_args, "rdzv_endpoint")) job.rdzv_endpoint = hosts.front().host + ":29400";
+    if (!has_flag(c.launcher_args, "rdzv_id")) job.rdzv_id = c.run_id;
+  }
   std::vector<HostNode> nodes;
   for (size_t k = 0; k < hosts.size(); ++k) {
     const int rank = static_cast<int>(k);
@@ -472,6 +478,7 @@ int supervise_hosts(const std::vector<HostNode>& nodes, const LaunchConfig& c, S
   HostGroup group(true);
   for (const HostNode& node : nodes) group.start(node, c.ssh_cmd, false);
   const HostProcess* root = nullptr;
+  bool any_succeeded = false;  // elastic: a host finished the job
   std::optional<int> local_signal;
   // Stopping: stdin closed, then SIGTERM, then SIGKILL to the --ssh_cmd processes still there.
   std::optional<Clock::time_point> next_at;
@@ -483,6 +490,16 @@ int supervise_hosts(const std::vector<HostNode>& nodes, const LaunchConfig& c, S
   };
   while (!group.all_done()) {
     for (HostProcess* p : group.step(signals.read_fd(), 200)) {
+      if (c.elastic && !next_at) {  // See Note [Elastic rounds]: the others go on without it
+        if (*p->exit_code != 0) {
+          spdlog::warn("{} exited with {}: the elastic job goes on without it (not restarted; start it again by "
+                       "hand to join)", node_name(*p->node), *p->exit_code);
+          if (root == nullptr) root = p;
+        } else {
+          any_succeeded = true;
+        }
+        continue;
+      }
       if (*p->exit_code != 0 && root == nullptr && !next_at) {
         root = p;
         spdlog::error("{} exited with {}: stopping the other hosts", node_name(*p->node), *p->exit_code);
@@ -507,6 +524,8 @@ int supervise_hosts(const std::vector<HostNode>& nodes, const LaunchConfig& c, S
   int code = 0;
   if (local_signal) {
     code = 128 + *local_signal;
+  } else if (root != nullptr && c.elastic && any_succeeded) {
+    code = 0;  // the job finished on the hosts that remained
   } else if (root != nullptr) {
     root = root_cause(group, root);
     code = *root->exit_code;

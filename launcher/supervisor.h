@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,10 @@ struct SupervisorOptions {
   // restarts] in launcher/job_channel.cpp.
   JobLink* link = nullptr;
   double round_timeout_s = 600;  // --rdzv_timeout: how long a round's end waits for the other nodes
+  // Elastic membership (See Note [Elastic rounds] in launcher/rdzv_rounds.cpp): polled while the
+  // group runs (at least every 250 ms); a line (why the membership changes) stops the group as
+  // another node's failure would.
+  std::function<std::optional<std::string>()> membership_change;
 };
 
 // Runs attempts until one succeeds, restarts are used up, or the launcher is signalled.

@@ -127,11 +127,11 @@ bool parse_env_switch(const std::string& variable, const std::string& value) {
 // Note [Rendezvous timeouts from --rdzv_conf]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // torchrun's c10d rendezvous reads join_timeout (how long a node waits for the others: ddp_launch's
-// --rdzv_timeout, honoured), last_call_timeout (how long an elastic rendezvous waits for more than
-// min nodes), close_timeout, heartbeat and keep_alive_* (the liveness of an elastic membership),
-// read_timeout and timeout (the store's per-request timeout) and use_libuv. ddp_launch's rendezvous
-// has a fixed node count (--nnodes N, no MIN:MAX): it closes as soon as N nodes joined, so there is
-// no last call and no membership to keep alive, and every store request is bounded by the join
+// --rdzv_timeout, honoured), last_call_timeout (how long an elastic round waits for more than
+// min nodes: honoured with --nnodes MIN:MAX, default 3 s, See Note [Elastic rounds]), close_timeout, heartbeat and keep_alive_* (the liveness of an elastic membership),
+// read_timeout and timeout (the store's per-request timeout) and use_libuv. With a fixed node count
+// ddp_launch's rendezvous closes as soon as N nodes joined (no last call); membership liveness is
+// the job channel's (Note [Coordinated restarts]), and every store request is bounded by the join
 // timeout. Those keys are checked (a bad value is an error, as in torchrun) and have nothing else to
 // do; is_host (which node serves the store) is refused: the node whose address is the endpoint
 // serves it. Any other key is refused, where torchrun would pass it on unread.
@@ -148,7 +148,9 @@ RendezvousConf parse_rdzv_conf(const std::string& text) {
     const std::string value = trim_blanks(item.substr(eq + 1));
     if (key == "join_timeout") {
       conf.join_timeout_s = conf_seconds(key, value);
-    } else if (key == "last_call_timeout" || key == "close_timeout" || key == "read_timeout" ||
+    } else if (key == "last_call_timeout") {
+      conf.last_call_timeout_s = conf_seconds(key, value);
+    } else if (key == "close_timeout" || key == "read_timeout" ||
                key == "heartbeat" || key == "keep_alive_interval" || key == "timeout") {
       // See Note [Rendezvous timeouts from --rdzv_conf].
       conf_seconds(key, value);

@@ -27,6 +27,7 @@ bool parse_env_switch(const std::string& variable, const std::string& value);
 // cannot honour (is_host) or a bad value.
 struct RendezvousConf {
   std::optional<double> join_timeout_s;  // --rdzv_timeout's torchrun spelling
+  std::optional<double> last_call_timeout_s;  // elastic rounds (--nnodes MIN:MAX): See Note [Elastic rounds]
 };
 RendezvousConf parse_rdzv_conf(const std::string& text);
 

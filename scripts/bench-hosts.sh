@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Cross-host figures on the network-namespace test bed (docs/hosts.md, scripts/netns-cluster.sh):
 #   scripts/bench-hosts.sh [RUNS [FIGURES]]   (root or CAP_NET_ADMIN; default 3 runs of each figure;
-#   FIGURES a comma list of first_step, host_loss, host_down, restart: default all four;
+#   FIGURES a comma list of first_step, host_loss, host_down, restart, elastic: default the first four;
 #   BENCH_TOOLS="ddp" or "torch" times one side only)
 # 1. start to the end of the first step of a 3-host job (1 worker per host, one step, then a barrier:
 #    the moment rank 0 prints "finished 1 steps"), with static rendezvous (--master_addr host0) and
@@ -15,6 +15,10 @@
 #    rendezvous): from rank 2 exiting 3 before step 150 (the time it wrote, CLOCK_MONOTONIC) to rank 0
 #    having trained its first step of attempt 1 (the time it printed): stop, re-rendezvous, start,
 #    connect, a step;
+# 5. elastic (--nnodes 2:3, c10d rendezvous, --rdzv_conf last_call_timeout=1 for both tools, 1 worker
+#    per host, no checkpoints): a third host's launcher started into a running 2-host job, to rank 0's
+#    first step at world size 3; then every process of host 1 SIGKILLed at once (the host lost), to
+#    rank 0's first step on the 2 survivors (times: CLOCK_MONOTONIC, as the workers print them);
 # each for ddp_launch + C++ DDP (build/bin/fault_worker, the fault tests' worker) and, when
 # .venv/bin/torchrun exists, for torchrun + Python DDP on the same job
 # (benchmarks/hosts_ddp_reference.py, with GLOO_SOCKET_IFNAME=eth0, which PyTorch needs there). Every wait is bounded (a host loss is given 60 s); the bed
@@ -214,6 +218,72 @@ restart() {
   awk -v a="$fault" -v b="$trained" 'BEGIN { printf "%.2f", (b - a) / 1e9 }'
 }
 
+# CLOCK_MONOTONIC now, in ns (the workers print that clock): $EPOCHREALTIME shifted by the offset
+# measured once (the clocks do not drift apart measurably within a run).
+mono_offset=$("$DDP_ROOT/.venv/bin/python" -c 'import time; print(time.monotonic_ns() - time.time_ns())' 2>/dev/null ||
+  echo "")
+mono_now() { awk -v r="$EPOCHREALTIME" -v o="$mono_offset" 'BEGIN { printf "%.0f", r * 1e9 + o }'; }
+
+# The first "trained a step ... at T" of any host with T > AFTER (ns), waited for up to 90 s.
+first_step_after() {
+  local after=$1 deadline=$((SECONDS + 90)) t
+  until t=$(sed -n -E 's/.*trained a step in attempt [0-9]+ at ([0-9]+).*/\1/p' "$work"/host*.log 2>/dev/null |
+    awk -v f="$after" '$1 > f' | sort -n | head -n 1) && [[ -n $t ]]; do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.05
+  done
+  echo "$t"
+}
+
+# Host K of an elastic 2:3 job (See Note [Elastic rounds]), output in $work/hostK.log.
+launch_elastic() {
+  local tool=$1 k=$2 port=$3 cmd
+  local common=(--nproc_per_node 1 --monitor_interval 0.05 --nnodes 2:3 --rdzv_endpoint "host0:$port"
+    --rdzv_id "elastic$port" --rdzv_conf last_call_timeout=1 --max_restarts 5)
+  if [[ $tool == ddp ]]; then
+    cmd=("$bin/ddp_launch" "${common[@]}" --shutdown_grace 3 --rdzv_timeout 60 "$bin/fault_worker" train)
+  else
+    cmd=(env GLOO_SOCKET_IFNAME=eth0 "$torchrun" "${common[@]}" --rdzv_backend c10d "$reference")
+  fi
+  "$cluster" exec "$name" "$k" timeout -s KILL 90 "${cmd[@]}" --steps 100000 --step-ms 20 --say-first-step \
+    >"$work/host$k.log" 2>&1 &
+}
+
+# Elastic membership, two jobs: a host joining a running 2-host job, to rank 0's first step at 3
+# hosts; then, in a 3-host job, every process of host 1 SIGKILLed at once, to rank 0's first step on
+# the 2 survivors. Prints "ARRIVAL LOSS" in seconds ("failed" for a figure that did not happen).
+elastic_phase() {  # elastic_phase TOOL PORT arrival|loss
+  local tool=$1 port=$2 phase=$3 t0 t k
+  rm -f "$work"/host*.log
+  launch_elastic "$tool" 0 "$port"
+  sleep 0.5
+  launch_elastic "$tool" 1 "$port"
+  [[ $phase == arrival ]] || launch_elastic "$tool" 2 "$port"
+  t=$(first_step_after 0) || { echo "the job did not train" >&2; tail -n 5 "$work"/host*.log >&2; return 1; }
+  sleep 2
+  t0=$(mono_now)
+  if [[ $phase == arrival ]]; then
+    launch_elastic "$tool" 2 "$port"
+  else
+    # shellcheck disable=SC2046  # one pid per word
+    kill -KILL $(ip netns pids "$name-h1")
+  fi
+  t=$(first_step_after "$t0") || { echo "no step after the $phase" >&2; tail -n 5 "$work"/host*.log >&2; return 1; }
+  awk -v a="$t0" -v b="$t" 'BEGIN { printf "%.2f", (b - a) / 1e9 }'
+}
+
+elastic() {
+  local tool=$1 port=$2 arrival loss
+  [[ -n $mono_offset ]] || { echo "no .venv/bin/python to read CLOCK_MONOTONIC" >&2; return 1; }
+  arrival=$(elastic_phase "$tool" "$port" arrival || echo failed)
+  drain_bed 0 >/dev/null
+  wait || true
+  loss=$(elastic_phase "$tool" $((port + 1)) loss || echo failed)
+  drain_bed 0 >/dev/null
+  wait || true
+  echo "$arrival $loss"
+}
+
 summary() {  # summary LABEL VALUES...: min, median, max of numeric values
   local label=$1
   shift
@@ -264,6 +334,14 @@ for ((run = 1; run <= runs; run++)); do
         results["$tool restart $mode"]+="$value "
       done
     fi
+    if [[ ,$figures, == *,elastic,* ]]; then
+      port=$((port + 3))
+      value=$(elastic "$tool" "$port" || echo "failed failed")
+      read -r arrival loss <<<"$value"
+      echo "run $run: $tool elastic: a host arriving to training at 3 hosts: $arrival s; a host lost to training at 2: $loss s"
+      results["$tool elastic_arrival"]+="$arrival "
+      results["$tool elastic_loss"]+="$loss "
+    fi
   done
 done
 echo
@@ -282,6 +360,12 @@ for tool in "${tools[@]}"; do
       # shellcheck disable=SC2086  # one value per word
       summary "$label, a failure to training again ($mode)" ${results["$tool restart $mode"]}
     done
+  fi
+  if [[ ,$figures, == *,elastic,* ]]; then
+    # shellcheck disable=SC2086  # one value per word
+    summary "$label, elastic: host arrives to training at 3" ${results["$tool elastic_arrival"]}
+    # shellcheck disable=SC2086  # one value per word
+    summary "$label, elastic: host lost to training at 2" ${results["$tool elastic_loss"]}
   fi
   for figure in host_loss host_down; do
     [[ ,$figures, == *,$figure,* ]] || continue

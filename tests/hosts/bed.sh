@@ -1,23 +1,25 @@
 # Sourced by the hosts tests that bring their own daemons (slurm_test.sh, mpirun_test.sh): a bed of
 # namespace hosts named PREFIX<pid>, made after the checks, removed on every exit.
-#   bed_up CLUSTER PREFIX N TOOL...   skips (exit 77) without namespaces, a TOOL or Fashion-MNIST;
+#   bed_up CLUSTER PREFIX N TOOL...   skips (exit 77) without namespaces, a TOOL or Fashion-MNIST
+#                                     (a TOOL --no-data: the test needs no data set);
 #                                     sets name (the bed) and work (a scratch folder)
 # A bed of a run that was SIGKILLed (a CTest timeout) is removed by the next run of the same test.
 bed_up() {
   cluster=$1
-  local prefix=$2 n=$3 reason tool stale
+  local prefix=$2 n=$3 reason tool stale data=yes
   shift 3
   reason=$("$cluster" check) || {
     echo "SKIP: $reason"
     exit 77
   }
   for tool in "$@"; do
+    [[ $tool != --no-data ]] || { data=no; continue; }
     command -v "$tool" >/dev/null || {
       echo "SKIP: no $tool (scripts/setup.sh installs it)"
       exit 77
     }
   done
-  if [[ ! -d /usr/share/datasets/fashion-mnist ]]; then
+  if [[ $data == yes && ! -d /usr/share/datasets/fashion-mnist ]]; then
     echo "SKIP: no Fashion-MNIST in /usr/share/datasets/fashion-mnist (scripts/setup.sh installs it)"
     exit 77
   fi

@@ -262,6 +262,49 @@ case $scenario in
     wait_no_remote 10
     echo "run: arguments and variables verbatim on 2 hosts; collectives on 2 x 2 ranks; --include"
     ;;
+  elastic)
+    # --hosts with --nnodes 1:2 (docs/launcher.md "Elastic membership"): host1's launcher SIGKILLed
+    # mid-job is not restarted and host0 goes on alone (round 1, WORLD_SIZE 1); host1 started again
+    # by hand with the same --rdzv_endpoint/--rdzv_id joins (round 2, WORLD_SIZE 2); the job exits 0.
+    printf '%s\n' '#!/bin/sh' 'echo "world $WORLD_SIZE round $TORCHELASTIC_RESTART_COUNT"' \
+      "for i in \$(seq 300); do [ -e '$work/finish' ] && exit 0; sleep 0.1; done" 'exit 3' >elastic_worker.sh
+    chmod +x elastic_worker.sh
+    elastic_flags=(--nnodes 1:2 --rdzv_id el1 --rdzv_conf last_call_timeout=1 --max_restarts 3 --monitor_interval 0.05
+      --shutdown_grace 3)
+    bg_job elastic.log --hosts host0:1,host1:1 --ssh_cmd "$ssh_cmd" "${elastic_flags[@]}" "$work/elastic_worker.sh"
+    wait_for_line() {  # wait_for_line LOG TEXT: within 30 s
+      local deadline=$((SECONDS + 30))
+      until grep -q -F -- "$2" "$work/$1" 2>/dev/null; do
+        ((SECONDS < deadline)) || fail "no line with '$2' in $1 within 30 s"
+        sleep 0.1
+      done
+    }
+    wait_for_line elastic.log "host0: [rank 0]: world 2 round 0"
+    wait_for_line elastic.log "host1: [rank 1]: world 2 round 0"
+    victim=""
+    for p in $(ip netns pids "$name-h1"); do [[ $(cat "/proc/$p/comm" 2>/dev/null) != ddp_launch ]] || victim=$p; done
+    [[ -n $victim ]] || fail "no ddp_launch on host 1"
+    kill -KILL "$victim"
+    wait_for_line elastic.log "host0: [rank 0]: world 1 round 1"
+    expect_line elastic.log "the elastic job goes on without it (not restarted"
+    on 1 timeout -s KILL 60 "$launch" --rdzv_endpoint host0:29400 "${elastic_flags[@]}" "$work/elastic_worker.sh" \
+      >"$work/by_hand.log" 2>&1 &
+    by_hand=$!
+    pids+=("$by_hand")
+    wait_for_line elastic.log "world 2 round 2"
+    wait_for_line by_hand.log "world 2 round 2"
+    touch "$work/finish"
+    status=0
+    wait "$bg" || status=$?
+    expect_status 0
+    wait "$by_hand" || fail "the launcher started by hand on host1 failed: $(tail -n 3 "$work/by_hand.log")"
+    [[ $(count_lines elastic.log "host1: [rank") == 1 ]] || fail "host1 was restarted by the local launcher"
+    wait_no_remote 10
+    # Only the SIGKILLed launcher's run folder is left (it could not clean up).
+    [[ $(ls tmp | wc -l) == 1 ]] || fail "run folders left: $(ls tmp | tr '\n' ' ') (only the killed launcher's may be)"
+    rm -rf tmp/*
+    echo "elastic: host1 lost (host0 alone in round 1), host1 by hand joined round 2, exit 0"
+    ;;
   failure)
     # Rank 3 on host1 exits 7: every host stops, the exit code is rank 3's, one summary names it.
     job failure.log --hosts host0:2,host1:2 --ssh_cmd "$ssh_cmd" --master_port $port --shutdown_grace 5 \

@@ -132,6 +132,9 @@ TEST_CASE("a launcher gone without a goodbye is named to every other, and the jo
   CHECK_THAT(*stop, Catch::Contains("host1 (node 1, rank 1) was lost: its launcher's connection"));
   REQUIRE(job.links[0]->news().size() == 1);
   CHECK(job.links[0]->news()[0] == *stop);
+  // An elastic job's next round expects one node fewer (See Note [Elastic rounds]).
+  CHECK(job.links[0]->lost_nodes() == 1);
+  REQUIRE(job.pump_until([&] { return job.links[1]->lost_nodes() == 1; }));
   // With restarts left, still no restart: a lost node does not come back (membership is fixed).
   SignalPipe signals;
   std::string why;

@@ -122,7 +122,7 @@ TEST_CASE("torchrun flags that cannot apply to a binary: one line saying why, ex
       {{"--signals-to-handle", "SIGKILL", w}, "SIGKILL cannot be forwarded", {}},
       {{"--signals-to-handle", "SIGTERM,SIGFOO", w}, "unknown signal 'SIGFOO'", {}},
       {{"--nproc-per-node", "xpu", w}, "not Intel XPUs", {}},
-      {{"--nnodes", "1:4", w}, "elastic node ranges are not supported", {}},
+      {{"--nnodes", "1:4", w}, "(elastic membership) needs the c10d rendezvous", {}},
       {{"--shutdown-timeout", "5", "--shutdown-grace", "6", w}, "are one setting", {}},
       {{"--log", "x", w}, "ambiguous flag '--log'", {}},
       {{w}, "PET_STANDALONE (0: off, other integers: on, as torchrun reads it) expects an integer, got 'yes'",
