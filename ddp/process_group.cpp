@@ -51,6 +51,16 @@ bool mentions_timeout(const std::string& text) {
   return text.find("imeout") != std::string::npos || text.find("imed out") != std::string::npos;
 }
 
+// Gloo's words for a peer that went away: "Connection closed by peer", "Connection reset by peer",
+// "Broken pipe" (a write to a closed socket), and the abort of a group.
+bool mentions_peer_loss(const std::string& text) {
+  for (const char* words : {"onnection closed", "onnection reset", "Broken pipe", "closed by peer",
+                            "Socket closed", "was aborted"}) {
+    if (text.find(words) != std::string::npos) return true;
+  }
+  return false;
+}
+
 // c10d reports failures as c10::Error subclasses with long messages; ours say what was being done.
 [[noreturn]] void rethrow_as_ddp(const std::exception& error, const std::string& context) {
   const std::string what = error.what();
@@ -330,6 +340,8 @@ void ProcessGroup::destroy() {
   store_.reset();
 }
 
+void ProcessGroup::abort() { aborted_.store(true); }
+
 std::int64_t ProcessGroup::begin_collective(const char* op, const char* what, int bucket,
                                            const torch::Tensor* tensor, const char* algorithm) const {
   CollectiveRecord record;
@@ -352,8 +364,25 @@ void ProcessGroup::wait_collective(std::int64_t seq, const c10::intrusive_ptr<c1
   try {
     if (mode == WaitMode::kStreamOrdered) {
       work->wait();  // See Note [Which waits block the host] in ddp/cuda_support.h.
-    } else if (!work->wait(timeout)) {
-      fail_collective(seq, what, timeout, nullptr);
+    } else {
+      // In slices, so that abort() (from another thread) ends the wait; a completed work returns
+      // from its slice at once. Every wait stays bounded by `timeout`.
+      const auto deadline = std::chrono::steady_clock::now() + timeout;
+      while (true) {
+        if (aborted_.load()) throw PeerLostError(str("the process group of rank ", info_.rank, " was aborted"));
+        const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0) fail_collective(seq, what, timeout, nullptr);
+        try {
+          if (!work->wait(std::min(left, kAbortPollInterval))) fail_collective(seq, what, timeout, nullptr);
+          break;
+        } catch (const Error&) {
+          throw;
+        } catch (const std::exception& error) {
+          // A slice that ran out: c10d's "Operation timed out!" while the work is still running.
+          if (!work->isCompleted() && mentions_timeout(error.what())) continue;
+          throw;
+        }
+      }
     }
   } catch (const Error& error) {
     // Already ours: a stage of a hierarchical collective, whose message names the sub-group.
@@ -412,6 +441,7 @@ void ProcessGroup::fail_collective(std::int64_t seq, const char* what, milliseco
   write_dump(message);
   if (dump) message += str(" [this rank's last collectives: ", *dump, "]");
   if (timed_out) throw TimeoutError(message);
+  if (mentions_peer_loss(cause)) throw PeerLostError(message);
   throw CommunicationError(message);
 }
 

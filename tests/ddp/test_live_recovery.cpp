@@ -1,0 +1,378 @@
+// Live recovery (ddp/fault_tolerant.h, ddp/membership.h) with in-process ranks: one thread per rank
+// over one c10d::HashStore. A "lost" rank is a thread that marks itself gone (what a launcher's
+// agent reports), aborts and destroys its group (Gloo closes its pairs) and leaves. The survivors'
+// parameters are compared with a reference the test computes itself: plain SGD with momentum on
+// the average of the ranks' gradients, with the same world size at every step.
+#include <catch2/catch.hpp>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/torch.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ddp/base/error.h"
+#include "ddp/fault_tolerant.h"
+#include "ddp/membership.h"
+#include "ddp/powersgd.h"
+#include "tests/ddp/in_process_group.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr double kLr = 0.05;
+constexpr double kMomentum = 0.9;
+
+torch::nn::Sequential make_model() {
+  torch::nn::Sequential model(torch::nn::Linear(6, 5), torch::nn::Tanh(), torch::nn::Linear(5, 3));
+  model->to(torch::kDouble);
+  return model;
+}
+
+// The batch of `rank` of a group of `world` at `step`: a function of the three, so that the
+// reference can recompute it.
+std::pair<torch::Tensor, torch::Tensor> batch(std::int64_t step, int rank, int world) {
+  auto generator = at::detail::createCPUGenerator(static_cast<std::uint64_t>(step * 1000 + rank * 17 + world));
+  auto options = torch::TensorOptions().dtype(torch::kDouble);
+  return {at::randn({4, 6}, generator, options), at::randn({4, 3}, generator, options)};
+}
+
+torch::Tensor flat(const torch::nn::Module& module) {
+  std::vector<torch::Tensor> parts;
+  for (const auto& p : module.parameters()) parts.push_back(p.detach().reshape({-1}).clone());
+  return torch::cat(parts);
+}
+
+// Reference: the same model from `initial`, each step the average gradient of world_at[step] ranks.
+torch::Tensor reference(const torch::Tensor& initial, const std::vector<int>& world_at) {
+  auto model = make_model();
+  {
+    torch::NoGradGuard no_grad;
+    std::int64_t offset = 0;
+    for (auto& p : model->parameters()) {
+      p.copy_(initial.slice(0, offset, offset + p.numel()).view_as(p));
+      offset += p.numel();
+    }
+  }
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(kLr).momentum(kMomentum));
+  for (std::size_t step = 0; step < world_at.size(); ++step) {
+    const int world = world_at[step];
+    std::vector<torch::Tensor> sums;
+    for (auto& p : model->parameters()) sums.push_back(torch::zeros_like(p));
+    for (int r = 0; r < world; ++r) {
+      optimizer.zero_grad();
+      auto [x, y] = batch(static_cast<std::int64_t>(step), r, world);
+      torch::mse_loss(model->forward(x), y).backward();
+      auto params = model->parameters();
+      for (std::size_t i = 0; i < params.size(); ++i) sums[i] += params[i].grad();
+    }
+    auto params = model->parameters();
+    for (std::size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = sums[i] / world;
+    optimizer.step();
+  }
+  return flat(*model);
+}
+
+struct LeaveNow {};  // thrown by a test callback: this rank leaves during recovery
+
+// What one rank does and saw.
+struct Plan {
+  std::optional<std::int64_t> leave_at_step;  // leaves before this step
+  bool leave_during_first_recovery = false;   // leaves once its first recovery's group is built
+  bool joiner = false;  // starts once the first round closed, as a joiner
+};
+struct Outcome {
+  bool left = false;
+  std::string error;
+  torch::Tensor initial;  // rank 0 after start()
+  torch::Tensor final_params;
+  std::int64_t steps = 0;
+  int regroups = 0;
+  std::vector<int> world_at;  // the world size each applied step ran at
+  std::int64_t hook_iterations = -1;  // PowerSGD's iteration count at the end
+};
+
+struct Scenario {
+  int initial_world = 4;
+  std::int64_t total_steps = 5;
+  int min_world_size = 1;
+  std::map<int, Plan> plans;  // by thread (= initial rank; joiners after the initial ranks)
+  int joiners = 0;
+  // The initial ranks wait before this step until a joiner has announced itself, so that it joins
+  // after this step on every run.
+  std::optional<std::int64_t> hold_for_joiner_at;
+  bool powersgd = false;  // DDP with PowerSGD (compressing from its 2nd iteration)
+};
+
+std::vector<Outcome> run(const Scenario& scenario) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  store->setTimeout(ddp::testing::kRankTimeout);
+  const int threads_count = scenario.initial_world + scenario.joiners;
+  std::vector<Outcome> outcomes(static_cast<std::size_t>(threads_count));
+  std::atomic<std::int64_t> rank0_steps{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < threads_count; ++t) {
+    threads.emplace_back([&, t] {
+      Outcome& out = outcomes[static_cast<std::size_t>(t)];
+      const auto found = scenario.plans.find(t);
+      const Plan plan = found != scenario.plans.end() ? found->second : Plan();
+      try {
+        if (plan.joiner) {
+          const auto deadline = std::chrono::steady_clock::now() + 20s;
+          while (rank0_steps.load() < 1 && std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::sleep_for(1ms);
+          }
+        }
+        ddp::StoreMembershipOptions membership_options;
+        membership_options.initial_size = scenario.initial_world;
+        membership_options.initial_rank = t < scenario.initial_world ? t : -1;
+        membership_options.joining = t >= scenario.initial_world;
+        membership_options.settle_timeout = 20s;  // every lost rank here marks itself
+        auto membership = std::make_shared<ddp::StoreMembership>(store, "thread-" + std::to_string(t),
+                                                                 membership_options);
+        ddp::FaultTolerantOptions options;
+        options.min_world_size = scenario.min_world_size;
+        options.membership_timeout = 20s;
+        options.group.timeout = ddp::testing::kRankTimeout;
+        bool recovered_once = false;
+        options.on_group_built = [&](ddp::ProcessGroup&, const ddp::Membership&) {
+          if (plan.leave_during_first_recovery && recovered_once) throw LeaveNow();
+          recovered_once = true;
+        };
+        ddp::FaultTolerant ft(store, membership, options);
+        auto net = make_model();
+        ddp::DistributedDataParallel model(net, ft.group());
+        torch::optim::SGD optimizer(net->parameters(), torch::optim::SGDOptions(kLr).momentum(kMomentum));
+        std::shared_ptr<ddp::PowerSgdHook> powersgd;
+        if (scenario.powersgd) {
+          ddp::PowerSgdOptions hook_options;
+          hook_options.start_powersgd_iter = 2;
+          powersgd = std::make_shared<ddp::PowerSgdHook>(hook_options);
+          model.register_comm_hook(powersgd);
+        }
+        ft.track(model);
+        ft.track(optimizer);
+        const auto leave = [&] {
+          membership->mark_left(ft.membership().round);
+          ft.group()->abort();
+          ft.group()->destroy();
+          out.left = true;
+        };
+        ft.start();
+        if (t == 0) out.initial = flat(*net);
+        while (ft.steps() < scenario.total_steps) {
+          if (plan.leave_at_step && ft.steps() == *plan.leave_at_step) return leave();
+          if (scenario.hold_for_joiner_at == ft.steps() && !plan.joiner) {
+            const auto deadline = std::chrono::steady_clock::now() + 20s;
+            while (!membership->change_pending(ft.membership().round) && std::chrono::steady_clock::now() < deadline) {
+              std::this_thread::sleep_for(1ms);
+            }
+          }
+          try {
+            const int world = ft.group()->size();
+            const int rank = ft.group()->rank();
+            const bool applied = ft.step(
+                [&] {
+                  optimizer.zero_grad();
+                  auto [x, y] = batch(ft.steps(), rank, world);
+                  torch::mse_loss(model(x), y).backward();
+                },
+                [&] { optimizer.step(); });
+            if (applied) out.world_at.push_back(world);
+          } catch (const LeaveNow&) {
+            return leave();
+          }
+          if (t == 0) rank0_steps.store(ft.steps());
+        }
+        out.final_params = flat(*net);
+        out.steps = ft.steps();
+        out.regroups = ft.regroups();
+        if (powersgd) out.hook_iterations = powersgd->iteration();
+      } catch (const std::exception& error) {
+        out.error = error.what();
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  return outcomes;
+}
+
+// The survivors agree bit for bit, ran the expected world sizes and match the reference.
+void check_survivors(const std::vector<Outcome>& outcomes, const std::vector<int>& expected_world_at) {
+  const Outcome& first = outcomes[0];
+  REQUIRE(first.error.empty());
+  REQUIRE(first.initial.defined());
+  const torch::Tensor expected = reference(first.initial, expected_world_at);
+  for (std::size_t t = 0; t < outcomes.size(); ++t) {
+    const Outcome& out = outcomes[t];
+    INFO("thread " << t << ": " << out.error);
+    if (out.left) continue;
+    REQUIRE(out.error.empty());
+    CHECK(out.world_at == expected_world_at);
+    CHECK(out.steps == static_cast<std::int64_t>(expected_world_at.size()));
+    CHECK(torch::equal(out.final_params, first.final_params));
+    CHECK(torch::allclose(out.final_params, expected, 1e-10, 1e-12));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a lost rank: the survivors drop the step and match the reference", "[live]") {
+  Scenario scenario;
+  scenario.total_steps = 5;
+  scenario.plans[3].leave_at_step = 2;
+  const auto outcomes = run(scenario);
+  CHECK(outcomes[3].left);
+  check_survivors(outcomes, {4, 4, 3, 3, 3});
+  CHECK(outcomes[0].regroups == 2);  // start and one recovery
+}
+
+TEST_CASE("two failures in a row", "[live]") {
+  Scenario scenario;
+  scenario.total_steps = 5;
+  scenario.plans[3].leave_at_step = 1;
+  scenario.plans[1].leave_at_step = 2;
+  const auto outcomes = run(scenario);
+  check_survivors(outcomes, {4, 3, 2, 2, 2});
+  CHECK(outcomes[0].regroups == 3);
+}
+
+TEST_CASE("a failure during recovery: recovery retries with the next round", "[live]") {
+  Scenario scenario;
+  scenario.total_steps = 4;
+  scenario.plans[3].leave_at_step = 1;
+  scenario.plans[2].leave_during_first_recovery = true;
+  const auto outcomes = run(scenario);
+  CHECK(outcomes[2].left);
+  check_survivors(outcomes, {4, 2, 2, 2});
+}
+
+TEST_CASE("a failure during recovery below the minimum size ends with a clear error", "[live]") {
+  Scenario scenario;
+  scenario.total_steps = 4;
+  scenario.min_world_size = 3;
+  scenario.plans[3].leave_at_step = 1;
+  scenario.plans[2].leave_during_first_recovery = true;
+  const auto outcomes = run(scenario);
+  for (int t : {0, 1}) {
+    INFO("thread " << t);
+    CHECK_THAT(outcomes[static_cast<std::size_t>(t)].error,
+               Catch::Contains("below the minimum of 3"));
+  }
+}
+
+TEST_CASE("a joiner receives the state and trains on, bit for bit equal", "[live]") {
+  Scenario scenario;
+  scenario.initial_world = 3;
+  scenario.joiners = 1;
+  scenario.total_steps = 6;
+  scenario.plans[3].joiner = true;
+  scenario.hold_for_joiner_at = 2;  // the join happens after step 2
+  const auto outcomes = run(scenario);
+  for (std::size_t t = 0; t < outcomes.size(); ++t) {
+    INFO("thread " << t << ": " << outcomes[t].error);
+    REQUIRE(outcomes[t].error.empty());
+    CHECK(outcomes[t].steps == scenario.total_steps);
+    CHECK(torch::equal(outcomes[t].final_params, outcomes[0].final_params));
+  }
+  // The joiner applied only the steps after its join; the others ran 3, then 4 ranks.
+  const std::vector<int> expected{3, 3, 3, 4, 4, 4};
+  CHECK(outcomes[0].world_at == expected);
+  CHECK(outcomes[3].world_at == std::vector<int>{4, 4, 4});
+  CHECK(outcomes[3].regroups == 1);
+  CHECK(torch::allclose(outcomes[0].final_params, reference(outcomes[0].initial, expected), 1e-10, 1e-12));
+}
+
+TEST_CASE("a joiner with PowerSGD receives the hook's shared state", "[live]") {
+  Scenario scenario;
+  scenario.initial_world = 2;
+  scenario.joiners = 1;
+  scenario.total_steps = 5;
+  scenario.plans[2].joiner = true;
+  scenario.hold_for_joiner_at = 2;
+  scenario.powersgd = true;
+  const auto outcomes = run(scenario);
+  for (std::size_t t = 0; t < outcomes.size(); ++t) {
+    INFO("thread " << t << ": " << outcomes[t].error);
+    REQUIRE(outcomes[t].error.empty());
+    CHECK(torch::equal(outcomes[t].final_params, outcomes[0].final_params));
+    CHECK(outcomes[t].hook_iterations == scenario.total_steps);  // the joiner's count came with the state
+  }
+  CHECK(outcomes[2].world_at == std::vector<int>{3, 3});
+}
+
+TEST_CASE("a collective whose peer closed raises PeerLostError", "[live]") {
+  const auto errors = ddp::testing::run_ranks<std::string>(2, [](ddp::ProcessGroup& group) -> std::string {
+    group.barrier();
+    if (group.rank() == 1) {
+      group.destroy();  // Gloo closes this rank's pairs
+      return "";
+    }
+    auto t = torch::ones({1000});
+    try {
+      for (int i = 0; i < 100; ++i) group.allreduce(t);
+    } catch (const ddp::PeerLostError& error) {
+      return std::string("PeerLostError: ") + error.what();
+    } catch (const std::exception& error) {
+      return std::string("other: ") + error.what();
+    }
+    return "no error";
+  });
+  CHECK_THAT(errors[0], Catch::StartsWith("PeerLostError: "));
+}
+
+TEST_CASE("abort() ends a wait blocked in a collective with PeerLostError", "[live]") {
+  std::atomic<bool> done{false};
+  const auto errors = ddp::testing::run_ranks<std::string>(2, [&](ddp::ProcessGroup& group) -> std::string {
+    if (group.rank() == 1) {  // never joins the all-reduce; ends once rank 0 is done
+      while (!done.load()) std::this_thread::sleep_for(1ms);
+      return "";
+    }
+    std::thread aborter([&group] {
+      std::this_thread::sleep_for(200ms);
+      group.abort();
+    });
+    std::string result = "no error";
+    auto t = torch::ones({4});
+    try {
+      group.allreduce(t);
+    } catch (const ddp::PeerLostError& error) {
+      result = std::string("PeerLostError: ") + error.what();
+    } catch (const std::exception& error) {
+      result = std::string("other: ") + error.what();
+    }
+    aborter.join();
+    done.store(true);
+    return result;
+  });
+  CHECK_THAT(errors[0], Catch::Contains("PeerLostError: ") &&
+                            Catch::Contains("aborted"));
+}
+
+TEST_CASE("StoreMembership orders the previous members first and counts joiners", "[live]") {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  ddp::StoreMembershipOptions options;
+  options.initial_size = 2;
+  std::vector<ddp::Membership> got(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      ddp::StoreMembershipOptions mine = options;
+      mine.initial_rank = 1 - r;  // reversed: thread 0 is rank 1
+      ddp::StoreMembership membership(store, "m" + std::to_string(r), mine);
+      got[static_cast<std::size_t>(r)] = membership.next(0, 10s);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  CHECK(got[0].rank == 1);
+  CHECK(got[1].rank == 0);
+  CHECK(got[0].world_size == 2);
+  CHECK(got[0].round == 1);
+  CHECK(got[0].joiners.empty());
+  CHECK(got[0].store_prefix == got[1].store_prefix);
+}
