@@ -84,7 +84,7 @@ struct LeaveNow {};  // thrown by a test callback: this rank leaves during recov
 struct Plan {
   std::optional<std::int64_t> leave_at_step;  // leaves before this step
   bool leave_during_first_recovery = false;   // leaves once its first recovery's group is built
-  bool joiner = false;  // starts once the first round closed, as a joiner
+  bool joiner = false;  // starts as a joiner (See Scenario::hold_for_joiner_at)
 };
 struct Outcome {
   bool left = false;
@@ -124,7 +124,10 @@ std::vector<Outcome> run(const Scenario& scenario) {
       try {
         if (plan.joiner) {
           const auto deadline = std::chrono::steady_clock::now() + 20s;
-          while (rank0_steps.load() < 1 && std::chrono::steady_clock::now() < deadline) {
+          // Announces itself only once rank 0 has applied the step before the hold, so that rank 0's
+          // agreement of the held step is the first to see it.
+          const std::int64_t announce_after = scenario.hold_for_joiner_at.value_or(1);
+          while (rank0_steps.load() < announce_after && std::chrono::steady_clock::now() < deadline) {
             std::this_thread::sleep_for(1ms);
           }
         }
