@@ -662,6 +662,7 @@ std::shared_ptr<ProcessGroup> new_process_group(c10::intrusive_ptr<c10d::Store> 
                               " do not fit (need 0 <= rank < world_size)"));
   }
   if (options.timeout.count() <= 0) throw InvalidArgument("StoreGroupOptions::timeout must be positive");
+  ignore_default_sigpipe();  // See Note [SIGPIPE in a rank]: a lost peer must give PeerLostError, not kill
   if (options.backend != "gloo") {
     throw InvalidArgument(str("new_process_group: backend '", options.backend,
                               "' is not supported over a given store: use gloo (init_process_group sets up nccl)"));
