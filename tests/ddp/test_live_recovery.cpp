@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "ddp/amp/grad_scaler.h"
 #include "ddp/base/error.h"
 #include "ddp/fault_tolerant.h"
 #include "ddp/membership.h"
@@ -95,6 +96,8 @@ struct Outcome {
   int regroups = 0;
   std::vector<int> world_at;  // the world size each applied step ran at
   std::int64_t hook_iterations = -1;  // PowerSGD's iteration count at the end
+  double scale = 0;                   // the GradScaler's scale at the end
+  std::int64_t growth_tracker = -1;
 };
 
 struct Scenario {
@@ -107,6 +110,8 @@ struct Scenario {
   // after this step on every run.
   std::optional<std::int64_t> hold_for_joiner_at;
   bool powersgd = false;  // DDP with PowerSGD (compressing from its 2nd iteration)
+  // A GradScaler whose scale grows every 2 steps (powers of two: the gradients stay exact).
+  bool scaler = false;
 };
 
 std::vector<Outcome> run(const Scenario& scenario) {
@@ -158,8 +163,14 @@ std::vector<Outcome> run(const Scenario& scenario) {
           powersgd = std::make_shared<ddp::PowerSgdHook>(hook_options);
           model.register_comm_hook(powersgd);
         }
+        ddp::amp::GradScalerOptions scaler_options;
+        scaler_options.init_scale = 1024;
+        scaler_options.growth_interval = 2;
+        scaler_options.enabled = scenario.scaler;
+        ddp::amp::GradScaler scaler(torch::kCPU, scaler_options);
         ft.track(model);
         ft.track(optimizer);
+        if (scenario.scaler) ft.track(scaler);
         const auto leave = [&] {
           membership->mark_left(ft.membership().round);
           ft.group()->abort();
@@ -183,9 +194,12 @@ std::vector<Outcome> run(const Scenario& scenario) {
                 [&] {
                   optimizer.zero_grad();
                   auto [x, y] = batch(ft.steps(), rank, world);
-                  torch::mse_loss(model(x), y).backward();
+                  scaler.scale(torch::mse_loss(model(x), y)).backward();
                 },
-                [&] { optimizer.step(); });
+                [&] {
+                  scaler.step(optimizer);
+                  scaler.update();
+                });
             if (applied) out.world_at.push_back(world);
           } catch (const LeaveNow&) {
             return leave();
@@ -196,6 +210,8 @@ std::vector<Outcome> run(const Scenario& scenario) {
         out.steps = ft.steps();
         out.regroups = ft.regroups();
         if (powersgd) out.hook_iterations = powersgd->iteration();
+        out.scale = scaler.get_scale();
+        out.growth_tracker = scaler.growth_tracker();
       } catch (const std::exception& error) {
         out.error = error.what();
       }
@@ -276,12 +292,16 @@ TEST_CASE("a joiner receives the state and trains on, bit for bit equal", "[live
   scenario.total_steps = 6;
   scenario.plans[3].joiner = true;
   scenario.hold_for_joiner_at = 2;  // the join happens after step 2
+  scenario.scaler = true;
   const auto outcomes = run(scenario);
   for (std::size_t t = 0; t < outcomes.size(); ++t) {
     INFO("thread " << t << ": " << outcomes[t].error);
     REQUIRE(outcomes[t].error.empty());
     CHECK(outcomes[t].steps == scenario.total_steps);
     CHECK(torch::equal(outcomes[t].final_params, outcomes[0].final_params));
+    // The scaler's state came with the join: 6 steps, growth every 2, from 1024.
+    CHECK(outcomes[t].scale == 1024.0 * 8);
+    CHECK(outcomes[t].growth_tracker == 0);
   }
   // The joiner applied only the steps after its join; the others ran 3, then 4 ranks.
   const std::vector<int> expected{3, 3, 3, 4, 4, 4};
