@@ -369,7 +369,9 @@ void ProcessGroup::wait_collective(std::int64_t seq, const c10::intrusive_ptr<c1
       // from its slice at once. Every wait stays bounded by `timeout`.
       const auto deadline = std::chrono::steady_clock::now() + timeout;
       while (true) {
-        if (aborted_.load()) throw PeerLostError(str("the process group of rank ", info_.rank, " was aborted"));
+        if (aborted_.load()) {
+          throw PeerLostError(str(what, " #", seq, " on rank ", global_rank(info_.rank), ": the process group was aborted"));
+        }
         const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
         if (left.count() <= 0) fail_collective(seq, what, timeout, nullptr);
         try {
