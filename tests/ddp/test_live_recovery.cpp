@@ -84,6 +84,8 @@ struct LeaveNow {};  // thrown by a test callback: this rank leaves during recov
 // What one rank does and saw.
 struct Plan {
   std::optional<std::int64_t> leave_at_step;  // leaves before this step
+  // Goes silent before this step (a partition: its connections stay open) until the others are done.
+  std::optional<std::int64_t> hang_at_step;
   bool leave_during_first_recovery = false;   // leaves once its first recovery's group is built
   bool joiner = false;  // starts as a joiner (See Scenario::hold_for_joiner_at)
 };
@@ -112,6 +114,8 @@ struct Scenario {
   bool powersgd = false;  // DDP with PowerSGD (compressing from its 2nd iteration)
   // A GradScaler whose scale grows every 2 steps (powers of two: the gradients stay exact).
   bool scaler = false;
+  // Bound of every collective: the detection bound of a silent peer.
+  std::chrono::milliseconds group_timeout = ddp::testing::kRankTimeout;
 };
 
 std::vector<Outcome> run(const Scenario& scenario) {
@@ -120,6 +124,7 @@ std::vector<Outcome> run(const Scenario& scenario) {
   const int threads_count = scenario.initial_world + scenario.joiners;
   std::vector<Outcome> outcomes(static_cast<std::size_t>(threads_count));
   std::atomic<std::int64_t> rank0_steps{0};
+  std::atomic<int> finished{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < threads_count; ++t) {
     threads.emplace_back([&, t] {
@@ -140,13 +145,13 @@ std::vector<Outcome> run(const Scenario& scenario) {
         membership_options.initial_size = scenario.initial_world;
         membership_options.initial_rank = t < scenario.initial_world ? t : -1;
         membership_options.joining = t >= scenario.initial_world;
-        membership_options.settle_timeout = 20s;  // every lost rank here marks itself
+        membership_options.settle_timeout = 20s;  // every lost rank here is marked gone
         auto membership = std::make_shared<ddp::StoreMembership>(store, "thread-" + std::to_string(t),
                                                                  membership_options);
         ddp::FaultTolerantOptions options;
         options.min_world_size = scenario.min_world_size;
         options.membership_timeout = 20s;
-        options.group.timeout = ddp::testing::kRankTimeout;
+        options.group.timeout = scenario.group_timeout;
         bool recovered_once = false;
         options.on_group_built = [&](ddp::ProcessGroup&, const ddp::Membership&) {
           if (plan.leave_during_first_recovery && recovered_once) throw LeaveNow();
@@ -181,6 +186,18 @@ std::vector<Outcome> run(const Scenario& scenario) {
         if (t == 0) out.initial = flat(*net);
         while (ft.steps() < scenario.total_steps) {
           if (plan.leave_at_step && ft.steps() == *plan.leave_at_step) return leave();
+          if (plan.hang_at_step && ft.steps() == *plan.hang_at_step) {
+            // The launcher knows a partitioned host is gone; its connections stay open here.
+            membership->mark_left(ft.membership().round);
+            const auto deadline = std::chrono::steady_clock::now() + 60s;
+            while (finished.load() < scenario.initial_world - 1 && std::chrono::steady_clock::now() < deadline) {
+              std::this_thread::sleep_for(1ms);
+            }
+            ft.group()->abort();
+            ft.group()->destroy();
+            out.left = true;
+            return;
+          }
           if (scenario.hold_for_joiner_at == ft.steps() && !plan.joiner) {
             const auto deadline = std::chrono::steady_clock::now() + 20s;
             while (!membership->change_pending(ft.membership().round) && std::chrono::steady_clock::now() < deadline) {
@@ -212,6 +229,7 @@ std::vector<Outcome> run(const Scenario& scenario) {
         if (powersgd) out.hook_iterations = powersgd->iteration();
         out.scale = scaler.get_scale();
         out.growth_tracker = scaler.growth_tracker();
+        ++finished;
       } catch (const std::exception& error) {
         out.error = error.what();
       }
@@ -259,6 +277,17 @@ TEST_CASE("two failures in a row", "[live]") {
   const auto outcomes = run(scenario);
   check_survivors(outcomes, {4, 3, 2, 2, 2});
   CHECK(outcomes[0].regroups == 3);
+}
+
+TEST_CASE("a silent peer (a partition): detected by the group's timeout, then the same as a loss", "[live]") {
+  Scenario scenario;
+  scenario.initial_world = 3;
+  scenario.total_steps = 3;
+  scenario.plans[2].hang_at_step = 1;
+  scenario.group_timeout = 3s;
+  const auto outcomes = run(scenario);
+  CHECK(outcomes[2].left);
+  check_survivors(outcomes, {3, 2, 2});
 }
 
 TEST_CASE("a failure during recovery: recovery retries with the next round", "[live]") {
