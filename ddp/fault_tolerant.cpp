@@ -11,6 +11,7 @@
 #include "ddp/base/str.h"
 #include "ddp/fault_tolerant_state.h"
 #include "ddp/trainer_state.h"
+#include "ddp/zero_redundancy_optimizer.h"
 
 namespace ddp {
 namespace {
@@ -41,7 +42,14 @@ void FaultTolerant::track_model(TrackedModel model) {
   if (model_) throw InvalidArgument("FaultTolerant::track: one DistributedDataParallel model per FaultTolerant");
   model_ = std::move(model);
 }
-void FaultTolerant::track(torch::optim::Optimizer& optimizer) { optimizer_ = &optimizer; }
+void FaultTolerant::track(torch::optim::Optimizer& optimizer) {
+  if (dynamic_cast<ZeroRedundancyOptimizer*>(&optimizer) != nullptr) {
+    throw InvalidArgument("FaultTolerant::track: ZeroRedundancyOptimizer is not supported by live recovery yet (a "
+                          "lost rank's optimizer shard exists nowhere else); track the optimizer it wraps without "
+                          "ZeRO, or restart from a checkpoint");
+  }
+  optimizer_ = &optimizer;
+}
 void FaultTolerant::track(amp::GradScaler& scaler) { scaler_ = &scaler; }
 void FaultTolerant::track(const std::string& name, std::int64_t& counter) { counters_.emplace_back(name, &counter); }
 

@@ -20,6 +20,7 @@
 #include "ddp/fault_tolerant.h"
 #include "ddp/membership.h"
 #include "ddp/powersgd.h"
+#include "ddp/zero_redundancy_optimizer.h"
 #include "tests/ddp/in_process_group.h"
 
 namespace {
@@ -427,4 +428,18 @@ TEST_CASE("StoreMembership orders the previous members first and counts joiners"
   CHECK(got[0].round == 1);
   CHECK(got[0].joiners.empty());
   CHECK(got[0].store_prefix == got[1].store_prefix);
+}
+
+TEST_CASE("FaultTolerant refuses what it cannot recover", "[live]") {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  auto membership = std::make_shared<ddp::StoreMembership>(store, "alone");
+  CHECK_THROWS_AS(ddp::FaultTolerant(nullptr, membership), ddp::InvalidArgument);
+  CHECK_THROWS_AS(ddp::FaultTolerant(store, nullptr), ddp::InvalidArgument);
+  ddp::FaultTolerant ft(store, membership);
+  CHECK_THROWS_WITH(ft.step([] {}, [] {}), Catch::Contains("call start() first"));
+  auto net = make_model();
+  auto zero = ddp::ZeroRedundancyOptimizer::of<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(0.1),
+                                                                   ft.group());
+  CHECK_THROWS_WITH(ft.track(*zero), Catch::Contains("ZeroRedundancyOptimizer is not supported"));
+  CHECK_THROWS_AS(ddp::StoreMembership(store, ""), ddp::InvalidArgument);
 }
