@@ -443,3 +443,29 @@ TEST_CASE("FaultTolerant refuses what it cannot recover", "[live]") {
   CHECK_THROWS_WITH(ft.track(*zero), Catch::Contains("ZeroRedundancyOptimizer is not supported"));
   CHECK_THROWS_AS(ddp::StoreMembership(store, ""), ddp::InvalidArgument);
 }
+
+TEST_CASE("StoreMembership: a joiner waits for the next round and comes after the members", "[live]") {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  ddp::StoreMembershipOptions member_options;  // a job of one
+  ddp::StoreMembership member(store, "z-member", member_options);
+  const ddp::Membership first = member.next(0, 10s);
+  CHECK(first.round == 1);
+  CHECK(first.world_size == 1);
+  CHECK_FALSE(member.change_pending(1));
+  ddp::StoreMembershipOptions joiner_options;
+  joiner_options.joining = true;
+  ddp::Membership joined;
+  std::thread joiner([&] { joined = ddp::StoreMembership(store, "a-joiner", joiner_options).next(0, 10s); });
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!member.change_pending(1) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  const ddp::Membership second = member.next(first.round, 10s);
+  joiner.join();
+  CHECK(second.round == 2);
+  CHECK(second.world_size == 2);
+  CHECK(second.rank == 0);  // the member first, although the joiner's id sorts before it
+  CHECK(joined.rank == 1);
+  CHECK(joined.round == 2);
+  CHECK(second.joiners == std::vector<int>{1});
+  CHECK(joined.joiners == std::vector<int>{1});
+  CHECK(second.store_prefix != first.store_prefix);
+}
