@@ -9,7 +9,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <algorithm>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <thread>
@@ -21,6 +23,7 @@
 #include "ddp/membership.h"
 #include "ddp/powersgd.h"
 #include "ddp/zero_redundancy_optimizer.h"
+#include "samplers/distributed_sampler.h"
 #include "tests/ddp/in_process_group.h"
 
 namespace {
@@ -29,6 +32,8 @@ using namespace std::chrono_literals;
 
 constexpr double kLr = 0.05;
 constexpr double kMomentum = 0.9;
+constexpr std::int64_t kSamplerBatch = 3;
+constexpr std::int64_t kDatasetSize = 1000;
 
 torch::nn::Sequential make_model() {
   torch::nn::Sequential model(torch::nn::Linear(6, 5), torch::nn::Tanh(), torch::nn::Linear(5, 3));
@@ -101,6 +106,7 @@ struct Outcome {
   std::int64_t hook_iterations = -1;  // PowerSGD's iteration count at the end
   double scale = 0;                   // the GradScaler's scale at the end
   std::int64_t growth_tracker = -1;
+  std::vector<std::int64_t> samples;  // the sampler's indices of the applied steps (Scenario::sampler)
 };
 
 struct Scenario {
@@ -115,6 +121,9 @@ struct Scenario {
   bool powersgd = false;  // DDP with PowerSGD (compressing from its 2nd iteration)
   // A GradScaler whose scale grows every 2 steps (powers of two: the gradients stay exact).
   bool scaler = false;
+  // Batches from a DistributedSampler (kSamplerBatch per rank, no shuffle) re-sharded at every new group
+  // from the tracked count of samples the applied steps consumed.
+  bool sampler = false;
   // Bound of every collective: the detection bound of a silent peer.
   std::chrono::milliseconds group_timeout = ddp::testing::kRankTimeout;
 };
@@ -153,6 +162,16 @@ std::vector<Outcome> run(const Scenario& scenario) {
         options.min_world_size = scenario.min_world_size;
         options.membership_timeout = 20s;
         options.group.timeout = scenario.group_timeout;
+        // See Scenario::sampler: the sampler follows each new group (FaultTolerantOptions::on_new_group).
+        std::optional<ddp::samplers::DistributedSampler> sampler;
+        std::int64_t consumed = 0;  // samples of the epoch the applied steps trained on, all ranks
+        options.on_new_group = [&](ddp::ProcessGroup& group, const ddp::Membership&) {
+          if (!scenario.sampler) return;
+          ddp::samplers::DistributedSamplerOptions sampler_options(group.size(), group.rank());
+          sampler_options.shuffle = false;
+          sampler.emplace(kDatasetSize, sampler_options);
+          sampler->set_state({/*epoch=*/0, /*position=*/consumed, /*num_replicas=*/1});
+        };
         bool recovered_once = false;
         options.on_group_built = [&](ddp::ProcessGroup&, const ddp::Membership&) {
           if (plan.leave_during_first_recovery && recovered_once) throw LeaveNow();
@@ -177,6 +196,7 @@ std::vector<Outcome> run(const Scenario& scenario) {
         ft.track(model);
         ft.track(optimizer);
         if (scenario.scaler) ft.track(scaler);
+        if (scenario.sampler) ft.track("consumed", consumed);
         const auto leave = [&] {
           membership->mark_left(ft.membership().round);
           ft.group()->abort();
@@ -208,17 +228,27 @@ std::vector<Outcome> run(const Scenario& scenario) {
           try {
             const int world = ft.group()->size();
             const int rank = ft.group()->rank();
+            std::vector<std::size_t> indices;
             const bool applied = ft.step(
                 [&] {
                   optimizer.zero_grad();
                   auto [x, y] = batch(ft.steps(), rank, world);
+                  if (sampler) {
+                    indices = sampler->next(kSamplerBatch).value();
+                    x = torch::stack({batch(static_cast<std::int64_t>(indices[0]), 0, 0).first[0],
+                                      batch(static_cast<std::int64_t>(indices[1]), 0, 0).first[0],
+                                      batch(static_cast<std::int64_t>(indices[2]), 0, 0).first[0]});
+                    y = y.slice(0, 0, kSamplerBatch);
+                  }
                   scaler.scale(torch::mse_loss(model(x), y)).backward();
                 },
                 [&] {
                   scaler.step(optimizer);
                   scaler.update();
+                  consumed += world * kSamplerBatch;
                 });
             if (applied) out.world_at.push_back(world);
+            if (applied) out.samples.insert(out.samples.end(), indices.begin(), indices.end());
           } catch (const LeaveNow&) {
             return leave();
           }
@@ -268,6 +298,25 @@ TEST_CASE("a lost rank: the survivors drop the step and match the reference", "[
   CHECK(outcomes[3].left);
   check_survivors(outcomes, {4, 4, 3, 3, 3});
   CHECK(outcomes[0].regroups == 2);  // start and one recovery
+}
+
+TEST_CASE("the sampler re-shards at the new world size: every sample of the applied steps once", "[live]") {
+  Scenario scenario;
+  scenario.total_steps = 5;
+  scenario.plans[3].leave_at_step = 2;  // 2 steps x 4 ranks x 3 samples: 24, a multiple of 3 ranks
+  scenario.sampler = true;
+  const auto outcomes = run(scenario);
+  std::vector<std::int64_t> seen;
+  for (std::size_t t = 0; t < outcomes.size(); ++t) {
+    INFO("thread " << t << ": " << outcomes[t].error);
+    REQUIRE(outcomes[t].error.empty());
+    if (!outcomes[t].left) CHECK(torch::equal(outcomes[t].final_params, outcomes[0].final_params));
+    seen.insert(seen.end(), outcomes[t].samples.begin(), outcomes[t].samples.end());
+  }
+  std::sort(seen.begin(), seen.end());
+  std::vector<std::int64_t> expected((4 * 2 + 3 * 3) * kSamplerBatch);
+  std::iota(expected.begin(), expected.end(), 0);
+  CHECK(seen == expected);  // none lost, none twice, the dropped step's samples trained after the regroup
 }
 
 TEST_CASE("two failures in a row", "[live]") {
