@@ -31,6 +31,7 @@
 #include <optional>
 #include <thread>
 
+#include "ddp/collective_wait.h"
 #include "ddp/cuda_support.h"
 #include "ddp/join_wait.h"
 #include "ddp/uncaught_exception.h"
@@ -47,19 +48,8 @@ namespace {
 using std::chrono::milliseconds;
 
 
-bool mentions_timeout(const std::string& text) {
-  return text.find("imeout") != std::string::npos || text.find("imed out") != std::string::npos;
-}
-
-// Gloo's words for a peer that went away: "Connection closed by peer", "Connection reset by peer",
-// "Broken pipe" (a write to a closed socket), and the abort of a group.
-bool mentions_peer_loss(const std::string& text) {
-  for (const char* words : {"onnection closed", "onnection reset", "Broken pipe", "closed by peer",
-                            "Socket closed", "was aborted"}) {
-    if (text.find(words) != std::string::npos) return true;
-  }
-  return false;
-}
+using detail::mentions_peer_loss;
+using detail::mentions_timeout;
 
 // c10d reports failures as c10::Error subclasses with long messages; ours say what was being done.
 [[noreturn]] void rethrow_as_ddp(const std::exception& error, const std::string& context) {
@@ -365,26 +355,11 @@ void ProcessGroup::wait_collective(std::int64_t seq, const c10::intrusive_ptr<c1
     if (mode == WaitMode::kStreamOrdered) {
       work->wait();  // See Note [Which waits block the host] in ddp/cuda_support.h.
     } else {
-      // In slices, so that abort() (from another thread) ends the wait; a completed work returns
-      // from its slice at once. Every wait stays bounded by `timeout`.
-      const auto deadline = std::chrono::steady_clock::now() + timeout;
-      while (true) {
-        if (aborted_.load()) {
-          throw PeerLostError(str(what, " #", seq, " on rank ", global_rank(info_.rank), ": the process group was aborted"));
-        }
-        const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
-        if (left.count() <= 0) fail_collective(seq, what, timeout, nullptr);
-        try {
-          if (!work->wait(std::min(left, kAbortPollInterval))) fail_collective(seq, what, timeout, nullptr);
-          break;
-        } catch (const Error&) {
-          throw;
-        } catch (const std::exception& error) {
-          // A slice that ran out: c10d's "Operation timed out!" while the work is still running.
-          if (!work->isCompleted() && mentions_timeout(error.what())) continue;
-          throw;
-        }
+      const auto outcome = detail::wait_abortable(work, timeout, kAbortPollInterval, aborted_);
+      if (outcome == detail::WaitOutcome::kAborted) {
+        throw PeerLostError(str(what, " #", seq, " on rank ", global_rank(info_.rank), ": the process group was aborted"));
       }
+      if (outcome == detail::WaitOutcome::kTimedOut) fail_collective(seq, what, timeout, nullptr);
     }
   } catch (const Error& error) {
     // Already ours: a stage of a hierarchical collective, whose message names the sub-group.
