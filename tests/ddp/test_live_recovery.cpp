@@ -35,11 +35,20 @@ constexpr double kMomentum = 0.9;
 constexpr std::int64_t kSamplerBatch = 3;
 constexpr std::int64_t kDatasetSize = 1000;
 
-torch::nn::Sequential make_model() {
-  torch::nn::Sequential model(torch::nn::Linear(6, 5), torch::nn::Tanh(), torch::nn::Linear(5, 3));
-  model->to(torch::kDouble);
-  return model;
-}
+// The head is registered before the stem it follows, so the gradients become ready in another order
+// than the initial buckets hold them: the survivors' rebuilt bucket layout differs from a joiner's
+// initial one until reset_process_group hands rank 0's layout to everybody.
+struct Net : torch::nn::Module {
+  Net() {
+    head = register_module("head", torch::nn::Linear(5, 3));
+    stem = register_module("stem", torch::nn::Linear(6, 5));
+    to(torch::kDouble);
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return head(torch::tanh(stem(x))); }
+  torch::nn::Linear head{nullptr}, stem{nullptr};
+};
+
+std::shared_ptr<Net> make_model() { return std::make_shared<Net>(); }
 
 // The batch of `rank` of a group of `world` at `step`: a function of the three, so that the
 // reference can recompute it.
