@@ -34,6 +34,8 @@ set(DDP_PUBLIC_HEADERS
   ddp/amp/autocast.h
   ddp/amp/grad_scaler.h
   ddp/zero_redundancy_optimizer.h
+  ddp/fault_tolerant.h
+  ddp/membership.h
   samplers/distributed_sampler.h
   samplers/reshard.h
   ddp/base/error.h

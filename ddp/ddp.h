@@ -16,6 +16,7 @@
 #include "ddp/data_parallel.h"
 #include "ddp/ddp_stats.h"
 #include "ddp/distributed_data_parallel.h"
+#include "ddp/fault_tolerant.h"
 #include "ddp/log.h"
 #include "ddp/process_group.h"
 #include "ddp/run_main.h"

@@ -176,6 +176,18 @@ void DdpCore::join(const std::function<void()>& loop, const JoinOptions& options
 
 const ProcessGroup& DdpCore::group() const { return *impl_->group; }
 
+void DdpCore::reset_process_group(std::shared_ptr<ProcessGroup> group) {
+  if (!group) throw InvalidArgument("DistributedDataParallel::reset_process_group: the process group is null");
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (impl_->joining) throw InvalidArgument("DistributedDataParallel::reset_process_group: not inside join()");
+  impl_->reset_group(std::move(group));
+}
+
+void DdpCore::abandon_iteration() {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->reset_iteration();
+}
+
 std::vector<std::vector<std::string>> DdpCore::bucket_parameter_names() const {
   std::vector<std::vector<std::string>> out;
   for (const auto& b : impl_->buckets) {

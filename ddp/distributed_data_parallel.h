@@ -79,6 +79,10 @@ class DdpCore {
   // The parameter names of each bucket, in launch order.
   std::vector<std::vector<std::string>> bucket_parameter_names() const;
   const ProcessGroup& group() const;
+  // See Note [Rebinding DDP to a new group] in ddp/reducer.cpp.
+  void reset_process_group(std::shared_ptr<ProcessGroup> group);
+  // Drops the synchronized backward in flight (its works), e.g. after one of its collectives failed.
+  void abandon_iteration();
   // See Note [Registering a hook] in distributed_data_parallel.cpp.
   void register_comm_hook(std::shared_ptr<CommHookInterface> hook);
   CommHookInterface& comm_hook() const;
@@ -332,6 +336,12 @@ class DistributedDataParallel {
   // synchronized iteration, the rebuilt layout: see Note [Bucket rebuild] in ddp/bucket.h).
   std::vector<std::vector<std::string>> bucket_parameter_names() const { return core_->bucket_parameter_names(); }
   const ProcessGroup& process_group() const { return core_->group(); }
+  // Live recovery (See Note [Live recovery] in ddp/fault_tolerant.h): continues on `group`, a
+  // collective of the new group (rank 0's bucket layout reaches every rank). Parameters, buffers,
+  // gradients and the hook's state stay as they are; ddp::FaultTolerant calls it.
+  void reset_process_group(std::shared_ptr<ProcessGroup> group) { core_->reset_process_group(std::move(group)); }
+  // Drops the synchronized backward in flight, e.g. after one of its collectives failed.
+  void abandon_iteration() { core_->abandon_iteration(); }
 
   // Replaces DdpOptions::comm_hook's built-in by `hook` (ddp/comm_hook.h; PyTorch's
   // register_comm_hook): once, before the first synchronized backward, the same hook on every rank.

@@ -16,6 +16,8 @@ std::exception_ptr in_context(const std::string& context) {
     throw;
   } catch (const TimeoutError& error) {
     return std::make_exception_ptr(TimeoutError(str(context, ": ", error.what())));
+  } catch (const PeerLostError& error) {
+    return std::make_exception_ptr(PeerLostError(str(context, ": ", error.what())));
   } catch (const std::exception& error) {
     return std::make_exception_ptr(CommunicationError(str(context, ": ", error.what())));
   }

@@ -31,6 +31,7 @@
 #include <optional>
 #include <thread>
 
+#include "ddp/collective_wait.h"
 #include "ddp/cuda_support.h"
 #include "ddp/join_wait.h"
 #include "ddp/uncaught_exception.h"
@@ -47,9 +48,8 @@ namespace {
 using std::chrono::milliseconds;
 
 
-bool mentions_timeout(const std::string& text) {
-  return text.find("imeout") != std::string::npos || text.find("imed out") != std::string::npos;
-}
+using detail::mentions_peer_loss;
+using detail::mentions_timeout;
 
 // c10d reports failures as c10::Error subclasses with long messages; ours say what was being done.
 [[noreturn]] void rethrow_as_ddp(const std::exception& error, const std::string& context) {
@@ -330,6 +330,8 @@ void ProcessGroup::destroy() {
   store_.reset();
 }
 
+void ProcessGroup::abort() { aborted_.store(true); }
+
 std::int64_t ProcessGroup::begin_collective(const char* op, const char* what, int bucket,
                                            const torch::Tensor* tensor, const char* algorithm) const {
   CollectiveRecord record;
@@ -352,8 +354,12 @@ void ProcessGroup::wait_collective(std::int64_t seq, const c10::intrusive_ptr<c1
   try {
     if (mode == WaitMode::kStreamOrdered) {
       work->wait();  // See Note [Which waits block the host] in ddp/cuda_support.h.
-    } else if (!work->wait(timeout)) {
-      fail_collective(seq, what, timeout, nullptr);
+    } else {
+      const auto outcome = detail::wait_abortable(work, timeout, kAbortPollInterval, aborted_);
+      if (outcome == detail::WaitOutcome::kAborted) {
+        throw PeerLostError(str(what, " #", seq, " on rank ", global_rank(info_.rank), ": the process group was aborted"));
+      }
+      if (outcome == detail::WaitOutcome::kTimedOut) fail_collective(seq, what, timeout, nullptr);
     }
   } catch (const Error& error) {
     // Already ours: a stage of a hierarchical collective, whose message names the sub-group.
@@ -412,6 +418,7 @@ void ProcessGroup::fail_collective(std::int64_t seq, const char* what, milliseco
   write_dump(message);
   if (dump) message += str(" [this rank's last collectives: ", *dump, "]");
   if (timed_out) throw TimeoutError(message);
+  if (mentions_peer_loss(cause)) throw PeerLostError(message);
   throw CommunicationError(message);
 }
 
@@ -632,6 +639,7 @@ std::shared_ptr<ProcessGroup> new_process_group(c10::intrusive_ptr<c10d::Store> 
                               " do not fit (need 0 <= rank < world_size)"));
   }
   if (options.timeout.count() <= 0) throw InvalidArgument("StoreGroupOptions::timeout must be positive");
+  ignore_default_sigpipe();  // See Note [SIGPIPE in a rank]: a lost peer must give PeerLostError, not kill
   if (options.backend != "gloo") {
     throw InvalidArgument(str("new_process_group: backend '", options.backend,
                               "' is not supported over a given store: use gloo (init_process_group sets up nccl)"));

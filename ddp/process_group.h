@@ -5,6 +5,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -89,7 +90,8 @@ class ProcessGroup {
   void barrier(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
 
   // Blocking collectives, in place, bounded by the group's timeout. Errors become
-  // ddp::TimeoutError / ddp::CommunicationError naming the operation and its sequence number; a
+  // ddp::TimeoutError / ddp::PeerLostError (a peer closed or reset its connection, or abort()) /
+  // ddp::CommunicationError naming the operation and its sequence number; a
   // timeout also names the ranks that did not arrive (see Note [Naming the ranks that did not arrive]).
   // `what` (a string literal) says what the collective is for, in errors and recent_collectives().
   void allreduce(torch::Tensor& tensor, c10d::ReduceOp op = c10d::ReduceOp::SUM, const char* what = "allreduce");
@@ -145,6 +147,15 @@ class ProcessGroup {
 
   // Releases the backend and the store (idempotent). Using the group afterwards throws.
   void destroy();
+  // Makes every wait of this group, now and later, fail at once with ddp::PeerLostError (thread-
+  // safe: another thread may call it while a rank is blocked in a collective, which then returns
+  // within kAbortPollInterval). The owner then calls destroy(): Gloo closes its pairs once the
+  // backend and the works holding them are released, and the peers' collectives fail with
+  // PeerLostError instead of waiting for their timeout. See Note [Live recovery] in ddp/fault_tolerant.h.
+  void abort();
+  bool aborted() const { return aborted_.load(); }
+  // How often a blocked wait looks at abort().
+  static constexpr std::chrono::milliseconds kAbortPollInterval{100};
   bool destroyed() const { return !backend_; }
 
   // Implementation of main_process_first (non-template): rank 0 runs f and publishes whether it
@@ -177,6 +188,7 @@ class ProcessGroup {
   c10::intrusive_ptr<c10d::Backend> backend_;
   Logger logger_;
   int main_first_calls_ = 0;
+  std::atomic<bool> aborted_{false};
   mutable CollectiveLog collectives_;
   CollectiveAlgorithm algorithm_ = CollectiveAlgorithm::kAuto;
   mutable std::mutex hierarchy_mutex_;

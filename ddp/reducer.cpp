@@ -25,8 +25,12 @@ void Reducer::build_buckets(const std::vector<std::size_t>& order) {
     dtypes.push_back(p.tensor.scalar_type());
     devices.push_back(p.tensor.device());
   }
-  const auto assignment = compute_bucket_assignment(
-      sizes, dtypes, devices, BucketCaps{options.first_bucket_cap_bytes, options.bucket_cap_bytes}, order);
+  lay_out_buckets(compute_bucket_assignment(
+      sizes, dtypes, devices, BucketCaps{options.first_bucket_cap_bytes, options.bucket_cap_bytes}, order));
+}
+
+void Reducer::lay_out_buckets(const std::vector<std::vector<std::size_t>>& assignment) {
+  buckets.clear();
   torch::NoGradGuard no_grad;
   std::vector<std::size_t> bucket_bytes;
   for (const auto& indices : assignment) {
@@ -89,7 +93,6 @@ void Reducer::rebuild_buckets() {
   for (std::size_t k = 0; k < n; ++k) agreed[k] = static_cast<std::size_t>(wire[static_cast<std::int64_t>(k)].item<std::int64_t>());
   // gradient_as_bucket_view: param.grad keeps the old bucket's storage alive; build_buckets copies
   // it into the new bucket and points param.grad there.
-  buckets.clear();
   build_buckets(agreed);
   buckets_rebuilt = true;
   ready_order.clear();
@@ -97,6 +100,57 @@ void Reducer::rebuild_buckets() {
   reset_iteration();
   group->logger().debug(str("DistributedDataParallel: buckets rebuilt in gradient-ready order: ", buckets.size(),
                             " buckets (", ddp::join(stats.bucket_bytes(), ", "), " bytes)"));
+}
+
+// Note [Rebinding DDP to a new group]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// After a lost peer (See Note [Live recovery] in ddp/fault_tolerant.h) every member of the new group
+// calls reset_group at the same point. The backward in flight is dropped (its works released, so
+// that the old group's Gloo pairs can close). The bucket layout must be the same on every rank, and
+// a joiner has the initial layout while the survivors may have rebuilt theirs: rank 0 (a survivor,
+// Note [Membership seam] in ddp/membership.h) broadcasts its exact layout and rebuild state, and the
+// others lay their buckets out so. Rank 0's buckets stay as they are, and with them the per-bucket
+// state of its communication hook (PowerSGD's P and Q), which a joiner then receives.
+void Reducer::reset_group(std::shared_ptr<ProcessGroup> new_group) {
+  reset_iteration();
+  group = std::move(new_group);
+  group->set_collective_algorithm(options.algorithm);
+  world = group->size();
+  const std::size_t n = params.size();
+  if (world > 1) {
+    // [buckets_rebuilt, synced_backwards, parameter order (n), bucket of each position (n)]
+    std::vector<std::int64_t> layout(2 + 2 * n, 0);
+    layout[0] = buckets_rebuilt ? 1 : 0;
+    layout[1] = synced_backwards;
+    std::size_t position = 0;
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      for (auto i : buckets[b].params) {
+        layout[2 + position] = static_cast<std::int64_t>(i);
+        layout[2 + n + position] = static_cast<std::int64_t>(b);
+        ++position;
+      }
+    }
+    auto wire = torch::tensor(layout, torch::TensorOptions().dtype(torch::kLong)).to(group->device());
+    group->broadcast(wire, 0, "bucket layout");
+    wire = wire.cpu();
+    const auto* agreed = wire.data_ptr<std::int64_t>();
+    std::vector<std::vector<std::size_t>> assignment;
+    for (std::size_t k = 0; k < n; ++k) {
+      const auto bucket = static_cast<std::size_t>(agreed[2 + n + k]);
+      if (assignment.size() <= bucket) assignment.resize(bucket + 1);
+      assignment[bucket].push_back(static_cast<std::size_t>(agreed[2 + k]));
+    }
+    std::vector<std::vector<std::size_t>> current;
+    for (const auto& b : buckets) current.push_back(b.params);
+    if (assignment != current) lay_out_buckets(assignment);
+    buckets_rebuilt = agreed[0] != 0;
+    synced_backwards = agreed[1];
+    ready_order.clear();
+    if (options.broadcast_buffers && buffer_groups.empty()) buffer_groups = make_flat_groups(buffers);
+  }
+  reset_iteration();
+  group->logger().debug(str("DistributedDataParallel: rebound to a group of ", world, " ranks (", buckets.size(),
+                            " buckets)"));
 }
 
 // Note [Iteration protocol]

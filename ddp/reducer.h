@@ -80,6 +80,10 @@ struct Reducer {
   std::vector<std::unique_ptr<IterationObserver>> observers;
 
   void build_buckets(const std::vector<std::size_t>& order = {});
+  // Lays the buckets out exactly as `assignment` says (each bucket's parameter indices).
+  void lay_out_buckets(const std::vector<std::vector<std::size_t>>& assignment);
+  // See Note [Rebinding DDP to a new group] in reducer.cpp.
+  void reset_group(std::shared_ptr<ProcessGroup> new_group);
   bool rebuild_wanted() const;
   void rebuild_buckets();
   void reset_iteration();

@@ -74,6 +74,11 @@ class GradScaler {
   double get_scale() const;
   int64_t growth_tracker() const;
   const GradScalerOptions& options() const { return options_; }
+  // Live recovery: GradScalerOptions::group becomes `group` (when one was set). See Note [Live
+  // recovery] in ddp/fault_tolerant.h.
+  void reset_process_group(std::shared_ptr<ProcessGroup> group) {
+    if (options_.group) options_.group = std::move(group);
+  }
 
   // Python's state_dict() and load_state_dict() (keys in ddp/amp/grad_scaler_state.h). Loading into
   // a disabled scaler is an error, as in Python.

@@ -32,6 +32,15 @@ class CommunicationError : public Error {
   using Error::Error;
 };
 
+// A collective failed because a peer is gone: its connection was closed or reset, or the group was
+// aborted (ProcessGroup::abort). The one error a training loop may recover from by rebuilding the
+// group with the ranks that are left (See Note [Live recovery] in ddp/fault_tolerant.h). A collective
+// that times out stays a TimeoutError; recovery treats it as a lost peer too.
+class PeerLostError : public CommunicationError {
+ public:
+  using CommunicationError::CommunicationError;
+};
+
 // Ranks disagree about something that must be identical on all of them (model, world size).
 class MismatchError : public Error {
  public:

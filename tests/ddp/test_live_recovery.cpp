@@ -1,0 +1,529 @@
+// Live recovery (ddp/fault_tolerant.h, ddp/membership.h) with in-process ranks: one thread per rank
+// over one c10d::HashStore. A "lost" rank is a thread that marks itself gone (what a launcher's
+// agent reports), aborts and destroys its group (Gloo closes its pairs) and leaves. The survivors'
+// parameters are compared with a reference the test computes itself: plain SGD with momentum on
+// the average of the ranks' gradients, with the same world size at every step.
+#include <catch2/catch.hpp>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/torch.h>
+
+#include <atomic>
+#include <chrono>
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ddp/amp/grad_scaler.h"
+#include "ddp/base/error.h"
+#include "ddp/fault_tolerant.h"
+#include "ddp/membership.h"
+#include "ddp/powersgd.h"
+#include "ddp/zero_redundancy_optimizer.h"
+#include "samplers/distributed_sampler.h"
+#include "tests/ddp/in_process_group.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr double kLr = 0.05;
+constexpr double kMomentum = 0.9;
+constexpr std::int64_t kSamplerBatch = 3;
+constexpr std::int64_t kDatasetSize = 1000;
+
+// The head is registered before the stem it follows, so the gradients become ready in another order
+// than the initial buckets hold them: the survivors' rebuilt bucket layout differs from a joiner's
+// initial one until reset_process_group hands rank 0's layout to everybody.
+struct Net : torch::nn::Module {
+  Net() {
+    head = register_module("head", torch::nn::Linear(5, 3));
+    stem = register_module("stem", torch::nn::Linear(6, 5));
+    to(torch::kDouble);
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return head(torch::tanh(stem(x))); }
+  torch::nn::Linear head{nullptr}, stem{nullptr};
+};
+
+std::shared_ptr<Net> make_model() { return std::make_shared<Net>(); }
+
+// The batch of `rank` of a group of `world` at `step`: a function of the three, so that the
+// reference can recompute it.
+std::pair<torch::Tensor, torch::Tensor> batch(std::int64_t step, int rank, int world) {
+  auto generator = at::detail::createCPUGenerator(static_cast<std::uint64_t>(step * 1000 + rank * 17 + world));
+  auto options = torch::TensorOptions().dtype(torch::kDouble);
+  return {at::randn({4, 6}, generator, options), at::randn({4, 3}, generator, options)};
+}
+
+torch::Tensor flat(const torch::nn::Module& module) {
+  std::vector<torch::Tensor> parts;
+  for (const auto& p : module.parameters()) parts.push_back(p.detach().reshape({-1}).clone());
+  return torch::cat(parts);
+}
+
+// Reference: the same model from `initial`, each step the average gradient of world_at[step] ranks.
+torch::Tensor reference(const torch::Tensor& initial, const std::vector<int>& world_at) {
+  auto model = make_model();
+  {
+    torch::NoGradGuard no_grad;
+    std::int64_t offset = 0;
+    for (auto& p : model->parameters()) {
+      p.copy_(initial.slice(0, offset, offset + p.numel()).view_as(p));
+      offset += p.numel();
+    }
+  }
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(kLr).momentum(kMomentum));
+  for (std::size_t step = 0; step < world_at.size(); ++step) {
+    const int world = world_at[step];
+    std::vector<torch::Tensor> sums;
+    for (auto& p : model->parameters()) sums.push_back(torch::zeros_like(p));
+    for (int r = 0; r < world; ++r) {
+      optimizer.zero_grad();
+      auto [x, y] = batch(static_cast<std::int64_t>(step), r, world);
+      torch::mse_loss(model->forward(x), y).backward();
+      auto params = model->parameters();
+      for (std::size_t i = 0; i < params.size(); ++i) sums[i] += params[i].grad();
+    }
+    auto params = model->parameters();
+    for (std::size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = sums[i] / world;
+    optimizer.step();
+  }
+  return flat(*model);
+}
+
+struct LeaveNow {};  // thrown by a test callback: this rank leaves during recovery
+
+// What one rank does and saw.
+struct Plan {
+  std::optional<std::int64_t> leave_at_step;  // leaves before this step
+  // Goes silent before this step (a partition: its connections stay open) until the others are done.
+  std::optional<std::int64_t> hang_at_step;
+  bool leave_during_first_recovery = false;   // leaves once its first recovery's group is built
+  bool joiner = false;  // starts as a joiner (See Scenario::hold_for_joiner_at)
+};
+struct Outcome {
+  bool left = false;
+  std::string error;
+  torch::Tensor initial;  // rank 0 after start()
+  torch::Tensor final_params;
+  std::int64_t steps = 0;
+  int regroups = 0;
+  std::vector<int> world_at;  // the world size each applied step ran at
+  std::int64_t hook_iterations = -1;  // PowerSGD's iteration count at the end
+  double scale = 0;                   // the GradScaler's scale at the end
+  std::int64_t growth_tracker = -1;
+  std::vector<std::int64_t> samples;  // the sampler's indices of the applied steps (Scenario::sampler)
+};
+
+struct Scenario {
+  int initial_world = 4;
+  std::int64_t total_steps = 5;
+  int min_world_size = 1;
+  std::map<int, Plan> plans;  // by thread (= initial rank; joiners after the initial ranks)
+  int joiners = 0;
+  // The initial ranks wait before this step until a joiner has announced itself, so that it joins
+  // after this step on every run.
+  std::optional<std::int64_t> hold_for_joiner_at;
+  bool powersgd = false;  // DDP with PowerSGD (compressing from its 2nd iteration)
+  // A GradScaler whose scale grows every 2 steps (powers of two: the gradients stay exact).
+  bool scaler = false;
+  // Batches from a DistributedSampler (kSamplerBatch per rank, no shuffle) re-sharded at every new group
+  // from the tracked count of samples the applied steps consumed.
+  bool sampler = false;
+  // Bound of every collective: the detection bound of a silent peer.
+  std::chrono::milliseconds group_timeout = ddp::testing::kRankTimeout;
+};
+
+std::vector<Outcome> run(const Scenario& scenario) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  store->setTimeout(ddp::testing::kRankTimeout);
+  const int threads_count = scenario.initial_world + scenario.joiners;
+  std::vector<Outcome> outcomes(static_cast<std::size_t>(threads_count));
+  std::atomic<std::int64_t> rank0_steps{0};
+  std::atomic<int> finished{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < threads_count; ++t) {
+    threads.emplace_back([&, t] {
+      Outcome& out = outcomes[static_cast<std::size_t>(t)];
+      const auto found = scenario.plans.find(t);
+      const Plan plan = found != scenario.plans.end() ? found->second : Plan();
+      try {
+        if (plan.joiner) {
+          const auto deadline = std::chrono::steady_clock::now() + 20s;
+          // Announces itself only once rank 0 has applied the step before the hold, so that rank 0's
+          // agreement of the held step is the first to see it.
+          const std::int64_t announce_after = scenario.hold_for_joiner_at.value_or(1);
+          while (rank0_steps.load() < announce_after && std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::sleep_for(1ms);
+          }
+        }
+        ddp::StoreMembershipOptions membership_options;
+        membership_options.initial_size = scenario.initial_world;
+        membership_options.initial_rank = t < scenario.initial_world ? t : -1;
+        membership_options.joining = t >= scenario.initial_world;
+        membership_options.settle_timeout = 20s;  // every lost rank here is marked gone
+        auto membership = std::make_shared<ddp::StoreMembership>(store, "thread-" + std::to_string(t),
+                                                                 membership_options);
+        ddp::FaultTolerantOptions options;
+        options.min_world_size = scenario.min_world_size;
+        options.membership_timeout = 20s;
+        options.group.timeout = scenario.group_timeout;
+        // See Scenario::sampler: the sampler follows each new group (FaultTolerantOptions::on_new_group).
+        std::optional<ddp::samplers::DistributedSampler> sampler;
+        std::int64_t consumed = 0;  // samples of the epoch the applied steps trained on, all ranks
+        options.on_new_group = [&](ddp::ProcessGroup& group, const ddp::Membership&) {
+          if (!scenario.sampler) return;
+          ddp::samplers::DistributedSamplerOptions sampler_options(group.size(), group.rank());
+          sampler_options.shuffle = false;
+          sampler.emplace(kDatasetSize, sampler_options);
+          sampler->set_state({/*epoch=*/0, /*position=*/consumed, /*num_replicas=*/1});
+        };
+        bool recovered_once = false;
+        options.on_group_built = [&](ddp::ProcessGroup&, const ddp::Membership&) {
+          if (plan.leave_during_first_recovery && recovered_once) throw LeaveNow();
+          recovered_once = true;
+        };
+        ddp::FaultTolerant ft(store, membership, options);
+        auto net = make_model();
+        ddp::DistributedDataParallel model(net, ft.group());
+        torch::optim::SGD optimizer(net->parameters(), torch::optim::SGDOptions(kLr).momentum(kMomentum));
+        std::shared_ptr<ddp::PowerSgdHook> powersgd;
+        if (scenario.powersgd) {
+          ddp::PowerSgdOptions hook_options;
+          hook_options.start_powersgd_iter = 2;
+          powersgd = std::make_shared<ddp::PowerSgdHook>(hook_options);
+          model.register_comm_hook(powersgd);
+        }
+        ddp::amp::GradScalerOptions scaler_options;
+        scaler_options.init_scale = 1024;
+        scaler_options.growth_interval = 2;
+        scaler_options.enabled = scenario.scaler;
+        ddp::amp::GradScaler scaler(torch::kCPU, scaler_options);
+        ft.track(model);
+        ft.track(optimizer);
+        if (scenario.scaler) ft.track(scaler);
+        if (scenario.sampler) ft.track("consumed", consumed);
+        const auto leave = [&] {
+          membership->mark_left(ft.membership().round);
+          ft.group()->abort();
+          ft.group()->destroy();
+          out.left = true;
+        };
+        ft.start();
+        if (t == 0) out.initial = flat(*net);
+        while (ft.steps() < scenario.total_steps) {
+          if (plan.leave_at_step && ft.steps() == *plan.leave_at_step) return leave();
+          if (plan.hang_at_step && ft.steps() == *plan.hang_at_step) {
+            // The launcher knows a partitioned host is gone; its connections stay open here.
+            membership->mark_left(ft.membership().round);
+            const auto deadline = std::chrono::steady_clock::now() + 60s;
+            while (finished.load() < scenario.initial_world - 1 && std::chrono::steady_clock::now() < deadline) {
+              std::this_thread::sleep_for(1ms);
+            }
+            ft.group()->abort();
+            ft.group()->destroy();
+            out.left = true;
+            return;
+          }
+          if (scenario.hold_for_joiner_at == ft.steps() && !plan.joiner) {
+            const auto deadline = std::chrono::steady_clock::now() + 20s;
+            while (!membership->change_pending(ft.membership().round) && std::chrono::steady_clock::now() < deadline) {
+              std::this_thread::sleep_for(1ms);
+            }
+          }
+          try {
+            const int world = ft.group()->size();
+            const int rank = ft.group()->rank();
+            std::vector<std::size_t> indices;
+            const bool applied = ft.step(
+                [&] {
+                  optimizer.zero_grad();
+                  auto [x, y] = batch(ft.steps(), rank, world);
+                  if (sampler) {
+                    indices = sampler->next(kSamplerBatch).value();
+                    x = torch::stack({batch(static_cast<std::int64_t>(indices[0]), 0, 0).first[0],
+                                      batch(static_cast<std::int64_t>(indices[1]), 0, 0).first[0],
+                                      batch(static_cast<std::int64_t>(indices[2]), 0, 0).first[0]});
+                    y = y.slice(0, 0, kSamplerBatch);
+                  }
+                  scaler.scale(torch::mse_loss(model(x), y)).backward();
+                },
+                [&] {
+                  scaler.step(optimizer);
+                  scaler.update();
+                  consumed += world * kSamplerBatch;
+                });
+            if (applied) out.world_at.push_back(world);
+            if (applied) out.samples.insert(out.samples.end(), indices.begin(), indices.end());
+          } catch (const LeaveNow&) {
+            return leave();
+          }
+          if (t == 0) rank0_steps.store(ft.steps());
+        }
+        out.final_params = flat(*net);
+        out.steps = ft.steps();
+        out.regroups = ft.regroups();
+        if (powersgd) out.hook_iterations = powersgd->iteration();
+        out.scale = scaler.get_scale();
+        out.growth_tracker = scaler.growth_tracker();
+        ++finished;
+      } catch (const std::exception& error) {
+        out.error = error.what();
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  return outcomes;
+}
+
+// The survivors agree bit for bit, ran the expected world sizes and match the reference.
+void check_survivors(const std::vector<Outcome>& outcomes, const std::vector<int>& expected_world_at) {
+  const Outcome& first = outcomes[0];
+  REQUIRE(first.error.empty());
+  REQUIRE(first.initial.defined());
+  const torch::Tensor expected = reference(first.initial, expected_world_at);
+  for (std::size_t t = 0; t < outcomes.size(); ++t) {
+    const Outcome& out = outcomes[t];
+    INFO("thread " << t << ": " << out.error);
+    if (out.left) continue;
+    REQUIRE(out.error.empty());
+    CHECK(out.world_at == expected_world_at);
+    CHECK(out.steps == static_cast<std::int64_t>(expected_world_at.size()));
+    CHECK(torch::equal(out.final_params, first.final_params));
+    CHECK(torch::allclose(out.final_params, expected, 1e-10, 1e-12));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a lost rank: the survivors drop the step and match the reference", "[live]") {
+  Scenario scenario;
+  scenario.total_steps = 5;
+  scenario.plans[3].leave_at_step = 2;
+  const auto outcomes = run(scenario);
+  CHECK(outcomes[3].left);
+  check_survivors(outcomes, {4, 4, 3, 3, 3});
+  CHECK(outcomes[0].regroups == 2);  // start and one recovery
+}
+
+TEST_CASE("the sampler re-shards at the new world size: every sample of the applied steps once", "[live]") {
+  Scenario scenario;
+  scenario.total_steps = 5;
+  scenario.plans[3].leave_at_step = 2;  // 2 steps x 4 ranks x 3 samples: 24, a multiple of 3 ranks
+  scenario.sampler = true;
+  const auto outcomes = run(scenario);
+  std::vector<std::int64_t> seen;
+  for (std::size_t t = 0; t < outcomes.size(); ++t) {
+    INFO("thread " << t << ": " << outcomes[t].error);
+    REQUIRE(outcomes[t].error.empty());
+    if (!outcomes[t].left) CHECK(torch::equal(outcomes[t].final_params, outcomes[0].final_params));
+    seen.insert(seen.end(), outcomes[t].samples.begin(), outcomes[t].samples.end());
+  }
+  std::sort(seen.begin(), seen.end());
+  std::vector<std::int64_t> expected((4 * 2 + 3 * 3) * kSamplerBatch);
+  std::iota(expected.begin(), expected.end(), 0);
+  CHECK(seen == expected);  // none lost, none twice, the dropped step's samples trained after the regroup
+}
+
+TEST_CASE("two failures in a row", "[live]") {
+  Scenario scenario;
+  scenario.total_steps = 5;
+  scenario.plans[3].leave_at_step = 1;
+  scenario.plans[1].leave_at_step = 2;
+  const auto outcomes = run(scenario);
+  check_survivors(outcomes, {4, 3, 2, 2, 2});
+  CHECK(outcomes[0].regroups == 3);
+}
+
+TEST_CASE("a silent peer (a partition): detected by the group's timeout, then the same as a loss", "[live]") {
+  Scenario scenario;
+  scenario.initial_world = 3;
+  scenario.total_steps = 3;
+  scenario.plans[2].hang_at_step = 1;
+  scenario.group_timeout = 3s;
+  const auto outcomes = run(scenario);
+  CHECK(outcomes[2].left);
+  check_survivors(outcomes, {3, 2, 2});
+}
+
+TEST_CASE("a failure during recovery: recovery retries with the next round", "[live]") {
+  Scenario scenario;
+  scenario.total_steps = 4;
+  scenario.plans[3].leave_at_step = 1;
+  scenario.plans[2].leave_during_first_recovery = true;
+  const auto outcomes = run(scenario);
+  CHECK(outcomes[2].left);
+  check_survivors(outcomes, {4, 2, 2, 2});
+}
+
+TEST_CASE("a failure during recovery below the minimum size ends with a clear error", "[live]") {
+  Scenario scenario;
+  scenario.total_steps = 4;
+  scenario.min_world_size = 3;
+  scenario.plans[3].leave_at_step = 1;
+  scenario.plans[2].leave_during_first_recovery = true;
+  const auto outcomes = run(scenario);
+  for (int t : {0, 1}) {
+    INFO("thread " << t);
+    CHECK_THAT(outcomes[static_cast<std::size_t>(t)].error,
+               Catch::Contains("below the minimum of 3"));
+  }
+}
+
+TEST_CASE("a joiner receives the state and trains on, bit for bit equal", "[live]") {
+  Scenario scenario;
+  scenario.initial_world = 3;
+  scenario.joiners = 1;
+  scenario.total_steps = 6;
+  scenario.plans[3].joiner = true;
+  scenario.hold_for_joiner_at = 2;  // the join happens after step 2
+  scenario.scaler = true;
+  const auto outcomes = run(scenario);
+  for (std::size_t t = 0; t < outcomes.size(); ++t) {
+    INFO("thread " << t << ": " << outcomes[t].error);
+    REQUIRE(outcomes[t].error.empty());
+    CHECK(outcomes[t].steps == scenario.total_steps);
+    CHECK(torch::equal(outcomes[t].final_params, outcomes[0].final_params));
+    // The scaler's state came with the join: 6 steps, growth every 2, from 1024.
+    CHECK(outcomes[t].scale == 1024.0 * 8);
+    CHECK(outcomes[t].growth_tracker == 0);
+  }
+  // The joiner applied only the steps after its join; the others ran 3, then 4 ranks.
+  const std::vector<int> expected{3, 3, 3, 4, 4, 4};
+  CHECK(outcomes[0].world_at == expected);
+  CHECK(outcomes[3].world_at == std::vector<int>{4, 4, 4});
+  CHECK(outcomes[3].regroups == 1);
+  CHECK(torch::allclose(outcomes[0].final_params, reference(outcomes[0].initial, expected), 1e-10, 1e-12));
+}
+
+TEST_CASE("a joiner with PowerSGD receives the hook's shared state", "[live]") {
+  Scenario scenario;
+  scenario.initial_world = 2;
+  scenario.joiners = 1;
+  scenario.total_steps = 5;
+  scenario.plans[2].joiner = true;
+  scenario.hold_for_joiner_at = 2;
+  scenario.powersgd = true;
+  const auto outcomes = run(scenario);
+  for (std::size_t t = 0; t < outcomes.size(); ++t) {
+    INFO("thread " << t << ": " << outcomes[t].error);
+    REQUIRE(outcomes[t].error.empty());
+    CHECK(torch::equal(outcomes[t].final_params, outcomes[0].final_params));
+    CHECK(outcomes[t].hook_iterations == scenario.total_steps);  // the joiner's count came with the state
+  }
+  CHECK(outcomes[2].world_at == std::vector<int>{3, 3});
+}
+
+TEST_CASE("a collective whose peer closed raises PeerLostError", "[live]") {
+  const auto errors = ddp::testing::run_ranks<std::string>(2, [](ddp::ProcessGroup& group) -> std::string {
+    group.barrier();
+    if (group.rank() == 1) {
+      group.destroy();  // Gloo closes this rank's pairs
+      return "";
+    }
+    auto t = torch::ones({1000});
+    try {
+      for (int i = 0; i < 100; ++i) group.allreduce(t);
+    } catch (const ddp::PeerLostError& error) {
+      return std::string("PeerLostError: ") + error.what();
+    } catch (const std::exception& error) {
+      return std::string("other: ") + error.what();
+    }
+    return "no error";
+  });
+  CHECK_THAT(errors[0], Catch::StartsWith("PeerLostError: "));
+}
+
+TEST_CASE("abort() ends a wait blocked in a collective with PeerLostError", "[live]") {
+  std::atomic<bool> done{false};
+  const auto errors = ddp::testing::run_ranks<std::string>(2, [&](ddp::ProcessGroup& group) -> std::string {
+    if (group.rank() == 1) {  // never joins the all-reduce; ends once rank 0 is done
+      while (!done.load()) std::this_thread::sleep_for(1ms);
+      return "";
+    }
+    std::thread aborter([&group] {
+      std::this_thread::sleep_for(200ms);
+      group.abort();
+    });
+    std::string result = "no error";
+    auto t = torch::ones({4});
+    try {
+      group.allreduce(t);
+    } catch (const ddp::PeerLostError& error) {
+      result = std::string("PeerLostError: ") + error.what();
+    } catch (const std::exception& error) {
+      result = std::string("other: ") + error.what();
+    }
+    aborter.join();
+    done.store(true);
+    return result;
+  });
+  CHECK_THAT(errors[0], Catch::Contains("PeerLostError: ") &&
+                            Catch::Contains("aborted"));
+}
+
+TEST_CASE("StoreMembership orders the previous members first and counts joiners", "[live]") {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  ddp::StoreMembershipOptions options;
+  options.initial_size = 2;
+  std::vector<ddp::Membership> got(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      ddp::StoreMembershipOptions mine = options;
+      mine.initial_rank = 1 - r;  // reversed: thread 0 is rank 1
+      ddp::StoreMembership membership(store, "m" + std::to_string(r), mine);
+      got[static_cast<std::size_t>(r)] = membership.next(0, 10s);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  CHECK(got[0].rank == 1);
+  CHECK(got[1].rank == 0);
+  CHECK(got[0].world_size == 2);
+  CHECK(got[0].round == 1);
+  CHECK(got[0].joiners.empty());
+  CHECK(got[0].store_prefix == got[1].store_prefix);
+}
+
+TEST_CASE("FaultTolerant refuses what it cannot recover", "[live]") {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  auto membership = std::make_shared<ddp::StoreMembership>(store, "alone");
+  CHECK_THROWS_AS(ddp::FaultTolerant(nullptr, membership), ddp::InvalidArgument);
+  CHECK_THROWS_AS(ddp::FaultTolerant(store, nullptr), ddp::InvalidArgument);
+  ddp::FaultTolerant ft(store, membership);
+  CHECK_THROWS_WITH(ft.step([] {}, [] {}), Catch::Contains("call start() first"));
+  auto net = make_model();
+  auto zero = ddp::ZeroRedundancyOptimizer::of<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(0.1),
+                                                                   ft.group());
+  CHECK_THROWS_WITH(ft.track(*zero), Catch::Contains("ZeroRedundancyOptimizer is not supported"));
+  CHECK_THROWS_AS(ddp::StoreMembership(store, ""), ddp::InvalidArgument);
+}
+
+TEST_CASE("StoreMembership: a joiner waits for the next round and comes after the members", "[live]") {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  ddp::StoreMembershipOptions member_options;  // a job of one
+  ddp::StoreMembership member(store, "z-member", member_options);
+  const ddp::Membership first = member.next(0, 10s);
+  CHECK(first.round == 1);
+  CHECK(first.world_size == 1);
+  CHECK_FALSE(member.change_pending(1));
+  ddp::StoreMembershipOptions joiner_options;
+  joiner_options.joining = true;
+  ddp::Membership joined;
+  std::thread joiner([&] { joined = ddp::StoreMembership(store, "a-joiner", joiner_options).next(0, 10s); });
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!member.change_pending(1) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  const ddp::Membership second = member.next(first.round, 10s);
+  joiner.join();
+  CHECK(second.round == 2);
+  CHECK(second.world_size == 2);
+  CHECK(second.rank == 0);  // the member first, although the joiner's id sorts before it
+  CHECK(joined.rank == 1);
+  CHECK(joined.round == 2);
+  CHECK(second.joiners == std::vector<int>{1});
+  CHECK(joined.joiners == std::vector<int>{1});
+  CHECK(second.store_prefix != first.store_prefix);
+}
