@@ -72,13 +72,13 @@ def tables(path):
                 single[row["model"]] = row["value"]
             else:
                 speed.setdefault((row["model"], row["hosts"], row["rate"]), {})[(row["hook"], row["impl"])] = row["value"]
-    print("| link | hosts | all-reduce busbw | of the shaped rate |\n|---|---|---|---|")
+    print("| link | hosts | size | all-reduce busbw | of the shaped rate |\n|---|---|---|---|---|")
     for row in busbw:
         try:
             share = f"{float(row['value']) / RATE_MBPS[row['rate']]:.0%}"
         except (ValueError, KeyError):
             share = "-"
-        print(f"| {row['rate']} | {row['hosts']} | {row['value']} Mb/s | {share} |")
+        print(f"| {row['rate']} | {row['hosts']} | {row['model'].replace('-', '8MiB')} | {row['value']} Mb/s | {share} |")
     print()
     hooks = []
     for cells in speed.values():
