@@ -6,6 +6,7 @@
 #   HOSTS ["2 4"]  RATES ["1gbit 100mbit"]  MODELS ["resnet18 lenet"]
 #   HOOKS ["allreduce fp16 powersgd:1 powersgd:2 powersgd:4"]  WARMUP [3]  ITERS [4]
 #   BATCH_resnet18 [16]  BATCH_lenet [64]  ALLREDUCE_BYTES ["8388608 67108864"]  PYTHON_SIDE [1]
+#   TORCH_TRIES [3]: tries of each PyTorch run before it is recorded as failed
 #   PIN [auto]: 1 runs host K's launcher and worker on core K of this machine (taskset; core K mod
 #   the cores when there are fewer) and the one-host baseline on the first core, so N hosts have N
 #   times one host's compute as separate machines do; auto pins a host count that fits in the cores
@@ -14,7 +15,8 @@
 # kernel has no sch_netem here, so no delay is added), 1 worker per host; allreduce_bench busbw;
 # then per model and hook ddp_bench --mode ddp (C++) and benchmarks/hooks_reference.py under
 # torchrun (PyTorch's DDP with PyTorch's hook). One host's figure (ddp_bench --mode single, no
-# communication) is taken once per model outside the bed; a failed run's logs are kept in OUT_DIR.
+# communication) is taken per model and bed before and after its runs (the row: their mean, with
+# the bed's rate and 1 host); a failed run's logs are kept in OUT_DIR.
 # Rows go to OUT_DIR/hooks.csv:
 #   kind,rate,hosts,model,hook,impl,value     (kind: busbw_Mbps | samples_per_s; busbw's model: the size)
 # Every launcher runs under timeout; the bed is removed on every exit path.
@@ -30,6 +32,7 @@ warmup=${WARMUP:-3}
 iters=${ITERS:-4}
 allreduce_bytes=${ALLREDUCE_BYTES:-8388608 67108864}
 python_side=${PYTHON_SIDE:-1}
+torch_tries=${TORCH_TRIES:-3}
 cluster=$DDP_ROOT/scripts/netns-cluster.sh
 bin=$DDP_BUILD_DIR/bin
 torchrun=$DDP_ROOT/.venv/bin/torchrun
@@ -113,12 +116,12 @@ load() { awk '{ printf "load %s %s %s", $1, $2, $3 }' /proc/loadavg; }
 
 echo "bench-hooks.sh: ${#cores[@]} cores (${cores[*]}), PIN=$pin, $(load) at start; output $csv"
 read -r -a baseline_core <<<"$([[ $pin == 0 ]] || pinned 1 0)"
-for model in $models; do
-  b=$(batch_of "$model")
-  "${baseline_core[@]}" "$bin/ddp_bench" --mode single --model "$model" --batch "$b" --warmup "$warmup" --iters "$iters" \
+# one_host MODEL BATCH: samples/s of ddp_bench --mode single (no communication) on the baseline's core.
+one_host() {
+  "${baseline_core[@]}" "$bin/ddp_bench" --mode single --model "$1" --batch "$2" --warmup "$warmup" --iters "$iters" \
     --csv "$work/single.csv" --no-markdown >/dev/null
-  row samples_per_s none 1 "$model" none cpp "$(column "$work/single.csv" samples_per_s)"
-done
+  column "$work/single.csv" samples_per_s
+}
 
 port=29700
 for rate in $rates; do
@@ -141,6 +144,9 @@ for rate in $rates; do
     done
     for model in $models; do
       b=$(batch_of "$model")
+      # One host, measured before and after this model's runs (the load of a shared machine drifts):
+      # the row (rate R, 1 host) is their mean, the scaling of R's rows divides by it.
+      before=$(one_host "$model" "$b")
       for hook in $hooks; do
         h=${hook%%:*} r=1
         [[ $hook == *:* ]] && r=${hook#*:}
@@ -155,16 +161,27 @@ for rate in $rates; do
           keep "$work/cpp" "$model-${hook/:/}-$rate-$n-cpp"
         fi
         ((python_side)) || continue
-        port=$((port + 1))
-        if on_hosts "$n" "$port" "$work/py" torch --model "$model" --batch "$b" --warmup "$warmup" \
-          --iters "$iters" --comm-hook "$h" --powersgd-rank "$r"; then
-          row samples_per_s "$rate" "$n" "$model" "$hook" torch \
-            "$(grep -ho 'samples_per_s=[0-9.]*' "$work"/py.host* | head -n 1 | cut -d= -f2)"
-        else
-          row samples_per_s "$rate" "$n" "$model" "$hook" torch failed
-          keep "$work/py" "$model-${hook/:/}-$rate-$n-torch"
-        fi
+        # PyTorch's powerSGD_hook can abort with Gloo ("Received data size doesn't match expected
+        # size"): it all-reduces Q on the group of the next bucket's P, from Gloo's callback
+        # thread, in an order that differs between ranks. Each failed try is kept and counted.
+        local_ok=0
+        for ((try = 1; try <= torch_tries; try++)); do
+          port=$((port + 1))
+          if on_hosts "$n" "$port" "$work/py" torch --model "$model" --batch "$b" --warmup "$warmup" \
+            --iters "$iters" --comm-hook "$h" --powersgd-rank "$r"; then
+            row samples_per_s "$rate" "$n" "$model" "$hook" torch \
+              "$(grep -ho 'samples_per_s=[0-9.]*' "$work"/py.host* | head -n 1 | cut -d= -f2)"
+            local_ok=1
+            break
+          fi
+          echo "  PyTorch's run failed (try $try of $torch_tries)"
+          keep "$work/py" "$model-${hook/:/}-$rate-$n-torch-try$try"
+        done
+        ((local_ok)) || row samples_per_s "$rate" "$n" "$model" "$hook" torch failed
       done
+      after=$(one_host "$model" "$b")
+      echo "  one host: $before samples/s before, $after after"
+      row samples_per_s "$rate" 1 "$model" none cpp "$(awk -v a="$before" -v b="$after" 'BEGIN { printf "%.1f", (a + b) / 2 }')"
     done
     "$cluster" down "$name"
     name=""
