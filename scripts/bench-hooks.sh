@@ -3,7 +3,7 @@
 # test bed (scripts/netns-cluster.sh, root or CAP_NET_ADMIN), C++ and Python side by side in one run:
 #   scripts/bench-hooks.sh OUT_DIR
 # Settings from the environment (defaults in brackets):
-#   HOSTS ["2 4"]  RATES ["1gbit 100mbit"]  MODELS ["resnet18 lenet"]
+#   HOSTS ["2 4"]  RATES ["1gbit 100mbit"]  MODELS ["resnet18 lenet"; none: busbw only]
 #   HOOKS ["allreduce fp16 powersgd:1 powersgd:2 powersgd:4"]  WARMUP [3]  ITERS [4]
 #   BATCH_resnet18 [16]  BATCH_lenet [64]  ALLREDUCE_BYTES ["8388608 67108864"]  PYTHON_SIDE [1]
 #   TORCH_TRIES [3]: tries of each PyTorch run before it is recorded as failed
@@ -27,6 +27,7 @@ out=${1:?usage: scripts/bench-hooks.sh OUT_DIR}
 hosts_list=${HOSTS:-2 4}
 rates=${RATES:-1gbit 100mbit}
 models=${MODELS:-resnet18 lenet}
+[[ $models == none ]] && models=""  # busbw only
 hooks=${HOOKS:-allreduce fp16 powersgd:1 powersgd:2 powersgd:4}
 warmup=${WARMUP:-3}
 iters=${ITERS:-4}
@@ -54,7 +55,7 @@ mkdir -p "$out"
 csv=$out/hooks.csv
 [[ -f $csv ]] || echo "kind,rate,hosts,model,hook,impl,value" >"$csv"
 name=""
-work=$(mktemp -d)
+work=$(mktemp -d "$out/.work.XXXXXX")  # in OUT_DIR: a shared /tmp may be swept by others
 cleanup() {
   [[ -n $name ]] && "$cluster" down "$name"
   rm -rf "$work"
@@ -106,7 +107,10 @@ on_hosts() {
 # keep LOG_PREFIX LABEL: a failed run's logs into OUT_DIR (failed-LABEL.hostK), and their tails on stderr.
 keep() {
   local f
-  for f in "$1".host*; do cp "$f" "$out/failed-$2.${f##*.}"; done
+  for f in "$1".host*; do
+    [[ -e $f ]] || { echo "  (no logs: $1.host*)" >&2; return 0; }
+    cp "$f" "$out/failed-$2.${f##*.}"
+  done
   tail -n 3 "$1".host* >&2
 }
 
