@@ -46,7 +46,10 @@ struct GradBucket {
 // all-reduce). The reducer calls wait() at the end of backward in bucket order, so every rank
 // issues those later collectives in the same order; the first stage overlaps with backward as
 // the built-in all-reduce does. PyTorch chains such stages with Future::then on the
-// communication thread; here the order of collectives stays the reducer's.
+// communication thread; here the order of collectives stays the reducer's. A hook whose later
+// stages should start as soon as the first ends runs them on a thread and a group of its own and
+// returns, among its works, one that completes when they end (PowerSGD: see Note [PowerSGD
+// stages] in ddp/powersgd_stages.cpp).
 class HookWork {
  public:
   using Continuation = std::function<torch::Tensor()>;

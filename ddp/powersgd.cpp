@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ddp/base/error.h"
+#include "ddp/powersgd_stages.h"
 
 namespace ddp {
 
@@ -28,8 +29,8 @@ namespace ddp {
 //  6. Orthogonalise P; Q = M^T P; all-reduce the Qs; Q /= divisor; M = P Q^T (written into the
 //     bucket); error = the copy of step 2 - the bucket's new content; the iteration counts at the
 //     last bucket.
-// Steps 1, 2-5 run in run(); 6 in the work's continuation (Note [Hook work]), at the end of
-// backward. PyTorch all-reduces the Ps after the uncompressed tensors; both are started at once
+// Steps 1, 2-5 run in run(); 6 on the hook's stage thread as soon as the all-reduces of step 5
+// end, as PyTorch chains it (Note [PowerSGD stages] in powersgd_stages.cpp). PyTorch all-reduces the Ps after the uncompressed tensors; both are started at once
 // here, which changes no figure.
 
 namespace {
@@ -71,6 +72,8 @@ void orthogonalize(torch::Tensor& matrices, double epsilon) {
     }
   }
 }
+
+PowerSgdHook::~PowerSgdHook() = default;
 
 PowerSgdHook::PowerSgdHook(PowerSgdOptions options) : options_(options), seeds_(options.random_seed) {
   if (options_.matrix_approximation_rank < 1) {
@@ -209,12 +212,14 @@ HookWork PowerSgdHook::compress(ProcessGroup& group, GradBucket& bucket) {
   }
   if (p_memory.numel() > 0) works.push_back(group.allreduce_async(p_memory, "PowerSGD P all-reduce", tag));
 
-  // Step 6, once the all-reduces are done.
+  // Step 6, once the all-reduces are done: on the stage thread (Note [PowerSGD stages]), or inline
+  // in the reducer's wait where the group's backend cannot be served there.
   const double divisor = bucket.divisor;
-  const bool last = bucket.last;
-  torch::Tensor q_all = q_memory;
-  auto then = [this, &group, input, input_copy, uncompressed, uncompressed_memory, compressed, q_all, divisor,
-               last, index]() mutable {
+  torch::Tensor error = options_.use_error_feedback ? errors_[index] : torch::Tensor();
+  const double epsilon = options_.orthogonalization_epsilon;
+  auto listener = listener_;
+  auto stages = [input, input_copy, error, uncompressed, uncompressed_memory, compressed, q_all = q_memory, divisor,
+                 epsilon, index, listener](ProcessGroup& on) mutable {
     torch::NoGradGuard no_grad;
     if (divisor != 1) uncompressed_memory.div_(divisor);
     std::int64_t at = 0;
@@ -223,13 +228,18 @@ HookWork PowerSgdHook::compress(ProcessGroup& group, GradBucket& bucket) {
       at += t.numel();
     }
     for (auto& c : *compressed) {
-      orthogonalize(c.p, options_.orthogonalization_epsilon);
+      orthogonalize(c.p, epsilon);
       torch::bmm_out(c.q, c.matrix.transpose(1, 2), c.p);
     }
-    if (!compressed->empty()) group.allreduce(q_all, c10d::ReduceOp::SUM, "PowerSGD Q all-reduce");
+    if (!compressed->empty()) on.allreduce(q_all, c10d::ReduceOp::SUM, "PowerSGD Q all-reduce");
     if (divisor != 1) q_all.div_(divisor);
     for (auto& c : *compressed) torch::bmm_out(c.matrix, c.p, c.q.transpose(1, 2));
-    if (options_.use_error_feedback) errors_[index] = input_copy - input;
+    if (error.defined()) torch::sub_out(error, input_copy, input);
+    if (listener) listener(index);
+  };
+  // The hook's own state changes here, in the reducer's wait, after the bucket's stages ended.
+  const bool last = bucket.last;
+  auto finish = [this, input, last] {
     if (!options_.warm_start) {
       p_memory_.clear();
       q_memory_.clear();
@@ -237,7 +247,15 @@ HookWork PowerSgdHook::compress(ProcessGroup& group, GradBucket& bucket) {
     if (last) ++iteration_;
     return input;
   };
-  return HookWork(group, std::move(works), "PowerSGD all-reduce", std::move(then));
+  if (!detail::PowerSgdStages::supported(group)) {
+    return HookWork(group, std::move(works), "PowerSGD all-reduce", [&group, stages, finish]() mutable {
+      stages(group);
+      return finish();
+    });
+  }
+  if (!stages_) stages_ = std::make_unique<detail::PowerSgdStages>();
+  auto done = stages_->submit(group, std::move(works), "PowerSGD all-reduce", std::move(stages));
+  return HookWork(group, {std::move(done)}, "PowerSGD stages", std::move(finish));
 }
 
 StateDict PowerSgdHook::state() const {

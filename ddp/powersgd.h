@@ -5,13 +5,18 @@
 //   model.register_comm_hook(hook);
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 
 #include "ddp/comm_hook.h"
 
 namespace ddp {
+namespace detail {
+class PowerSgdStages;  // ddp/powersgd_stages.h
+}  // namespace detail
 
 // PyTorch's PowerSGDState arguments (defaults included); a plain struct.
 struct PowerSgdOptions {
@@ -37,6 +42,8 @@ class PowerSgdHook : public CommHookInterface {
   // Throws ddp::InvalidArgument for a rank below 1, a negative rate or epsilon, or
   // start_powersgd_iter <= 1 with error feedback or warm start.
   explicit PowerSgdHook(PowerSgdOptions options = {});
+  // Waits for the stages still running (each of their waits is bounded by the group's timeout).
+  ~PowerSgdHook() override;
   std::string name() const override { return "powersgd"; }
   HookWork run(ProcessGroup& group, GradBucket& bucket) override;
   // "iter", "rng", "error.<bucket>", "p.<bucket>", "q.<bucket>" (per rank: the errors differ).
@@ -46,11 +53,17 @@ class PowerSgdHook : public CommHookInterface {
   const PowerSgdOptions& options() const { return options_; }
   // Completed iterations (counted at the last bucket of each synchronized backward).
   std::int64_t iteration() const { return iteration_; }
-  // The error-feedback buffer of a bucket (undefined before its first compressed iteration).
+  // The error-feedback buffer of a bucket (undefined before its first compressed iteration),
+  // updated in place by every compressed iteration: clone it to keep one iteration's.
   torch::Tensor error(std::size_t bucket) const;
   // Elements before and after compression over every compressed iteration so far.
   std::int64_t numel_before_compression() const { return numel_before_; }
   std::int64_t numel_after_compression() const { return numel_after_; }
+  // Called with a bucket's index when, in a compressed iteration, its averaged gradient is in the
+  // bucket, on the thread that ran its last stages (see Note [PowerSGD stages] in
+  // ddp/powersgd_stages.cpp); for tests and tools that observe when a bucket's communication ends.
+  // Set it before the first backward.
+  void set_stage_listener(std::function<void(std::size_t bucket)> listener) { listener_ = std::move(listener); }
 
  private:
   HookWork compress(ProcessGroup& group, GradBucket& bucket);
@@ -62,6 +75,8 @@ class PowerSgdHook : public CommHookInterface {
   std::mt19937 seeds_;  // numpy.random.RandomState(random_seed)'s generator
   std::map<std::size_t, torch::Tensor> errors_, p_memory_, q_memory_;
   std::int64_t numel_before_ = 0, numel_after_ = 0;
+  std::function<void(std::size_t)> listener_;
+  std::unique_ptr<detail::PowerSgdStages> stages_;  // null with a group the stage thread cannot serve
 };
 
 // Orthogonalises the columns of each matrix of a batch (b, n, r), in place, as PyTorch's PowerSGD:

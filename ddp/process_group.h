@@ -120,6 +120,11 @@ class ProcessGroup {
   HierarchicalCollectives* hierarchy();
   // Why the group uses the algorithm it uses ("" until hierarchy() ran).
   std::string algorithm_choice() const;
+  // A new Gloo group of the same ranks over this group's store under `store_prefix`, flat algorithm,
+  // on this group's transport devices; `name` names it in errors. A collective: every rank calls it
+  // with the same prefix, one no group has used. For collectives issued from a thread of their own
+  // that must not interleave with this group's (Note [PowerSGD stages] in ddp/powersgd_stages.cpp).
+  std::shared_ptr<ProcessGroup> new_group_of_same_ranks(const std::string& name, const std::string& store_prefix);
 
   // Rank src's bytes reach every rank (two broadcasts: the length, then the bytes; each with the
   // group's timeout and diagnostics). For state of any size, e.g. ZeroRedundancyOptimizer's

@@ -153,6 +153,13 @@ std::shared_ptr<ProcessGroup> ProcessGroup::make_sub_group(const std::string& na
   return group;
 }
 
+std::shared_ptr<ProcessGroup> ProcessGroup::new_group_of_same_ranks(const std::string& name,
+                                                                    const std::string& store_prefix) {
+  std::vector<int> ranks(static_cast<std::size_t>(info_.size));
+  for (int r = 0; r < info_.size; ++r) ranks[static_cast<std::size_t>(r)] = r;
+  return make_sub_group(name, ranks, store_prefix);
+}
+
 HierarchicalCollectives* ProcessGroup::hierarchy() {
   std::lock_guard<std::mutex> lock(hierarchy_mutex_);
   if (hierarchy_resolved_) return hierarchy_.get();

@@ -3,16 +3,22 @@
 # test bed (scripts/netns-cluster.sh, root or CAP_NET_ADMIN), C++ and Python side by side in one run:
 #   scripts/bench-hooks.sh OUT_DIR
 # Settings from the environment (defaults in brackets):
-#   HOSTS ["2 4"]  RATES ["1gbit 100mbit"]  MODELS ["resnet18 lenet"]
+#   HOSTS ["2 4"]  RATES ["1gbit 100mbit"]  MODELS ["resnet18 lenet"; none: busbw only]
 #   HOOKS ["allreduce fp16 powersgd:1 powersgd:2 powersgd:4"]  WARMUP [3]  ITERS [4]
-#   BATCH_resnet18 [16]  BATCH_lenet [64]  ALLREDUCE_BYTES [8388608]  PYTHON_SIDE [1]
+#   BATCH_resnet18 [16]  BATCH_lenet [64]  ALLREDUCE_BYTES ["8388608 67108864"]  PYTHON_SIDE [1]
+#   TORCH_TRIES [3]: tries of each PyTorch run before it is recorded as failed
+#   PIN [auto]: 1 runs host K's launcher and worker on core K of this machine (taskset; core K mod
+#   the cores when there are fewer) and the one-host baseline on the first core, so N hosts have N
+#   times one host's compute as separate machines do; auto pins a host count that fits in the cores
+#   (on 2 cores: 2 hosts, not 4) and always the baseline; 0 pins nothing.
 # For every rate and host count: one cluster with every host's link shaped to the rate (tbf; the
 # kernel has no sch_netem here, so no delay is added), 1 worker per host; allreduce_bench busbw;
 # then per model and hook ddp_bench --mode ddp (C++) and benchmarks/hooks_reference.py under
 # torchrun (PyTorch's DDP with PyTorch's hook). One host's figure (ddp_bench --mode single, no
-# communication) is taken once per model outside the bed; a failed run's logs are kept in OUT_DIR.
+# communication) is taken per model and bed before and after its runs (the row: their mean, with
+# the bed's rate and 1 host); a failed run's logs are kept in OUT_DIR.
 # Rows go to OUT_DIR/hooks.csv:
-#   kind,rate,hosts,model,hook,impl,value     (kind: busbw_Mbps | samples_per_s)
+#   kind,rate,hosts,model,hook,impl,value     (kind: busbw_Mbps | samples_per_s; busbw's model: the size)
 # Every launcher runs under timeout; the bed is removed on every exit path.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -21,11 +27,13 @@ out=${1:?usage: scripts/bench-hooks.sh OUT_DIR}
 hosts_list=${HOSTS:-2 4}
 rates=${RATES:-1gbit 100mbit}
 models=${MODELS:-resnet18 lenet}
+[[ $models == none ]] && models=""  # busbw only
 hooks=${HOOKS:-allreduce fp16 powersgd:1 powersgd:2 powersgd:4}
 warmup=${WARMUP:-3}
 iters=${ITERS:-4}
-allreduce_bytes=${ALLREDUCE_BYTES:-8388608}
+allreduce_bytes=${ALLREDUCE_BYTES:-8388608 67108864}
 python_side=${PYTHON_SIDE:-1}
+torch_tries=${TORCH_TRIES:-3}
 cluster=$DDP_ROOT/scripts/netns-cluster.sh
 bin=$DDP_BUILD_DIR/bin
 torchrun=$DDP_ROOT/.venv/bin/torchrun
@@ -47,7 +55,7 @@ mkdir -p "$out"
 csv=$out/hooks.csv
 [[ -f $csv ]] || echo "kind,rate,hosts,model,hook,impl,value" >"$csv"
 name=""
-work=$(mktemp -d)
+work=$(mktemp -d "$out/.work.XXXXXX")  # in OUT_DIR: a shared /tmp may be swept by others
 cleanup() {
   [[ -n $name ]] && "$cluster" down "$name"
   rm -rf "$work"
@@ -55,6 +63,16 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 143' INT TERM
 export OMP_NUM_THREADS=1
+
+# The cores this script may use (Cpus_allowed_list, e.g. "0-1" or "0,2-3"), one per line.
+cores=($(awk '/^Cpus_allowed_list/ { n = split($2, parts, ","); for (i = 1; i <= n; i++) {
+  if (split(parts[i], r, "-") == 2) { for (c = r[1]; c <= r[2]; c++) print c } else print parts[i] } }' /proc/self/status))
+pin=${PIN:-auto}
+[[ $pin == auto || $pin == 0 || $pin == 1 ]] || { echo "bench-hooks.sh: PIN must be auto, 0 or 1, got '$pin'" >&2; exit 2; }
+# pinned N K: the command prefix that runs host K of N hosts on its core (nothing when not pinning).
+pinned() {
+  if [[ $pin == 1 || ($pin == auto && $1 -le ${#cores[@]}) ]]; then echo "taskset -c ${cores[$(($2 % ${#cores[@]}))]}"; fi
+}
 
 batch_of() { local v="BATCH_$1"; echo "${!v:-$([[ $1 == resnet18 ]] && echo 16 || echo 64)}"; }
 
@@ -66,16 +84,17 @@ column() {
 # on_hosts N PORT LOG_PREFIX KIND ARGS...: KIND cpp runs ddp_launch ARGS on every host, torch runs
 # torchrun with the reference; waits for all (bounded by `limit`). Returns non-zero if any failed.
 on_hosts() {
-  local n=$1 port=$2 log=$3 kind=$4 k pids=() status=0 host0
+  local n=$1 port=$2 log=$3 kind=$4 k pids=() status=0 host0 core
   shift 4
   host0=$("$cluster" addr "$name" 0)
   for ((k = 0; k < n; k++)); do
+    read -r -a core <<<"$(pinned "$n" "$k")"
     if [[ $kind == cpp ]]; then
-      "$cluster" exec "$name" "$k" timeout -s KILL "$limit" "$bin/ddp_launch" --nnodes "$n" --node_rank "$k" \
+      "$cluster" exec "$name" "$k" "${core[@]}" timeout -s KILL "$limit" "$bin/ddp_launch" --nnodes "$n" --node_rank "$k" \
         --nproc_per_node 1 --master_addr "$host0" --master_port "$port" "$@" >"$log.host$k" 2>&1 &
     else
       # PyTorch advertises the hostname's address (127.0.1.1 on the bed): name the interface.
-      "$cluster" exec "$name" "$k" timeout -s KILL "$limit" env GLOO_SOCKET_IFNAME=eth0 "$torchrun" \
+      "$cluster" exec "$name" "$k" "${core[@]}" timeout -s KILL "$limit" env GLOO_SOCKET_IFNAME=eth0 "$torchrun" \
         --nnodes "$n" --node_rank "$k" --nproc_per_node 1 --master_addr "$host0" --master_port "$port" \
         "$reference" "$@" >"$log.host$k" 2>&1 &
     fi
@@ -88,7 +107,10 @@ on_hosts() {
 # keep LOG_PREFIX LABEL: a failed run's logs into OUT_DIR (failed-LABEL.hostK), and their tails on stderr.
 keep() {
   local f
-  for f in "$1".host*; do cp "$f" "$out/failed-$2.${f##*.}"; done
+  for f in "$1".host*; do
+    [[ -e $f ]] || { echo "  (no logs: $1.host*)" >&2; return 0; }
+    cp "$f" "$out/failed-$2.${f##*.}"
+  done
   tail -n 3 "$1".host* >&2
 }
 
@@ -96,31 +118,39 @@ row() { echo "$1,$2,$3,$4,$5,$6,$7" >>"$csv"; echo "  $1 rate=$2 hosts=$3 model=
 
 load() { awk '{ printf "load %s %s %s", $1, $2, $3 }' /proc/loadavg; }
 
-echo "bench-hooks.sh: $(nproc) cores, $(load) at start; output $csv"
-for model in $models; do
-  b=$(batch_of "$model")
-  "$bin/ddp_bench" --mode single --model "$model" --batch "$b" --warmup "$warmup" --iters "$iters" \
+echo "bench-hooks.sh: ${#cores[@]} cores (${cores[*]}), PIN=$pin, $(load) at start; output $csv"
+read -r -a baseline_core <<<"$([[ $pin == 0 ]] || pinned 1 0)"
+# one_host MODEL BATCH: samples/s of ddp_bench --mode single (no communication) on the baseline's core.
+one_host() {
+  "${baseline_core[@]}" "$bin/ddp_bench" --mode single --model "$1" --batch "$2" --warmup "$warmup" --iters "$iters" \
     --csv "$work/single.csv" --no-markdown >/dev/null
-  row samples_per_s none 1 "$model" none cpp "$(column "$work/single.csv" samples_per_s)"
-done
+  column "$work/single.csv" samples_per_s
+}
 
 port=29700
 for rate in $rates; do
   for n in $hosts_list; do
     name="bk$$${rate//[^a-z0-9]/}h$n"
     "$cluster" up "$name" "$n" --rate "$rate"
-    echo "cluster $name: $n hosts, links at $rate ($(load))"
+    echo "cluster $name: $n hosts, links at $rate, $([[ -n $(pinned "$n" 0) ]] && echo "host K pinned to core K" || echo "not pinned") ($(load))"
     port=$((port + 1))
-    if on_hosts "$n" "$port" "$work/ar" cpp "$bin/allreduce_bench" --min-bytes "$allreduce_bytes" \
-      --max-bytes "$allreduce_bytes" --warmup 1 --iters 3 --csv "$work/ar.csv" --no-markdown; then
-      row busbw_Mbps "$rate" "$n" - allreduce cpp \
-        "$(awk -v g="$(column "$work/ar.csv" busbw_GBps)" 'BEGIN { printf "%.1f", g * 8000 }')"
-    else
-      row busbw_Mbps "$rate" "$n" - allreduce cpp failed
-      keep "$work/ar" "allreduce-$rate-$n"
-    fi
+    for bytes in $allreduce_bytes; do
+      port=$((port + 1))
+      size="$((bytes >> 20))MiB"
+      if on_hosts "$n" "$port" "$work/ar" cpp "$bin/allreduce_bench" --min-bytes "$bytes" \
+        --max-bytes "$bytes" --warmup 1 --iters 3 --csv "$work/ar.csv" --no-markdown; then
+        row busbw_Mbps "$rate" "$n" "$size" allreduce cpp \
+          "$(awk -v g="$(column "$work/ar.csv" busbw_GBps)" 'BEGIN { printf "%.1f", g * 8000 }')"
+      else
+        row busbw_Mbps "$rate" "$n" "$size" allreduce cpp failed
+        keep "$work/ar" "allreduce-$size-$rate-$n"
+      fi
+    done
     for model in $models; do
       b=$(batch_of "$model")
+      # One host, measured before and after this model's runs (the load of a shared machine drifts):
+      # the row (rate R, 1 host) is their mean, the scaling of R's rows divides by it.
+      before=$(one_host "$model" "$b")
       for hook in $hooks; do
         h=${hook%%:*} r=1
         [[ $hook == *:* ]] && r=${hook#*:}
@@ -135,16 +165,27 @@ for rate in $rates; do
           keep "$work/cpp" "$model-${hook/:/}-$rate-$n-cpp"
         fi
         ((python_side)) || continue
-        port=$((port + 1))
-        if on_hosts "$n" "$port" "$work/py" torch --model "$model" --batch "$b" --warmup "$warmup" \
-          --iters "$iters" --comm-hook "$h" --powersgd-rank "$r"; then
-          row samples_per_s "$rate" "$n" "$model" "$hook" torch \
-            "$(grep -ho 'samples_per_s=[0-9.]*' "$work"/py.host* | head -n 1 | cut -d= -f2)"
-        else
-          row samples_per_s "$rate" "$n" "$model" "$hook" torch failed
-          keep "$work/py" "$model-${hook/:/}-$rate-$n-torch"
-        fi
+        # PyTorch's powerSGD_hook can abort with Gloo ("Received data size doesn't match expected
+        # size"): it all-reduces Q on the group of the next bucket's P, from Gloo's callback
+        # thread, in an order that differs between ranks. Each failed try is kept and counted.
+        local_ok=0
+        for ((try = 1; try <= torch_tries; try++)); do
+          port=$((port + 1))
+          if on_hosts "$n" "$port" "$work/py" torch --model "$model" --batch "$b" --warmup "$warmup" \
+            --iters "$iters" --comm-hook "$h" --powersgd-rank "$r"; then
+            row samples_per_s "$rate" "$n" "$model" "$hook" torch \
+              "$(grep -ho 'samples_per_s=[0-9.]*' "$work"/py.host* | head -n 1 | cut -d= -f2)"
+            local_ok=1
+            break
+          fi
+          echo "  PyTorch's run failed (try $try of $torch_tries)"
+          keep "$work/py" "$model-${hook/:/}-$rate-$n-torch-try$try"
+        done
+        ((local_ok)) || row samples_per_s "$rate" "$n" "$model" "$hook" torch failed
       done
+      after=$(one_host "$model" "$b")
+      echo "  one host: $before samples/s before, $after after"
+      row samples_per_s "$rate" 1 "$model" none cpp "$(awk -v a="$before" -v b="$after" 'BEGIN { printf "%.1f", (a + b) / 2 }')"
     done
     "$cluster" down "$name"
     name=""

@@ -19,7 +19,7 @@ def load(path):
     rows = {}
     with open(path) as f:
         for row in csv.DictReader(f):
-            if row["kind"] != "samples_per_s" or row["rate"] not in RATE_MBPS:
+            if row["kind"] != "samples_per_s" or row["rate"] not in RATE_MBPS or row["hosts"] == "1":
                 continue
             try:
                 value = float(row["value"])
@@ -69,16 +69,16 @@ def tables(path):
             if row["kind"] == "busbw_Mbps":
                 busbw.append(row)
             elif row["hosts"] == "1":
-                single[row["model"]] = row["value"]
+                single[(row["model"], row["rate"])] = row["value"]
             else:
                 speed.setdefault((row["model"], row["hosts"], row["rate"]), {})[(row["hook"], row["impl"])] = row["value"]
-    print("| link | hosts | all-reduce busbw | of the shaped rate |\n|---|---|---|---|")
+    print("| link | hosts | size | all-reduce busbw | of the shaped rate |\n|---|---|---|---|---|")
     for row in busbw:
         try:
             share = f"{float(row['value']) / RATE_MBPS[row['rate']]:.0%}"
         except (ValueError, KeyError):
             share = "-"
-        print(f"| {row['rate']} | {row['hosts']} | {row['value']} Mb/s | {share} |")
+        print(f"| {row['rate']} | {row['hosts']} | {row['model'].replace('-', '8MiB')} | {row['value']} Mb/s | {share} |")
     print()
     hooks = []
     for cells in speed.values():
@@ -92,7 +92,7 @@ def tables(path):
         out = []
         for hook in hooks:
             cpp, torch = number(cells.get((hook, "cpp"), "")), number(cells.get((hook, "torch"), ""))
-            one = number(single.get(model, ""))
+            one = number(single.get((model, rate), single.get((model, "none"), "")))
             text = f"{cpp:g}" if cpp else "-"
             if cpp and one:
                 text += f" ({cpp / one:.2f}x one host)"
@@ -100,7 +100,7 @@ def tables(path):
                 text += f"; PyTorch {torch:g}, C++/PyTorch {cpp / torch:.2f}"
             out.append(text)
         print(f"| {model} | {hosts} | {rate} | " + " | ".join(out) + " |")
-    print("\none host (ddp_bench --mode single): " + ", ".join(f"{m} {v} samples/s" for m, v in single.items()))
+    print("\none host (ddp_bench --mode single): " + ", ".join(f"{m} {v} samples/s ({r})" for (m, r), v in single.items()))
 
 
 def main():
