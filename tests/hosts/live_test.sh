@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# ddp_launch --recovery live on network-namespace hosts (See Note [Live recovery with ddp_launch] in
+# launcher/live_launch.cpp):
+#   live_test.sh NETNS_CLUSTER DDP_LAUNCH LIVE_RECOVERY_DEMO
+# 3 hosts x 1 worker (--nnodes 2:3 --recovery live), host2's launcher and worker SIGKILLed mid-training:
+# the survivors' workers are the processes that started (their PIDs are recorded), go on at world
+# size 2, both launchers exit 0, and the final parameters are equal. Prints the recovery figure: the
+# time from the kill to the next completed step on the survivors, and the steps lost.
+# Exits 77 (CTest skip) without namespaces. Every wait is bounded; the hosts and every process in
+# them go away on exit.
+set -euo pipefail
+
+cluster=$1 launch=$2 demo=$3
+source "$(dirname "${BASH_SOURCE[0]}")/bed.sh"
+bed_up "$cluster" lv 3 --no-data  # sets name and work; removes both on exit
+pids=()
+steps=${LIVE_TEST_STEPS:-120}
+
+fail() {
+  echo "FAIL (live recovery): $*"
+  local log
+  for log in "$work"/host*.log; do
+    echo "---- $log"
+    tail -n 30 "$log"
+  done
+  exit 1
+}
+
+start() {  # start K: host K's launcher in the background (killed after 40 s), output in hostK.log
+  local k=$1
+  "$cluster" exec "$name" "$k" env OMP_NUM_THREADS=1 timeout -s KILL 40 "$launch" --nproc_per_node 1 \
+    --monitor_interval 0.05 --shutdown_grace 3 --nnodes 2:3 --rdzv_endpoint host0:29400 --rdzv_id live \
+    --rdzv_timeout 20 --rdzv_conf last_call_timeout=1 --recovery live --max_restarts 1 \
+    "$demo" --steps "$steps" --step-ms 40 --settle-ms 2000 --timeout-ms 10000 >"$work/host$k.log" 2>&1 &
+  pids[$k]=$!
+}
+
+wait_for() {  # wait_for SECONDS FILE TEXT
+  local deadline=$((SECONDS + $1))
+  until grep -q -F -- "$3" "$2" 2>/dev/null; do
+    ((SECONDS < deadline)) || fail "no '$3' in $(basename "$2") within $1 s"
+    sleep 0.05
+  done
+}
+
+# A usage error first: live needs the elastic c10d rendezvous (exit 2, one line).
+status=0
+"$launch" --recovery live --nproc_per_node 1 /bin/true >"$work/usage.log" 2>&1 || status=$?
+((status == 2)) || fail "--recovery live without --nnodes MIN:MAX exited with $status, not 2: $(cat "$work/usage.log")"
+grep -q -F -- "--recovery live needs elastic membership" "$work/usage.log" || fail "usage: $(cat "$work/usage.log")"
+
+for k in 0 1 2; do
+  start $k
+  if ((k == 0)); then
+    deadline=$((SECONDS + 20))
+    until [[ -n $("$cluster" exec "$name" 0 ss -Hltn "sport = :29400") ]]; do
+      ((SECONDS < deadline)) || fail "nothing listened on port 29400 on host 0 within 20 s"
+      sleep 0.1
+    done
+  fi
+done
+for k in 0 1 2; do wait_for 30 "$work/host$k.log" "live demo: step 10 world 3"; done
+victims=$(ip netns pids "$name-h2")
+[[ -n $victims ]] || fail "no process in host 2"
+killed_ms=$(date +%s%3N)
+# shellcheck disable=SC2086  # one pid a word
+kill -KILL $victims
+wait "${pids[2]}" || true
+for k in 0 1; do
+  status=0
+  wait "${pids[$k]}" || status=$?
+  ((status == 0)) || fail "host $k's launcher exited with $status"
+done
+
+sums=()
+for k in 0 1; do
+  log=$work/host$k.log
+  (($(grep -c "live demo: started pid" "$log") == 1)) || fail "host $k's worker was started more than once"
+  started=$(sed -n -E 's/.*live demo: started pid ([0-9]+).*/\1/p' "$log")
+  finished=$(grep -F "live demo: finished $steps steps pid $started params " "$log") ||
+    fail "host $k: no 'finished $steps steps' by the worker that started (pid $started)"
+  sums[$k]=${finished##* params }
+  grep -q -F "world 2 at_ms" "$log" || fail "host $k never trained at world size 2"
+  ! grep -q -F "round 1: starting" "$log" || fail "host $k's launcher started a second round"
+done
+[[ ${sums[0]} == "${sums[1]}" ]] || fail "the survivors' parameters differ: ${sums[0]} vs ${sums[1]}"
+
+# The figure: the kill, the survivors' last step at world size 3 and first at world size 2.
+log=$work/host0.log
+step3=$(sed -n -E 's/.*live demo: step ([0-9]+) world 3 at_ms.*/\1/p' "$log" | tail -1)
+read -r step2 at2 < <(sed -n -E 's/.*live demo: step ([0-9]+) world 2 at_ms ([0-9]+).*/\1 \2/p' "$log" | head -1)
+[[ -n $step3 && -n $step2 && -n $at2 ]] || fail "no step at world 3 or at world 2 in host0.log"
+# Steps are counted when applied on every rank: the first at world 2 follows the last at world 3, the
+# step in flight at the loss was dropped and run again (no applied step lost).
+((step2 == step3 + 1)) || fail "the first step at world 2 is $step2, not $((step3 + 1)) after $step3 at world 3"
+echo "live recovery figure: $((at2 - killed_ms)) ms from the host loss to the next completed step on the" \
+  "survivors; last step at world 3: $step3, first at world 2: $step2 (the step in flight dropped, no applied step lost)"
+echo "live recovery: ok (survivors' pids unchanged, params ${sums[0]})"
