@@ -2,6 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <string>
+
 #include "launcher/elastic_rendezvous.h"
 #include "launcher/log_layout.h"
 
@@ -26,10 +31,58 @@ namespace ddp::launcher {
 //     nothing: the survivors' collectives fail (PeerLostError, or the group's timeout for a silent
 //     host), FaultTolerant drops the step and closes the next round without the lost member after
 //     StoreMembershipOptions::settle_timeout (nobody marks it gone: a dead host's launcher cannot).
-//   - a worker that dies here is restarted by this launcher (--max_restarts) and heals from a peer.
-// Not done yet: a host started later (its launcher would wait for a rendezvous round the running
-// members never open in live mode), the launcher marking a dead local worker left (mark_left) to
-// skip the settle timeout, and the loss of the host that serves the store (it ends the job).
+//   - a worker that dies here is restarted by this launcher (--max_restarts) and heals from a peer
+//     (TORCHELASTIC_RESTART_COUNT > 0 makes it a joiner).
+//   - a host started later claims a slot in the next rendezvous round as in restart mode; the
+//     members' launchers see it waiting (LiveAdmission) and join that round themselves to close
+//     it, without stopping their workers; the newcomer's workers (TORCHELASTIC_RESTART_COUNT = the
+//     round > 0) join the training as joiners and receive the state from a survivor.
+// Not done yet: the launcher marking a dead local worker left (mark_left) to skip the settle
+// timeout, and the loss of the host that serves the store (it ends the job).
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// While the workers run: admits the launchers waiting to join (a host started later) into the next
+// rendezvous round, without stopping anything here (polled by the attempt at most every 250 ms, one
+// small store query each). The newcomers' workers join the training as joiners.
+class LiveAdmission {
+ public:
+  LiveAdmission(ElasticRendezvous& rendezvous, const rdzv::RoundRules& rules, const ElasticMembership& first)
+      : rendezvous_(rendezvous), rules_(rules), round_(first.round), nodes_(first.node.nnodes) {}
+
+  std::optional<std::string> poll() {
+    if (store_lost_ || Clock::now() - last_poll_ < std::chrono::milliseconds(250)) return std::nullopt;
+    last_poll_ = Clock::now();
+    const int waiting = rendezvous_.waiting_after(round_);
+    if (waiting < 0) {
+      store_lost_ = true;
+      spdlog::warn("the rendezvous store did not answer: no newcomer can be admitted into this live job");
+      return std::nullopt;
+    }
+    if (waiting == 0 || !rdzv::admits_newcomers(rules_, nodes_, waiting, true)) return std::nullopt;
+    // Lost hosts are not known here (no job channel): a round that expects one of them closes
+    // after the last call instead.
+    const ElasticMembership next = rendezvous_.next_round(round_, std::min(rules_.max_nodes, nodes_ + waiting));
+    spdlog::info("round {}: {} node(s) joined ({} in the round); --recovery live: the workers keep running, the "
+                 "newcomers' workers join the training",
+                 next.round, next.node.nnodes - nodes_, next.node.nnodes);
+    round_ = next.round;
+    nodes_ = next.node.nnodes;
+    return std::nullopt;  // nothing stops here
+  }
+
+ private:
+  ElasticRendezvous& rendezvous_;
+  const rdzv::RoundRules& rules_;
+  int round_;
+  int nodes_;
+  Clock::time_point last_poll_{};
+  bool store_lost_ = false;
+};
+
+}  // namespace
+
 SupervisorResult run_live(const LaunchConfig& c, const LocalWorkers& local, const RunContext& run,
                           const SupervisorOptions& base) {
   const rdzv::RoundRules rules = round_rules(c);
@@ -38,22 +91,26 @@ SupervisorResult run_live(const LaunchConfig& c, const LocalWorkers& local, cons
                c.rdzv_port, rules.min_nodes, rules.max_nodes);
   const ElasticMembership m = rendezvous.next_round(-1, 0);
   const NodeAssignment& node = m.node;
-  spdlog::info("round {}: starting {} workers (ranks {}..{} of {}) on node {} of {}; --recovery live: a lost host "
+  spdlog::info("round {}: starting {} workers (ranks {}..{} of {}) on node {} of {}{}; --recovery live: a lost host "
                "does not stop them",
                m.round, local.nproc, global_rank(node, 0), global_rank(node, local.nproc - 1),
-               node.nnodes * local.nproc, node.node_rank, node.nnodes);
+               node.nnodes * local.nproc, node.node_rank, node.nnodes, m.round > 0 ? ", joining the running job" : "");
+  LiveAdmission admission(rendezvous, rules, m);
   SupervisorOptions options = base;
   options.max_restarts = c.max_restarts;
+  options.membership_change = [&] { return admission.poll(); };
+  // TORCHELASTIC_RESTART_COUNT: the round this node joined plus its local restarts, so that a
+  // worker of a later round or a restarted one (> 0) joins the training as a joiner.
   const GroupFactory make_group = [&](int attempt) {
     NodeAssignment attempt_node = node;
     attempt_node.max_restarts = c.max_restarts;
-    std::vector<WorkerLaunch> group = plan_workers(c, attempt_node, local, run, attempt);
-    make_new_dir(attempt_dir(run.run_folder, attempt));  // See Note [Log folders]
+    const int restart_count = m.round + attempt;
+    std::vector<WorkerLaunch> group = plan_workers(c, attempt_node, local, run, restart_count);
+    make_new_dir(attempt_dir(run.run_folder, restart_count));  // See Note [Log folders]
     for (const WorkerLaunch& w : group) make_new_dir(w.dir);
     return group;
   };
-  SupervisorResult result = supervise(options, make_group);
-  return result;
+  return supervise(options, make_group);
 }
 
 }  // namespace ddp::launcher

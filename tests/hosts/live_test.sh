@@ -2,9 +2,11 @@
 # ddp_launch --recovery live on network-namespace hosts (See Note [Live recovery with ddp_launch] in
 # launcher/live_launch.cpp):
 #   live_test.sh NETNS_CLUSTER DDP_LAUNCH LIVE_RECOVERY_DEMO
-# 3 hosts x 1 worker (--nnodes 2:3 --recovery live), host2's launcher and worker SIGKILLed mid-training:
+# 3 hosts x 1 worker (--nnodes 2:4 --recovery live), host2's launcher and worker SIGKILLed mid-training:
 # the survivors' workers are the processes that started (their PIDs are recorded), go on at world
-# size 2, both launchers exit 0, and the final parameters are equal. Prints the recovery figure: the
+# size 2, both launchers exit 0, and the final parameters are equal. Then a 4th host started later
+# joins the running job (its worker a joiner: it receives the state from a survivor), the job goes
+# on at world size 3, and its final parameters equal the others'. Prints the recovery figure: the
 # time from the kill to the next completed step on the survivors, and the steps lost.
 # Exits 77 (CTest skip) without namespaces. Every wait is bounded; the hosts and every process in
 # them go away on exit.
@@ -12,9 +14,9 @@ set -euo pipefail
 
 cluster=$1 launch=$2 demo=$3
 source "$(dirname "${BASH_SOURCE[0]}")/bed.sh"
-bed_up "$cluster" lv 3 --no-data  # sets name and work; removes both on exit
+bed_up "$cluster" lv 4 --no-data  # sets name and work; removes both on exit
 pids=()
-steps=${LIVE_TEST_STEPS:-120}
+steps=${LIVE_TEST_STEPS:-200}
 
 fail() {
   echo "FAIL (live recovery): $*"
@@ -29,7 +31,7 @@ fail() {
 start() {  # start K: host K's launcher in the background (killed after 40 s), output in hostK.log
   local k=$1
   "$cluster" exec "$name" "$k" env OMP_NUM_THREADS=1 timeout -s KILL 40 "$launch" --nproc_per_node 1 \
-    --monitor_interval 0.05 --shutdown_grace 3 --nnodes 2:3 --rdzv_endpoint host0:29400 --rdzv_id live \
+    --monitor_interval 0.05 --shutdown_grace 3 --nnodes 2:4 --rdzv_endpoint host0:29400 --rdzv_id live \
     --rdzv_timeout 20 --rdzv_conf last_call_timeout=1 --recovery live --max_restarts 1 \
     "$demo" --steps "$steps" --step-ms 40 --settle-ms 2000 --timeout-ms 10000 >"$work/host$k.log" 2>&1 &
   pids[$k]=$!
@@ -66,7 +68,9 @@ killed_ms=$(date +%s%3N)
 # shellcheck disable=SC2086  # one pid a word
 kill -KILL $victims
 wait "${pids[2]}" || true
-for k in 0 1; do
+wait_for 30 "$work/host0.log" "world 2 at_ms"
+start 3
+for k in 0 1 3; do
   status=0
   wait "${pids[$k]}" || status=$?
   ((status == 0)) || fail "host $k's launcher exited with $status"
@@ -84,10 +88,17 @@ for k in 0 1; do
   ! grep -q -F "round 1: starting" "$log" || fail "host $k's launcher started a second round"
 done
 [[ ${sums[0]} == "${sums[1]}" ]] || fail "the survivors' parameters differ: ${sums[0]} vs ${sums[1]}"
+# The 4th host: one worker, a joiner, trained at world size 3 with the survivors, the same parameters.
+log=$work/host3.log
+grep -q -E "live demo: started pid [0-9]+ .*\(joining\)" "$log" || fail "host 3's worker did not start as a joiner"
+grep -q -F "joining the running job" "$log" || fail "host 3's launcher did not join the running job"
+grep -q -E "live demo: finished $steps steps pid [0-9]+ params ${sums[0]}\$" "$log" ||
+  fail "host 3 did not finish $steps steps with the survivors' parameters ${sums[0]}"
+grep -q -F "world 3 at_ms" "$log" || fail "host 3 never trained at world size 3"
 
 # The figure: the kill, the survivors' last step at world size 3 and first at world size 2.
 log=$work/host0.log
-step3=$(sed -n -E 's/.*live demo: step ([0-9]+) world 3 at_ms.*/\1/p' "$log" | tail -1)
+step3=$(sed -n -E '/ world 2 at_ms/q; s/.*live demo: step ([0-9]+) world 3 at_ms.*/\1/p' "$log" | tail -1)
 read -r step2 at2 < <(sed -n -E 's/.*live demo: step ([0-9]+) world 2 at_ms ([0-9]+).*/\1 \2/p' "$log" | head -1)
 [[ -n $step3 && -n $step2 && -n $at2 ]] || fail "no step at world 3 or at world 2 in host0.log"
 # Steps are counted when applied on every rank: the first at world 2 follows the last at world 3, the
@@ -95,4 +106,4 @@ read -r step2 at2 < <(sed -n -E 's/.*live demo: step ([0-9]+) world 2 at_ms ([0-
 ((step2 == step3 + 1)) || fail "the first step at world 2 is $step2, not $((step3 + 1)) after $step3 at world 3"
 echo "live recovery figure: $((at2 - killed_ms)) ms from the host loss to the next completed step on the" \
   "survivors; last step at world 3: $step3, first at world 2: $step2 (the step in flight dropped, no applied step lost)"
-echo "live recovery: ok (survivors' pids unchanged, params ${sums[0]})"
+echo "live recovery: ok (survivors' pids unchanged, a 4th host joined, params ${sums[0]} everywhere)"
