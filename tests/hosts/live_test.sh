@@ -6,7 +6,9 @@
 # the survivors' workers are the processes that started (their PIDs are recorded), go on at world
 # size 2, both launchers exit 0, and the final parameters are equal. Then a 4th host started later
 # joins the running job (its worker a joiner: it receives the state from a survivor), the job goes
-# on at world size 3, and its final parameters equal the others'. Prints the recovery figure: the
+# on at world size 3, and its final parameters equal the others'. Then host 1's worker alone is
+# SIGKILLed: its launcher restarts it (a joiner, healed from a survivor), host 0's and host 3's
+# workers keep their processes, and all three end with equal parameters. Prints the recovery figure: the
 # time from the kill to the next completed step on the survivors, and the steps lost.
 # Exits 77 (CTest skip) without namespaces. Every wait is bounded; the hosts and every process in
 # them go away on exit.
@@ -16,7 +18,7 @@ cluster=$1 launch=$2 demo=$3
 source "$(dirname "${BASH_SOURCE[0]}")/bed.sh"
 bed_up "$cluster" lv 4 --no-data  # sets name and work; removes both on exit
 pids=()
-steps=${LIVE_TEST_STEPS:-200}
+steps=${LIVE_TEST_STEPS:-260}
 
 fail() {
   echo "FAIL (live recovery): $*"
@@ -70,6 +72,10 @@ kill -KILL $victims
 wait "${pids[2]}" || true
 wait_for 30 "$work/host0.log" "world 2 at_ms"
 start 3
+# Once the 4th host trains, host 1's worker alone dies: its launcher restarts it, as a joiner.
+wait_for 30 "$work/host3.log" "world 3 at_ms"
+first_pid1=$(sed -n -E 's/.*live demo: started pid ([0-9]+).*/\1/p' "$work/host1.log")
+kill -KILL "$first_pid1"
 for k in 0 1 3; do
   status=0
   wait "${pids[$k]}" || status=$?
@@ -77,17 +83,31 @@ for k in 0 1 3; do
 done
 
 sums=()
+log=$work/host0.log
+(($(grep -c "live demo: started pid" "$log") == 1)) || fail "host 0's worker was started more than once"
+started=$(sed -n -E 's/.*live demo: started pid ([0-9]+).*/\1/p' "$log")
+finished=$(grep -F "live demo: finished $steps steps pid $started params " "$log") ||
+  fail "host 0: no 'finished $steps steps' by the worker that started (pid $started)"
+sums[0]=${finished##* params }
+grep -q -F "world 2 at_ms" "$log" || fail "host 0 never trained at world size 2"
+# Host 1: the same worker through the host loss, then a second one (a joiner) after its death.
+log=$work/host1.log
+(($(grep -c "live demo: started pid" "$log") == 2)) || fail "host 1's worker was not restarted exactly once"
+grep -q -E "live demo: started pid $first_pid1 member node[0-9]/local0/attempt0\$" "$log" ||
+  fail "host 1's first worker (pid $first_pid1) was not the one that started"
+grep -q -F "world 2 at_ms" <(sed -n "/started pid $first_pid1/,/started pid/p" "$log") ||
+  fail "host 1's first worker did not go on at world size 2 after the host loss"
+second=$(grep -E "live demo: started pid [0-9]+ .*attempt1 \(joining\)" "$log") ||
+  fail "host 1's restarted worker did not start as a joiner"
+second=${second##*started pid }
+second=${second%% *}
+finished=$(grep -F "live demo: finished $steps steps pid $second params " "$log") ||
+  fail "host 1: no 'finished $steps steps' by the restarted worker (pid $second)"
+sums[1]=${finished##* params }
 for k in 0 1; do
-  log=$work/host$k.log
-  (($(grep -c "live demo: started pid" "$log") == 1)) || fail "host $k's worker was started more than once"
-  started=$(sed -n -E 's/.*live demo: started pid ([0-9]+).*/\1/p' "$log")
-  finished=$(grep -F "live demo: finished $steps steps pid $started params " "$log") ||
-    fail "host $k: no 'finished $steps steps' by the worker that started (pid $started)"
-  sums[$k]=${finished##* params }
-  grep -q -F "world 2 at_ms" "$log" || fail "host $k never trained at world size 2"
-  ! grep -q -F "round 1: starting" "$log" || fail "host $k's launcher started a second round"
+  ! grep -q -F "round 1: starting" "$work/host$k.log" || fail "host $k's launcher started a second round"
 done
-[[ ${sums[0]} == "${sums[1]}" ]] || fail "the survivors' parameters differ: ${sums[0]} vs ${sums[1]}"
+[[ ${sums[0]} == "${sums[1]}" ]] || fail "host 0's and host 1's parameters differ: ${sums[0]} vs ${sums[1]}"
 # The 4th host: one worker, a joiner, trained at world size 3 with the survivors, the same parameters.
 log=$work/host3.log
 grep -q -E "live demo: started pid [0-9]+ .*\(joining\)" "$log" || fail "host 3's worker did not start as a joiner"
@@ -95,6 +115,7 @@ grep -q -F "joining the running job" "$log" || fail "host 3's launcher did not j
 grep -q -E "live demo: finished $steps steps pid [0-9]+ params ${sums[0]}\$" "$log" ||
   fail "host 3 did not finish $steps steps with the survivors' parameters ${sums[0]}"
 grep -q -F "world 3 at_ms" "$log" || fail "host 3 never trained at world size 3"
+(($(grep -c "live demo: started pid" "$log") == 1)) || fail "host 3's worker was started more than once"
 
 # The figure: the kill, the survivors' last step at world size 3 and first at world size 2.
 log=$work/host0.log
@@ -106,4 +127,4 @@ read -r step2 at2 < <(sed -n -E 's/.*live demo: step ([0-9]+) world 2 at_ms ([0-
 ((step2 == step3 + 1)) || fail "the first step at world 2 is $step2, not $((step3 + 1)) after $step3 at world 3"
 echo "live recovery figure: $((at2 - killed_ms)) ms from the host loss to the next completed step on the" \
   "survivors; last step at world 3: $step3, first at world 2: $step2 (the step in flight dropped, no applied step lost)"
-echo "live recovery: ok (survivors' pids unchanged, a 4th host joined, params ${sums[0]} everywhere)"
+echo "live recovery: ok (survivors' pids unchanged, a 4th host joined, a dead worker restarted as a joiner, params ${sums[0]} everywhere)"
