@@ -37,8 +37,13 @@ namespace ddp::launcher {
 //     members' launchers see it waiting (LiveAdmission) and join that round themselves to close
 //     it, without stopping their workers; the newcomer's workers (TORCHELASTIC_RESTART_COUNT = the
 //     round > 0) join the training as joiners and receive the state from a survivor.
-// Not done yet: the launcher marking a dead local worker left (mark_left) to skip the settle
-// timeout, and the loss of the host that serves the store (it ends the job).
+//   - before restarting its dead workers, a launcher marks them gone in the training's membership
+//     (ddp/membership_keys.h: `left` of the round after the last closed one), so that the survivors
+//     close their next round without waiting the settle timeout; a whole host's loss has nobody
+//     left to mark it, and the survivors wait StoreMembershipOptions::settle_timeout.
+// Not done yet: the loss of the host that serves the store (it ends the job).
+std::string live_store_prefix(const LaunchConfig& c) { return "ddp/live/" + c.rdzv_id + "/"; }
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -105,6 +110,18 @@ SupervisorResult run_live(const LaunchConfig& c, const LocalWorkers& local, cons
     NodeAssignment attempt_node = node;
     attempt_node.max_restarts = c.max_restarts;
     const int restart_count = m.round + attempt;
+    if (attempt > 0) {
+      // This node's workers of the last attempt are gone (the group stops whole): say so, so that
+      // the survivors close their next round without waiting the settle timeout for them.
+      const int marked = rendezvous.mark_workers_gone(live_store_prefix(c), local.nproc);
+      if (marked > 0) {
+        spdlog::info("marked this node's {} worker(s) gone in the training's membership", local.nproc);
+      } else {
+        spdlog::warn("could not mark this node's workers gone in the training's membership ({}): the survivors "
+                     "wait their settle timeout",
+                     marked == 0 ? "no round of it has closed" : "the store did not answer");
+      }
+    }
     std::vector<WorkerLaunch> group = plan_workers(c, attempt_node, local, run, restart_count);
     make_new_dir(attempt_dir(run.run_folder, restart_count));  // See Note [Log folders]
     for (const WorkerLaunch& w : group) make_new_dir(w.dir);

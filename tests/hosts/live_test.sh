@@ -75,6 +75,7 @@ start 3
 # Once the 4th host trains, host 1's worker alone dies: its launcher restarts it, as a joiner.
 wait_for 30 "$work/host3.log" "world 3 at_ms"
 first_pid1=$(sed -n -E 's/.*live demo: started pid ([0-9]+).*/\1/p' "$work/host1.log")
+worker_killed_ms=$(date +%s%3N)
 kill -KILL "$first_pid1"
 for k in 0 1 3; do
   status=0
@@ -101,6 +102,8 @@ second=$(grep -E "live demo: started pid [0-9]+ .*attempt1 \(joining\)" "$log") 
   fail "host 1's restarted worker did not start as a joiner"
 second=${second##*started pid }
 second=${second%% *}
+grep -q -F "marked this node's 1 worker(s) gone in the training's membership" "$log" ||
+  fail "host 1's launcher did not mark its dead worker gone before restarting it"
 finished=$(grep -F "live demo: finished $steps steps pid $second params " "$log") ||
   fail "host 1: no 'finished $steps steps' by the restarted worker (pid $second)"
 sums[1]=${finished##* params }
@@ -127,4 +130,7 @@ read -r step2 at2 < <(sed -n -E 's/.*live demo: step ([0-9]+) world 2 at_ms ([0-
 ((step2 == step3 + 1)) || fail "the first step at world 2 is $step2, not $((step3 + 1)) after $step3 at world 3"
 echo "live recovery figure: $((at2 - killed_ms)) ms from the host loss to the next completed step on the" \
   "survivors; last step at world 3: $step3, first at world 2: $step2 (the step in flight dropped, no applied step lost)"
+after=$(awk -v t="$worker_killed_ms" '/live demo: step [0-9]+ world 2 at_ms/ && $NF > t { print $NF; exit }' "$work/host0.log")
+[[ -z $after ]] ||
+  echo "live recovery figure: $((after - worker_killed_ms)) ms from host 1's worker SIGKILLed (its launcher marks it gone) to host 0's next completed step"
 echo "live recovery: ok (survivors' pids unchanged, a 4th host joined, a dead worker restarted as a joiner, params ${sums[0]} everywhere)"
