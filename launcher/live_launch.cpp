@@ -36,7 +36,10 @@ namespace ddp::launcher {
 //   - a host started later claims a slot in the next rendezvous round as in restart mode; the
 //     members' launchers see it waiting (LiveAdmission) and join that round themselves to close
 //     it, without stopping their workers; the newcomer's workers (TORCHELASTIC_RESTART_COUNT = the
-//     round > 0) join the training as joiners and receive the state from a survivor.
+//     round > 0) join the training as joiners and receive the state from a survivor. Closing that
+//     round blocks this node's supervision for up to --rdzv_conf last_call_timeout (the members do
+//     not know which hosts the training lost, so they may wait for one of them), which a worker's
+//     exit waits out.
 //   - before restarting its dead workers, a launcher marks them gone in the training's membership
 //     (ddp/membership_keys.h: `left` of the round after the last closed one), so that the survivors
 //     close their next round without waiting the settle timeout; a whole host's loss has nobody
