@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # ddp_launch --recovery live on network-namespace hosts (See Note [Live recovery with ddp_launch] in
 # launcher/live_launch.cpp):
-#   live_test.sh NETNS_CLUSTER DDP_LAUNCH LIVE_RECOVERY_DEMO
+#   live_test.sh NETNS_CLUSTER DDP_LAUNCH LIVE_RECOVERY_DEMO [down|partition]
+# partition: 3 hosts, host2's link goes down at step 10: nothing closes, the survivors' collectives
+# time out (--timeout-ms 2000), they regroup without host2 after the settle timeout, finish at world
+# size 2 in the processes that started, with equal parameters, and exit 0. down (the default):
 # 3 hosts x 1 worker (--nnodes 2:4 --recovery live), host2's launcher and worker SIGKILLed mid-training:
 # the survivors' workers are the processes that started (their PIDs are recorded), go on at world
 # size 2, both launchers exit 0, and the final parameters are equal. Then a 4th host started later
@@ -14,11 +17,13 @@
 # them go away on exit.
 set -euo pipefail
 
-cluster=$1 launch=$2 demo=$3
+cluster=$1 launch=$2 demo=$3 scenario=${4:-down}
 source "$(dirname "${BASH_SOURCE[0]}")/bed.sh"
 bed_up "$cluster" lv 4 --no-data  # sets name and work; removes both on exit
 pids=()
 steps=${LIVE_TEST_STEPS:-260}
+timeout_ms=10000
+[[ $scenario != partition ]] || { steps=80; timeout_ms=2000; }
 
 fail() {
   echo "FAIL (live recovery): $*"
@@ -35,7 +40,7 @@ start() {  # start K: host K's launcher in the background (killed after 40 s), o
   "$cluster" exec "$name" "$k" env OMP_NUM_THREADS=1 timeout -s KILL 40 "$launch" --nproc_per_node 1 \
     --monitor_interval 0.05 --shutdown_grace 3 --nnodes 2:4 --rdzv_endpoint host0:29400 --rdzv_id live \
     --rdzv_timeout 20 --rdzv_conf last_call_timeout=1 --recovery live --max_restarts 1 \
-    "$demo" --steps "$steps" --step-ms 40 --settle-ms 2000 --timeout-ms 10000 >"$work/host$k.log" 2>&1 &
+    "$demo" --steps "$steps" --step-ms 40 --settle-ms 2000 --timeout-ms "$timeout_ms" >"$work/host$k.log" 2>&1 &
   pids[$k]=$!
 }
 
@@ -64,6 +69,27 @@ for k in 0 1 2; do
   fi
 done
 for k in 0 1 2; do wait_for 30 "$work/host$k.log" "live demo: step 10 world 3"; done
+if [[ $scenario == partition ]]; then
+  "$cluster" exec "$name" 2 ip link set eth0 down
+  for k in 0 1; do
+    status=0
+    wait "${pids[$k]}" || status=$?
+    ((status == 0)) || fail "host $k's launcher exited with $status"
+  done
+  sums=()
+  for k in 0 1; do
+    log=$work/host$k.log
+    (($(grep -c "live demo: started pid" "$log") == 1)) || fail "host $k's worker was started more than once"
+    started=$(sed -n -E 's/.*live demo: started pid ([0-9]+).*/\1/p' "$log")
+    finished=$(grep -F "live demo: finished $steps steps pid $started params " "$log") ||
+      fail "host $k: no 'finished $steps steps' by the worker that started (pid $started)"
+    sums[$k]=${finished##* params }
+    grep -q -F "world 2 at_ms" "$log" || fail "host $k never trained at world size 2"
+  done
+  [[ ${sums[0]} == "${sums[1]}" ]] || fail "the survivors' parameters differ: ${sums[0]} vs ${sums[1]}"
+  echo "live recovery (partition): ok (survivors' pids unchanged, params ${sums[0]})"
+  exit 0
+fi
 victims=$(ip netns pids "$name-h2")
 [[ -n $victims ]] || fail "no process in host 2"
 killed_ms=$(date +%s%3N)
