@@ -45,7 +45,8 @@ namespace ddp::launcher {
 //     close their next round without waiting the settle timeout; a whole host's loss has nobody
 //     left to mark it, and the survivors wait StoreMembershipOptions::settle_timeout.
 // Not done yet: the loss of the host that serves the store (it ends the job).
-std::string live_store_prefix(const LaunchConfig& c) { return "ddp/live/" + c.rdzv_id + "/"; }
+// c10d's PrefixStore adds the '/' after it.
+std::string live_store_prefix(const LaunchConfig& c) { return "ddp/live/" + c.rdzv_id; }
 
 namespace {
 

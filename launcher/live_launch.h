@@ -10,7 +10,8 @@
 
 namespace ddp::launcher {
 
-// The job's keys in the rendezvous store (DDP_LIVE_PREFIX): "ddp/live/<rdzv_id>/".
+// The job's keys in the rendezvous store (DDP_LIVE_PREFIX): "ddp/live/<rdzv_id>" (keys under
+// "ddp/live/<rdzv_id>/").
 std::string live_store_prefix(const LaunchConfig& config);
 
 // Joins the job's first round, then supervises this node's workers until they succeed, restarts

@@ -58,13 +58,13 @@ TEST_CASE("the live job's place: what ddp_launch sets, a worker reads back", "[l
   for (const auto& [key, value] : ddp::launcher::launcher_variables(node, slot)) {
     CHECK(key.rfind("DDP_LIVE_", 0) != 0);  // not a live job: none of its variables
   }
-  slot.live = ddp::launcher::WorkerSlot::LivePlace{"host0:29400", "ddp/live/job/", "node2/local0/attempt1"};
+  slot.live = ddp::launcher::WorkerSlot::LivePlace{"host0:29400", "ddp/live/job", "node2/local0/attempt1"};
   const auto vars = ddp::launcher::launcher_variables(node, slot);
   const auto live = ddp::parse_live_recovery_environment(lookup_of({vars.begin(), vars.end()}));
   REQUIRE(live.has_value());
   CHECK(live->store_host == "host0");
   CHECK(live->store_port == 29400);
-  CHECK(live->prefix == "ddp/live/job/");
+  CHECK(live->prefix == "ddp/live/job");
   CHECK(live->member_id == "node2/local0/attempt1");
 }
 
