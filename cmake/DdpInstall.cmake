@@ -36,6 +36,7 @@ set(DDP_PUBLIC_HEADERS
   ddp/zero_redundancy_optimizer.h
   ddp/fault_tolerant.h
   ddp/membership.h
+  ddp/live_environment.h
   samplers/distributed_sampler.h
   samplers/reshard.h
   ddp/base/error.h

@@ -7,6 +7,7 @@
 #include "ddp/base/error.h"
 #include "ddp/base/store_values.h"
 #include "ddp/base/str.h"
+#include "ddp/membership_keys.h"
 
 namespace ddp {
 namespace {
@@ -14,9 +15,7 @@ namespace {
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
-std::string key(std::uint64_t round, const std::string& name) {
-  return str("ddp/membership/", round, "/", name);
-}
+std::string key(std::uint64_t round, const std::string& name) { return membership_keys::round_key(round, name); }
 
 std::int64_t counter(c10d::Store& store, const std::string& name) { return store.add(name, 0); }
 
@@ -66,7 +65,7 @@ Membership StoreMembership::next(std::uint64_t last_round, milliseconds timeout)
   const auto deadline = Clock::now() + timeout;
   std::uint64_t round = std::max(last_round, round_) + 1;
   if (round_ == 0 && options_.joining) {
-    const std::string last = "ddp/membership/last";
+    const std::string last = membership_keys::last_round_key();
     if (store.check({last})) round = std::max<std::uint64_t>(round, std::stoull(bytes_to_text(store.get(last))) + 1);
   }
   while (true) {
@@ -122,7 +121,7 @@ Membership StoreMembership::next(std::uint64_t last_round, milliseconds timeout)
         membership.joiners.push_back(static_cast<int>(r));
       }
     }
-    store.set("ddp/membership/last", to_bytes(std::to_string(round)));
+    store.set(membership_keys::last_round_key(), to_bytes(std::to_string(round)));
     round_ = round;
     rank_ = membership.rank;
     size_ = membership.world_size;

@@ -46,6 +46,10 @@ constexpr FlagSpec kFlags[] = {
      nullptr},
     {"role", true, "ROLE_NAME of the workers", "default"},
     {"max_restarts", true, "Restarts of the local worker group before giving up", "0"},
+    {"recovery", true,
+     "What a lost host costs the others: restart (stop and restart every worker in a new round) or live "
+     "(workers recover in place through ddp::FaultTolerant; needs --nnodes MIN:MAX and --rdzv_endpoint)",
+     "restart"},
     {"monitor_interval", true, "Seconds between checks of the workers", "0.1"},
     {"shutdown_grace", true, "Seconds between SIGTERM and SIGKILL when stopping workers", "10"},
     {"shutdown_timeout", true, "torchrun's name of --shutdown_grace", nullptr},
@@ -381,6 +385,18 @@ static void check_elastic(const LaunchConfig& c, bool dynamic, const std::string
   }
 }
 
+// --recovery restart|live; live only in an elastic job with a c10d store (its workers' membership
+// lives there).
+static Recovery parse_recovery_flag(const std::string& text, bool elastic_with_store) {
+  if (text == "restart") return Recovery::kRestart;
+  if (text != "live") throw UsageError(ddp::str("--recovery '", text, "': use restart or live"));
+  if (!elastic_with_store) {
+    throw UsageError("--recovery live needs elastic membership over a c10d store: add --nnodes MIN:MAX (MIN < MAX) "
+                     "and --rdzv_endpoint HOST:PORT");
+  }
+  return Recovery::kLive;
+}
+
 // Every value of the configuration, validated. See Note [torchrun's command line].
 static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSnapshot& env,
                         const std::vector<std::string>& program) {
@@ -579,6 +595,7 @@ static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSn
   c.hang_timeout_s = parse_seconds_flag("--hang_timeout", text("hang_timeout"));
   c.metrics_port = parse_int_flag("--metrics_port", text("metrics_port"), 0, 65535);
   if (c.elastic) check_elastic(c, rdzv || given("hostfile") || given("hosts"), text("nnodes"));
+  c.recovery = parse_recovery_flag(text("recovery"), c.elastic && rdzv);  // See Note [Live recovery with ddp_launch]
   c.metrics_addr = text("metrics_addr");
   if (!is_numeric_address(c.metrics_addr)) {
     throw UsageError(ddp::str("--metrics_addr '", c.metrics_addr,

@@ -46,6 +46,10 @@ struct NprocRequest {
 // --cpu_bind: whether each local worker is pinned to its own CPUs.
 enum class CpuBind { kNone, kExclusive };
 
+// --recovery: what a lost host costs the others. See Note [Live recovery with ddp_launch] in
+// launcher/live_launch.cpp.
+enum class Recovery { kRestart, kLive };
+
 struct LaunchConfig {
   // Topology.
   int nnodes = 1;
@@ -71,6 +75,7 @@ struct LaunchConfig {
   bool elastic = false;
   int min_nnodes = 1;
   double rdzv_last_call_s = 3;  // --rdzv_conf last_call_timeout: how long a round waits for more than MIN
+  Recovery recovery = Recovery::kRestart;  // --recovery
   // Supervision.
   std::vector<int> forwarded_signals;  // --signals_to_handle
   std::string signals_to_handle;       // its text, as given: TORCHELASTIC_SIGNALS_TO_HANDLE

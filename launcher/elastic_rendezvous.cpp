@@ -43,6 +43,7 @@ void ElasticRendezvous::open() {
   round_ = plugin.symbol<ddp_rdzv_round_fn>(DDP_RDZV_ROUND_SYMBOL);
   waiting_ = plugin.symbol<ddp_rdzv_waiting_fn>(DDP_RDZV_WAITING_SYMBOL);
   release_ = plugin.symbol<ddp_rdzv_release_fn>(DDP_RDZV_RELEASE_SYMBOL);
+  mark_gone_ = plugin.symbol<ddp_rdzv_mark_gone_fn>(DDP_RDZV_MARK_GONE_SYMBOL);
   const StoreEndpoint endpoint = open_store_endpoint(config_);
   advertise_ = endpoint.advertise;
   ddp_rdzv_request req{config_.rdzv_host.c_str(), config_.rdzv_port, config_.rdzv_id.c_str(), config_.nnodes,
@@ -82,6 +83,11 @@ ElasticMembership ElasticRendezvous::next_round(int after_round, int expected_no
 int ElasticRendezvous::waiting_after(int round) {
   if (handle_ == nullptr) return -1;
   return waiting_(handle_, round);
+}
+
+int ElasticRendezvous::mark_workers_gone(const std::string& prefix, int count) {
+  if (handle_ == nullptr) return -1;
+  return mark_gone_(handle_, prefix.c_str(), count);
 }
 
 }  // namespace ddp::launcher

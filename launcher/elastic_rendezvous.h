@@ -34,6 +34,9 @@ class ElasticRendezvous {
   ElasticMembership next_round(int after_round, int expected_nodes);
   // How many launchers wait to join the round after `round` (-1: the store is unreachable).
   int waiting_after(int round);
+  // --recovery live: `count` workers of this node are gone from the training's membership under
+  // `prefix` (1 marked, 0 no training round closed yet, -1 the store is unreachable).
+  int mark_workers_gone(const std::string& prefix, int count);
 
  private:
   void open();
@@ -45,6 +48,7 @@ class ElasticRendezvous {
   ddp_rdzv_round_fn round_ = nullptr;
   ddp_rdzv_waiting_fn waiting_ = nullptr;
   ddp_rdzv_release_fn release_ = nullptr;
+  ddp_rdzv_mark_gone_fn mark_gone_ = nullptr;
 };
 
 }  // namespace ddp::launcher

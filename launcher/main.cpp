@@ -12,6 +12,7 @@
 #include "launcher/agent_socket.h"
 #include "launcher/config.h"
 #include "launcher/elastic_launch.h"
+#include "launcher/live_launch.h"
 #include "launcher/gpu_select.h"
 #include "launcher/job_channel.h"
 #include "launcher/line_splitter.h"
@@ -198,6 +199,7 @@ int run(const LaunchConfig& c, const EnvironmentSnapshot& env) {
   run.run_folder = folder.path();
   if (c.elastic) {  // See Note [Elastic rounds] in launcher/rdzv_rounds.cpp
     if (writes_log_files(c, local.nproc)) folder.keep();
+    if (c.recovery == Recovery::kLive) return finish_run(run_live(c, local, run, supervisor_options(c)), this_host_name());
     return finish_run(run_elastic(c, local, run, supervisor_options(c)), this_host_name());
   }
   if (rendezvous->is_dynamic()) {

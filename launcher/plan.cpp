@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "ddp/base/env_names.h"
+#include "ddp/base/str.h"
+#include "launcher/live_launch.h"
 #include "launcher/log_layout.h"
 
 namespace ddp::launcher {
@@ -57,6 +59,10 @@ std::vector<WorkerLaunch> plan_workers(const LaunchConfig& c, const NodeAssignme
     slot.agent_socket = run.agent_socket;
     slot.join_timeout_s = c.rdzv_timeout_s;  // See Note [Waiting is never silent] in ddp/join_wait.h
     if (!local.cpu_slices.empty()) slot.cpus = local.cpu_slices[lr];
+    if (c.recovery == Recovery::kLive) {  // See Note [Live recovery with ddp_launch] in launcher/live_launch.cpp
+      slot.live = WorkerSlot::LivePlace{ddp::str(c.rdzv_host, ":", c.rdzv_port), live_store_prefix(c),
+                                        ddp::str("node", node.node_rank, "/local", lr, "/attempt", attempt)};
+    }
     WorkerLaunch w;
     w.local_rank = lr;
     w.rank = rank;

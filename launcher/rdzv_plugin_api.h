@@ -73,6 +73,12 @@ typedef int (*ddp_rdzv_round_fn)(void* handle, const struct ddp_rdzv_round_reque
 // How many launchers wait to join the round after `round` (>= 0; -1: the store is unreachable).
 typedef int (*ddp_rdzv_waiting_fn)(void* handle, int round);
 
+// --recovery live: marks `count` workers of this node gone in the training's membership under
+// `prefix` (See Note [Live recovery with ddp_launch]): 1 marked, 0 no round closed yet, -1 the store
+// is unreachable.
+typedef int (*ddp_rdzv_mark_gone_fn)(void* handle, const char* prefix, int count);
+
+#define DDP_RDZV_MARK_GONE_SYMBOL "ddp_rdzv_mark_gone"
 #define DDP_RDZV_OPEN_SYMBOL "ddp_rdzv_open"
 #define DDP_RDZV_ROUND_SYMBOL "ddp_rdzv_round"
 #define DDP_RDZV_WAITING_SYMBOL "ddp_rdzv_waiting"

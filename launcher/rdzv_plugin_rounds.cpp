@@ -9,6 +9,9 @@
 #include <set>
 #include <thread>
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include "ddp/membership_keys.h"
 #include "launcher/rdzv_plugin_store.h"
 #include "launcher/rdzv_records.h"
 #include "launcher/rdzv_rounds.h"
@@ -273,6 +276,16 @@ extern "C" __attribute__((visibility("default"))) int ddp_rdzv_waiting(void* opa
       if (value && rdzv::is_valid_claim(token, rid, handle.max_nodes, slot, *value)) ++waiting;
     }
     return waiting;
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+extern "C" __attribute__((visibility("default"))) int ddp_rdzv_mark_gone(void* opaque, const char* prefix, int count) {
+  auto& handle = *static_cast<Handle*>(opaque);
+  try {
+    c10d::PrefixStore job(prefix, handle.store);
+    return ddp::membership_keys::mark_last_round_members_gone(job, count) ? 1 : 0;
   } catch (const std::exception&) {
     return -1;
   }

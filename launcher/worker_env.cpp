@@ -55,6 +55,11 @@ std::vector<std::pair<std::string, std::string>> launcher_variables(const NodeAs
   if (slot.agent_socket) vars.emplace_back(env::kAgentSocket, *slot.agent_socket);
   if (slot.log_dir) vars.emplace_back(env::kLogDir, *slot.log_dir);
   if (slot.join_timeout_s) vars.emplace_back(env::kJoinTimeout, ddp::str(*slot.join_timeout_s));
+  if (slot.live) {
+    vars.emplace_back(env::kLiveStore, slot.live->store);
+    vars.emplace_back(env::kLivePrefix, slot.live->prefix);
+    vars.emplace_back(env::kLiveMember, slot.live->member);
+  }
   return vars;
 }
 

@@ -31,6 +31,14 @@ struct WorkerSlot {
   std::vector<int> cpus;                   // --cpu_bind: the CPUs it is pinned to (empty: not pinned)
   std::string signals_to_handle;           // TORCHELASTIC_SIGNALS_TO_HANDLE (--signals_to_handle)
   std::optional<double> join_timeout_s;    // DDP_JOIN_TIMEOUT: --rdzv_timeout (--rdzv_conf join_timeout)
+  // --recovery live: DDP_LIVE_STORE, DDP_LIVE_PREFIX, DDP_LIVE_MEMBER (See Note [Live recovery with
+  // ddp_launch] in launcher/live_launch.cpp).
+  struct LivePlace {
+    std::string store;   // "HOST:PORT" of the rendezvous store
+    std::string prefix;  // the job's keys in it
+    std::string member;  // this worker process's member id
+  };
+  std::optional<LivePlace> live;
 };
 
 // rank = node_rank * nproc_per_node + local_rank (every node runs the same number of workers).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Cross-host figures on the network-namespace test bed (docs/hosts.md, scripts/netns-cluster.sh):
 #   scripts/bench-hosts.sh [RUNS [FIGURES]]   (root or CAP_NET_ADMIN; default 3 runs of each figure;
-#   FIGURES a comma list of first_step, host_loss, host_down, restart, elastic: default the first four;
+#   FIGURES a comma list of first_step, host_loss, host_down, restart, elastic, live: default the first four;
 #   BENCH_TOOLS="ddp" or "torch" times one side only)
 # 1. start to the end of the first step of a 3-host job (1 worker per host, one step, then a barrier:
 #    the moment rank 0 prints "finished 1 steps"), with static rendezvous (--master_addr host0) and
@@ -19,6 +19,10 @@
 #    per host, no checkpoints): a third host's launcher started into a running 2-host job, to rank 0's
 #    first step at world size 3; then every process of host 1 SIGKILLed at once (the host lost), to
 #    rank 0's first step on the 2 survivors (times: CLOCK_MONOTONIC, as the workers print them);
+# 6. live (ddp_launch only: --nnodes 2:3 --recovery live, build/bin/live_recovery_demo, 1 worker per
+#    host): every process of host 1 SIGKILLed at once, to rank 0's next completed step on the 2
+#    survivors (their processes kept; the membership's settle timeout, BENCH_LIVE_SETTLE_MS, default
+#    2000, is the detection bound of a host nobody marks gone). See Note [Live recovery with ddp_launch];
 # each for ddp_launch + C++ DDP (build/bin/fault_worker, the fault tests' worker) and, when
 # .venv/bin/torchrun exists, for torchrun + Python DDP on the same job
 # (benchmarks/hosts_ddp_reference.py, with GLOO_SOCKET_IFNAME=eth0, which PyTorch needs there). Every wait is bounded (a host loss is given 60 s); the bed
@@ -284,6 +288,34 @@ elastic() {
   echo "$arrival $loss"
 }
 
+# Live recovery (--recovery live): every process of host 1 SIGKILLed, to rank 0's next step at world
+# size 2 (wall clock: the demo prints it). Prints seconds.
+live() {
+  local port=$1 k t0 t deadline
+  rm -f "$work"/host*.log
+  for k in 0 1 2; do
+    "$cluster" exec "$name" "$k" timeout -s KILL 90 "$bin/ddp_launch" --nproc_per_node 1 --monitor_interval 0.05 \
+      --nnodes 2:3 --rdzv_endpoint "host0:$port" --rdzv_id "live$port" --rdzv_conf last_call_timeout=1 --recovery live \
+      "$bin/live_recovery_demo" --steps 100000 --step-ms 20 --settle-ms "${BENCH_LIVE_SETTLE_MS:-2000}" \
+      >"$work/host$k.log" 2>&1 &
+    ((k > 0)) || sleep 0.5
+  done
+  deadline=$((SECONDS + 60))
+  until grep -q -F "live demo: step 20 world 3" "$work/host0.log" 2>/dev/null; do
+    ((SECONDS < deadline)) || { echo "the job did not train" >&2; tail -n 5 "$work"/host*.log >&2; return 1; }
+    sleep 0.05
+  done
+  t0=$(date +%s%3N)
+  # shellcheck disable=SC2046  # one pid per word
+  kill -KILL $(ip netns pids "$name-h1")
+  until t=$(sed -n -E 's/.*live demo: step [0-9]+ world 2 at_ms ([0-9]+).*/\1/p' "$work/host0.log" | head -n 1) &&
+    [[ -n $t ]]; do
+    ((SECONDS < deadline)) || { echo "no step at world 2" >&2; tail -n 5 "$work"/host*.log >&2; return 1; }
+    sleep 0.05
+  done
+  awk -v a="$t0" -v b="$t" 'BEGIN { printf "%.2f", (b - a) / 1e3 }'
+}
+
 summary() {  # summary LABEL VALUES...: min, median, max of numeric values
   local label=$1
   shift
@@ -342,6 +374,14 @@ for ((run = 1; run <= runs; run++)); do
       results["$tool elastic_arrival"]+="$arrival "
       results["$tool elastic_loss"]+="$loss "
     fi
+    if [[ ,$figures, == *,live,* && $tool == ddp ]]; then
+      port=$((port + 3))
+      value=$(live "$port" || echo failed)
+      drain_bed 0 >/dev/null
+      wait || true
+      echo "run $run: ddp live: a host lost to the survivors' next step at 2 (same processes): $value s"
+      results["ddp live"]+="$value "
+    fi
   done
 done
 echo
@@ -366,6 +406,10 @@ for tool in "${tools[@]}"; do
     summary "$label, elastic: host arrives to training at 3" ${results["$tool elastic_arrival"]}
     # shellcheck disable=SC2086  # one value per word
     summary "$label, elastic: host lost to training at 2" ${results["$tool elastic_loss"]}
+  fi
+  if [[ ,$figures, == *,live,* && $tool == ddp ]]; then
+    # shellcheck disable=SC2086  # one value per word
+    summary "$label, live: host lost to the next step at 2" ${results["ddp live"]}
   fi
   for figure in host_loss host_down; do
     [[ ,$figures, == *,$figure,* ]] || continue

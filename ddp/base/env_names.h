@@ -43,6 +43,14 @@ inline constexpr char kLogDir[] = "DDP_LOG_DIR";
 // How long init_process_group waits to join (seconds): ddp_launch's --rdzv_conf join_timeout (=
 // --rdzv_timeout); users may set it by hand. See Note [Waiting is never silent] in ddp/join_wait.h.
 inline constexpr char kJoinTimeout[] = "DDP_JOIN_TIMEOUT";
+// ddp_launch --recovery live: where the job's membership lives (See Note [Live recovery with
+// ddp_launch] in launcher/live_launch.cpp): the rendezvous store "HOST:PORT", the job's key prefix in
+// it, and this worker's member id (stable for the process's life, unique in the job).
+inline constexpr char kLiveStore[] = "DDP_LIVE_STORE";
+inline constexpr char kLivePrefix[] = "DDP_LIVE_PREFIX";
+inline constexpr char kLiveMember[] = "DDP_LIVE_MEMBER";
+// Gloo's interface choice (PyTorch's name): read by a live job's workers (ddp/live_environment.cpp).
+inline constexpr char kGlooSocketIfname[] = "GLOO_SOCKET_IFNAME";
 // Devices and threads.
 inline constexpr char kCudaVisibleDevices[] = "CUDA_VISIBLE_DEVICES";
 inline constexpr char kCudaDeviceOrder[] = "CUDA_DEVICE_ORDER";

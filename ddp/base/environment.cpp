@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "ddp/base/env_names.h"
 #include "ddp/base/error.h"
@@ -88,6 +89,29 @@ std::string diagnostics_dir(const EnvLookup& env) {
     return slash == 0 ? "/" : file->substr(0, slash);
   }
   return "";
+}
+
+std::optional<LiveRecoveryEnvironment> parse_live_recovery_environment(const EnvLookup& env) {
+  const auto store = env(env::kLiveStore);
+  if (!store) return std::nullopt;
+  LiveRecoveryEnvironment out;
+  const auto colon = store->rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    throw InvalidArgument(str(env::kLiveStore, "='", *store, "' is not HOST:PORT"));
+  }
+  out.store_host = store->substr(0, colon);
+  if (out.store_host.size() > 2 && out.store_host.front() == '[' && out.store_host.back() == ']') {
+    out.store_host = out.store_host.substr(1, out.store_host.size() - 2);  // [IPv6]
+  }
+  out.store_port = parse_int(store->substr(colon + 1), env::kLiveStore, 1, 65535);
+  for (auto [name, value] : {std::pair{env::kLivePrefix, &out.prefix}, std::pair{env::kLiveMember, &out.member_id}}) {
+    const auto text = env(name);
+    if (!text || text->empty() || text->find('\n') != std::string::npos) {
+      throw InvalidArgument(str(name, " must be one non-empty line when ", env::kLiveStore, " is set"));
+    }
+    *value = *text;
+  }
+  return out;
 }
 
 // Note [Launch sources]

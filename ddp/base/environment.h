@@ -120,6 +120,18 @@ struct AgentEnvironment {
 // absolute) or RANK is malformed.
 std::optional<AgentEnvironment> parse_agent_environment(const EnvLookup& env);
 
+// ddp_launch --recovery live (See Note [Live recovery with ddp_launch] in launcher/live_launch.cpp):
+// where the job's membership lives.
+struct LiveRecoveryEnvironment {
+  std::string store_host;  // the rendezvous store (DDP_LIVE_STORE "HOST:PORT")
+  int store_port = 0;
+  std::string prefix;     // the job's keys in it (DDP_LIVE_PREFIX)
+  std::string member_id;  // this process's member id (DDP_LIVE_MEMBER)
+};
+// nullopt when DDP_LIVE_STORE is unset (the job was not started with --recovery live). Throws
+// ddp::InvalidArgument naming the variable when one is malformed or missing.
+std::optional<LiveRecoveryEnvironment> parse_live_recovery_environment(const EnvLookup& env);
+
 // Parses a whole decimal integer in [min_value, max_value]; `what` names the value in the error.
 int parse_int(const std::string& text, const std::string& what, int min_value, int max_value);
 

@@ -1,0 +1,35 @@
+#pragma once
+// A program started by `ddp_launch --recovery live` finds its job's membership here: the store
+// client and the StoreMembership to pass to ddp::FaultTolerant. See Note [Live recovery with
+// ddp_launch] in launcher/live_launch.cpp.
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "ddp/base/environment.h"
+#include "ddp/membership.h"
+
+namespace ddp {
+
+struct LiveJob {
+  c10::intrusive_ptr<c10d::Store> store;  // the job's keys in the rendezvous store
+  std::shared_ptr<StoreMembership> membership;
+  std::string member_id;
+  bool joining = false;  // a restarted worker: it receives the state from a survivor
+  // The address this host's Gloo transport announces (the kernel's route towards the store's host,
+  // See Note [Advertised address] in ddp/base/route.h): FaultTolerantOptions::group.host.
+  std::string group_host;
+};
+
+// nullopt when the launcher did not start this process with --recovery live (DDP_LIVE_STORE unset).
+// Otherwise connects to the store (bounded by `store_timeout`; ddp::TimeoutError naming it) and
+// builds the StoreMembership: its first round is the launcher's (RANK, WORLD_SIZE), a restarted
+// worker (TORCHELASTIC_RESTART_COUNT > 0) joins the running job. `options` gives the rest
+// (settle_timeout); its initial_size, initial_rank and joining are replaced.
+std::optional<LiveJob> live_job_from_environment(const EnvLookup& env, StoreMembershipOptions options = {},
+                                                 std::chrono::milliseconds store_timeout = std::chrono::seconds(60));
+
+}  // namespace ddp
