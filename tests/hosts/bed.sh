@@ -3,6 +3,10 @@
 #   bed_up CLUSTER PREFIX N TOOL...   skips (exit 77) without namespaces, a TOOL or Fashion-MNIST
 #                                     (a TOOL --no-data: the test needs no data set);
 #                                     sets name (the bed) and work (a scratch folder)
+#   bed_fail LABEL MESSAGE            prints FAIL (LABEL): MESSAGE and the tail of every $work/host*.log,
+#                                     exits 1
+#   bed_wait_for SECONDS FILE TEXT    waits until FILE holds TEXT; fails (through the caller's `fail`)
+#                                     after SECONDS
 # A bed of a run that was SIGKILLed (a CTest timeout) is removed by the next run of the same test.
 bed_up() {
   cluster=$1
@@ -33,4 +37,23 @@ bed_up() {
   trap '"$cluster" down "$name"; rm -rf "$work"' EXIT  # every daemon and job process lives in the hosts
   trap 'exit 143' INT TERM
   "$cluster" up "$name" "$n"
+}
+
+bed_fail() {
+  local label=$1 log
+  shift
+  echo "FAIL ($label): $*"
+  for log in "$work"/host*.log; do
+    echo "---- $log"
+    tail -n 30 "$log"
+  done
+  exit 1
+}
+
+bed_wait_for() {
+  local deadline=$((SECONDS + $1))
+  until grep -q -F -- "$3" "$2" 2>/dev/null; do
+    ((SECONDS < deadline)) || fail "no '$3' in $(basename "$2") within $1 s"
+    sleep 0.05
+  done
 }

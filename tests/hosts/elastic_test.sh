@@ -18,15 +18,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/bed.sh"
 bed_up "$cluster" el 3 --no-data  # sets name and work; removes both on exit
 pids=()
 
-fail() {
-  echo "FAIL (elastic $scenario): $*"
-  local log
-  for log in "$work"/host*.log; do
-    echo "---- $log"
-    tail -n 30 "$log"
-  done
-  exit 1
-}
+fail() { bed_fail "elastic $scenario" "$@"; }
 
 # The worker: says its world size and round, then trains (checkpoints in $work/ck, resumed).
 cat >"$work/worker.sh" <<WORKER
@@ -59,13 +51,7 @@ wait_listening() {  # wait_listening K PORT
   done
 }
 
-wait_for() {  # wait_for SECONDS FILE TEXT
-  local deadline=$((SECONDS + $1))
-  until grep -q -F -- "$3" "$2" 2>/dev/null; do
-    ((SECONDS < deadline)) || fail "no '$3' in $(basename "$2") within $1 s"
-    sleep 0.05
-  done
-}
+wait_for() { bed_wait_for "$@"; }  # wait_for SECONDS FILE TEXT
 
 succeeded() {  # succeeded K...: host K's launcher exited 0
   local k status

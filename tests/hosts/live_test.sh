@@ -25,15 +25,7 @@ steps=${LIVE_TEST_STEPS:-260}
 timeout_ms=10000
 [[ $scenario != partition ]] || { steps=80; timeout_ms=2000; }
 
-fail() {
-  echo "FAIL (live recovery): $*"
-  local log
-  for log in "$work"/host*.log; do
-    echo "---- $log"
-    tail -n 30 "$log"
-  done
-  exit 1
-}
+fail() { bed_fail "live recovery" "$@"; }
 
 start() {  # start K: host K's launcher in the background (killed after 40 s), output in hostK.log
   local k=$1
@@ -44,13 +36,7 @@ start() {  # start K: host K's launcher in the background (killed after 40 s), o
   pids[$k]=$!
 }
 
-wait_for() {  # wait_for SECONDS FILE TEXT
-  local deadline=$((SECONDS + $1))
-  until grep -q -F -- "$3" "$2" 2>/dev/null; do
-    ((SECONDS < deadline)) || fail "no '$3' in $(basename "$2") within $1 s"
-    sleep 0.05
-  done
-}
+wait_for() { bed_wait_for "$@"; }  # wait_for SECONDS FILE TEXT
 
 # A usage error first: live needs the elastic c10d rendezvous (exit 2, one line).
 status=0
