@@ -4,6 +4,7 @@ steps of a small model on fixed data; prints when the first step is done (for th
 measurement in docs/launcher.md) and checks that every rank ends with the same parameters."""
 import argparse
 import os
+import sys
 import time
 
 import torch
@@ -38,10 +39,16 @@ def main():
     print(f"rank {rank}: {args.steps} steps, parameters identical on every rank: {same}", flush=True)
     # Every rank done with its collectives before any rank tears Gloo down: a rank whose peer closed
     # its connections mid-teardown can abort ("terminate called without an active exception").
+    del model, optimizer
     dist.barrier()
     dist.destroy_process_group()
-    if not same:
-        raise SystemExit(1)
+    # After destroy_process_group, the interpreter's own exit still aborted a rank in about 1 of 8
+    # runs on this machine (torch 2.13, "terminate called without an active exception": a thread
+    # object of torch's destroyed while joinable during finalisation, after every print above). The
+    # work is done and flushed: leave without the finalisers.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0 if same else 1)
 
 
 if __name__ == "__main__":
