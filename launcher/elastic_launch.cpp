@@ -94,12 +94,7 @@ SupervisorResult run_elastic(const LaunchConfig& c, const LocalWorkers& local, c
     options.max_restarts = 0;
     options.link = channel ? channel->link() : nullptr;
     options.membership_change = [&] { return newcomers.poll(); };
-    const GroupFactory make_group = [&](int) {
-      std::vector<WorkerLaunch> group = plan_workers(c, node, local, run, m.round);
-      make_new_dir(attempt_dir(run.run_folder, m.round));  // See Note [Log folders]
-      for (const WorkerLaunch& w : group) make_new_dir(w.dir);
-      return group;
-    };
+    const GroupFactory make_group = [&](int) { return prepare_attempt(c, node, local, run, m.round); };
     SupervisorResult result = supervise(options, make_group);
     result.attempts = m.round + 1;
     const bool changed = newcomers.waiting() > 0 || result.stopped_by.has_value();

@@ -126,10 +126,7 @@ SupervisorResult run_live(const LaunchConfig& c, const LocalWorkers& local, cons
                      marked == 0 ? "no round of it has closed" : "the store did not answer");
       }
     }
-    std::vector<WorkerLaunch> group = plan_workers(c, attempt_node, local, run, restart_count);
-    make_new_dir(attempt_dir(run.run_folder, restart_count));  // See Note [Log folders]
-    for (const WorkerLaunch& w : group) make_new_dir(w.dir);
-    return group;
+    return prepare_attempt(c, attempt_node, local, run, restart_count);
   };
   return supervise(options, make_group);
 }

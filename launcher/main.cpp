@@ -237,10 +237,7 @@ int run(const LaunchConfig& c, const EnvironmentSnapshot& env) {
   const std::unique_ptr<JobChannel> channel = open_job_channel(c, node, local.nproc, this_host_name());
 
   const GroupFactory make_group = [&](int attempt) {
-    std::vector<WorkerLaunch> group = plan_workers(c, node, local, run, attempt);
-    make_new_dir(attempt_dir(run.run_folder, attempt));  // See Note [Log folders]
-    for (const WorkerLaunch& w : group) make_new_dir(w.dir);
-    return group;
+    return prepare_attempt(c, node, local, run, attempt);
   };
   SupervisorOptions options = supervisor_options(c);
   options.agent = agent.get();

@@ -94,4 +94,12 @@ std::vector<WorkerLaunch> plan_workers(const LaunchConfig& c, const NodeAssignme
   return group;
 }
 
+std::vector<WorkerLaunch> prepare_attempt(const LaunchConfig& config, const NodeAssignment& node,
+                                          const LocalWorkers& local, const RunContext& run, int attempt) {
+  std::vector<WorkerLaunch> group = plan_workers(config, node, local, run, attempt);
+  make_new_dir(attempt_dir(run.run_folder, attempt));
+  for (const WorkerLaunch& w : group) make_new_dir(w.dir);
+  return group;
+}
+
 }  // namespace ddp::launcher

@@ -51,6 +51,11 @@ struct RunContext {
 std::vector<WorkerLaunch> plan_workers(const LaunchConfig& config, const NodeAssignment& node,
                                        const LocalWorkers& local, const RunContext& run, int attempt);
 
+// plan_workers, with the attempt's folder and each worker's made (See Note [Log folders]): what a
+// GroupFactory returns for `attempt`.
+std::vector<WorkerLaunch> prepare_attempt(const LaunchConfig& config, const NodeAssignment& node,
+                                          const LocalWorkers& local, const RunContext& run, int attempt);
+
 // Whether any stream of any local worker goes to a log file.
 bool writes_log_files(const LaunchConfig& config, int nproc);
 
