@@ -11,6 +11,12 @@ fault_worker's DDP_FAULT=rank=R,step=S,kind=exit with --pid-dir D and --say-firs
 --fail-rank R --fail-step S --fault-file F, rank R writes CLOCK_MONOTONIC's ns to F and exits 3
 before step S, unless F exists (once per job); with --say-first-step rank 0
 prints "trained a step in attempt A at NS" after its first step.
+
+For the steps a restart trains again (elastic host loss), as fault_worker's --checkpoint-dir D
+--checkpoint-every K --resume --say-steps: rank 0 saves model, optimizer and step to D/latest.pt every
+K steps (written to a temporary file, then renamed: a reader never sees half a checkpoint); with
+--resume, every rank starts from D/latest.pt when it exists and prints "resumed from step S"; with
+--say-steps, every rank prints "step S done" after each step.
 """
 import argparse
 import os
@@ -29,6 +35,10 @@ def main():
     parser.add_argument("--fail-step", type=int, default=0)
     parser.add_argument("--fault-file", default="")
     parser.add_argument("--say-first-step", action="store_true")
+    parser.add_argument("--checkpoint-dir", default="")
+    parser.add_argument("--checkpoint-every", type=int, default=1)
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--say-steps", action="store_true")
     args = parser.parse_args()
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     dist.init_process_group("gloo")
@@ -38,7 +48,15 @@ def main():
     model = nn.parallel.DistributedDataParallel(net)
     optimizer = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
     say_first_step = args.say_first_step and rank == 0
-    for step in range(args.steps):
+    latest = os.path.join(args.checkpoint_dir, "latest.pt") if args.checkpoint_dir else ""
+    start = 0
+    if args.resume and latest and os.path.exists(latest):
+        saved = torch.load(latest)
+        net.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        start = saved["step"]
+        print(f"resumed from step {start}", flush=True)
+    for step in range(start, args.steps):
         # Once: torchrun's restart count grows only on the agents whose own workers failed.
         if rank == args.fail_rank and step + 1 == args.fail_step and not os.path.exists(args.fault_file):
             with open(args.fault_file, "w") as f:
@@ -54,7 +72,14 @@ def main():
         if say_first_step:
             say_first_step = False
             print(f"trained a step in attempt {attempt} at {time.monotonic_ns()}", flush=True)
+        if args.say_steps:
+            print(f"step {step + 1} done", flush=True)
         time.sleep(args.step_ms / 1000)
+        if latest and rank == 0 and (step + 1) % args.checkpoint_every == 0:
+            os.makedirs(args.checkpoint_dir, exist_ok=True)
+            partial = f"{latest}.{os.getpid()}.tmp"
+            torch.save({"model": net.state_dict(), "optimizer": optimizer.state_dict(), "step": step + 1}, partial)
+            os.replace(partial, latest)
     dist.barrier()
     print(f"finished {args.steps} steps", flush=True)
     dist.destroy_process_group()

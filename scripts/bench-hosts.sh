@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Cross-host figures on the network-namespace test bed (docs/hosts.md, scripts/netns-cluster.sh):
 #   scripts/bench-hosts.sh [RUNS [FIGURES]]   (root or CAP_NET_ADMIN; default 3 runs of each figure;
-#   FIGURES a comma list of first_step, host_loss, host_down, restart, elastic, live: default the first four;
-#   BENCH_TOOLS="ddp" or "torch" times one side only)
+#   FIGURES a comma list of first_step, host_loss, host_down, restart, elastic, live, recovery: default
+#   the first four; recovery = elastic's host loss alone (no arrival) and live;
+#   BENCH_TOOLS="ddp" or "torch" times one side only, "ddp,torch" or "ddp torch" both)
+# Issue 22's side by side, one command (elastic's host loss for both tools and live, each with the
+# steps it trains again, medians and the ratios; See "Live recovery, side by side" in docs/faults.md):
+#   BENCH_TOOLS=ddp,torch scripts/bench-hosts.sh 3 recovery
 # 1. start to the end of the first step of a 3-host job (1 worker per host, one step, then a barrier:
 #    the moment rank 0 prints "finished 1 steps"), with static rendezvous (--master_addr host0) and
 #    c10d rendezvous (--rdzv_endpoint host0:29400);
@@ -19,10 +23,17 @@
 #    per host, no checkpoints): a third host's launcher started into a running 2-host job, to rank 0's
 #    first step at world size 3; then every process of host 1 SIGKILLed at once (the host lost), to
 #    rank 0's first step on the 2 survivors (times: CLOCK_MONOTONIC, as the workers print them);
+#    the workers checkpoint every BENCH_CHECKPOINT_EVERY steps (default 50) and resume from the
+#    latest: "steps lost" is host 0's last step before the restart minus the step it resumed from
+#    (the applied steps trained again). BENCH_TORCH_RDZV_CONF (e.g. keep_alive_interval=1) is added
+#    to torchrun's --rdzv_conf;
 # 6. live (ddp_launch only: --nnodes 2:3 --recovery live, build/bin/live_recovery_demo, 1 worker per
 #    host): every process of host 1 SIGKILLed at once, to rank 0's next completed step on the 2
 #    survivors (their processes kept; the membership's settle timeout, BENCH_LIVE_SETTLE_MS, default
-#    2000, is the detection bound of a host nobody marks gone). See Note [Live recovery with ddp_launch];
+#    2000, is the detection bound of a host nobody marks gone; BENCH_LIVE_TIMEOUT_MS, default 10000,
+#    each collective's bound, that of a silent host). "steps lost": the last step at world size 3
+#    plus one minus the first at world size 2 (0: only the step in flight dropped and run again).
+#    See Note [Live recovery with ddp_launch];
 # each for ddp_launch + C++ DDP (build/bin/fault_worker, the fault tests' worker) and, when
 # .venv/bin/torchrun exists, for torchrun + Python DDP on the same job
 # (benchmarks/hosts_ddp_reference.py, with GLOO_SOCKET_IFNAME=eth0, which PyTorch needs there). Every wait is bounded (a host loss is given 60 s); the bed
@@ -32,6 +43,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 runs=${1:-3}
 figures=${2:-first_step,host_loss,host_down,restart}
+figures_asked=$figures
+# recovery: issue 22's side by side, elastic's host loss (elastic_loss: without the arrival) and live.
+[[ ,$figures, != *,recovery,* ]] || figures+=,elastic_loss,live
 cluster=$DDP_ROOT/scripts/netns-cluster.sh
 bin=$DDP_BUILD_DIR/bin
 torchrun=$DDP_ROOT/.venv/bin/torchrun
@@ -46,6 +60,29 @@ for b in ddp_launch fault_worker; do
     exit 2
   }
 done
+tools=(ddp)
+[[ -x $torchrun ]] && tools+=(torch)
+# BENCH_TOOLS="ddp" or "torch": only one side; "ddp,torch" both.
+[[ -z ${BENCH_TOOLS:-} ]] || read -r -a tools <<<"${BENCH_TOOLS//,/ }"
+checkpoint_every=${BENCH_CHECKPOINT_EVERY:-50}
+live_settle_ms=${BENCH_LIVE_SETTLE_MS:-2000}
+live_timeout_ms=${BENCH_LIVE_TIMEOUT_MS:-10000}
+torch_rdzv_conf=last_call_timeout=1${BENCH_TORCH_RDZV_CONF:+,$BENCH_TORCH_RDZV_CONF}
+# What to type to run this again, and what the figures depend on (the detection bounds each side uses).
+tools_csv=${tools[*]}
+echo "command: BENCH_TOOLS=${tools_csv// /,} BENCH_CHECKPOINT_EVERY=$checkpoint_every" \
+  "BENCH_LIVE_SETTLE_MS=$live_settle_ms BENCH_LIVE_TIMEOUT_MS=$live_timeout_ms" \
+  "${BENCH_TORCH_RDZV_CONF:+BENCH_TORCH_RDZV_CONF=$BENCH_TORCH_RDZV_CONF }scripts/bench-hosts.sh $runs $figures_asked"
+echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); load: $(uptime); git: $(git -C "$DDP_ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')"
+if [[ ,$figures, == *,elastic* || ,$figures, == *,live,* ]]; then
+  echo "detection: ddp elastic (--recovery restart): the job channel (a lost host's connections close), then" \
+    "--rdzv_conf last_call_timeout=1; its workers' collective timeout 30 s; checkpoint every $checkpoint_every steps"
+  echo "detection: ddp live: settle timeout $live_settle_ms ms (a host nobody marks gone), collective timeout" \
+    "$live_timeout_ms ms (a silent host), --rdzv_conf last_call_timeout=1; no checkpoint"
+  echo "detection: torchrun elastic: --rdzv_conf $torch_rdzv_conf, otherwise torch's defaults (keep_alive_interval 5 s" \
+    "x keep_alive_max_attempt 3: a silent node leaves the rendezvous after 15 s; join 600 s, close 30 s)," \
+    "--monitor_interval 0.05; Gloo's default collective timeout (30 min); checkpoint every $checkpoint_every steps"
+fi
 name="bh$$"
 work=$(mktemp -d)
 cleanup() {
@@ -243,21 +280,25 @@ first_step_after() {
 launch_elastic() {
   local tool=$1 k=$2 port=$3 cmd
   local common=(--nproc_per_node 1 --monitor_interval 0.05 --nnodes 2:3 --rdzv_endpoint "host0:$port"
-    --rdzv_id "elastic$port" --rdzv_conf last_call_timeout=1 --max_restarts 5)
+    --rdzv_id "elastic$port" --max_restarts 5)
   if [[ $tool == ddp ]]; then
-    cmd=("$bin/ddp_launch" "${common[@]}" --shutdown_grace 3 --rdzv_timeout 60 "$bin/fault_worker" train)
+    cmd=("$bin/ddp_launch" "${common[@]}" --rdzv_conf last_call_timeout=1 --shutdown_grace 3 --rdzv_timeout 60
+      "$bin/fault_worker" train)
   else
-    cmd=(env GLOO_SOCKET_IFNAME=eth0 "$torchrun" "${common[@]}" --rdzv_backend c10d "$reference")
+    cmd=(env GLOO_SOCKET_IFNAME=eth0 "$torchrun" "${common[@]}" --rdzv_conf "$torch_rdzv_conf" --rdzv_backend c10d
+      "$reference")
   fi
   "$cluster" exec "$name" "$k" timeout -s KILL 90 "${cmd[@]}" --steps 100000 --step-ms 20 --say-first-step \
+    --checkpoint-dir "$work/checkpoints$port" --checkpoint-every "$checkpoint_every" --resume --say-steps \
     >"$work/host$k.log" 2>&1 &
 }
 
 # Elastic membership, two jobs: a host joining a running 2-host job, to rank 0's first step at 3
 # hosts; then, in a 3-host job, every process of host 1 SIGKILLed at once, to rank 0's first step on
-# the 2 survivors. Prints "ARRIVAL LOSS" in seconds ("failed" for a figure that did not happen).
+# the 2 survivors. Prints seconds ("failed" for a figure that did not happen); for a loss, then the
+# steps lost, host 0's last step before the restart and the step it resumed from ("?" when unknown).
 elastic_phase() {  # elastic_phase TOOL PORT arrival|loss
-  local tool=$1 port=$2 phase=$3 t0 t k
+  local tool=$1 port=$2 phase=$3 t0 t k kill_line lost
   rm -f "$work"/host*.log
   launch_elastic "$tool" 0 "$port"
   sleep 0.5
@@ -265,6 +306,9 @@ elastic_phase() {  # elastic_phase TOOL PORT arrival|loss
   [[ $phase == arrival ]] || launch_elastic "$tool" 2 "$port"
   t=$(first_step_after 0) || { echo "the job did not train" >&2; tail -n 5 "$work"/host*.log >&2; return 1; }
   sleep 2
+  # A loss lands anywhere between two checkpoints, not at one phase of them.
+  [[ $phase == arrival ]] || sleep "0.$((RANDOM % 10))"
+  kill_line=$(wc -l <"$work/host0.log")
   t0=$(mono_now)
   if [[ $phase == arrival ]]; then
     launch_elastic "$tool" 2 "$port"
@@ -274,30 +318,41 @@ elastic_phase() {  # elastic_phase TOOL PORT arrival|loss
   fi
   t=$(first_step_after "$t0") || { echo "no step after the $phase" >&2; tail -n 5 "$work"/host*.log >&2; return 1; }
   awk -v a="$t0" -v b="$t" 'BEGIN { printf "%.2f", (b - a) / 1e9 }'
+  [[ $phase == loss ]] || return 0
+  # Host 0's worker after the loss is a new process (first_step_after saw rank 0 train, so it has
+  # resumed): the steps lost are those its predecessor had applied since the checkpoint it read.
+  lost=$(awk -v after="$kill_line" '
+    match($0, /step [0-9]+ done/) { split(substr($0, RSTART, RLENGTH), w, " "); last = w[2] }
+    NR > after && /resumed from step [0-9]+/ { print (last == "" ? "?" : last - $NF), last, $NF; found = 1; exit }
+    END { if (!found) print "? ? ?" }' "$work/host0.log")
+  echo " $lost"
 }
 
-elastic() {
-  local tool=$1 port=$2 arrival loss
+elastic() {  # prints "ARRIVAL LOSS LOST LAST RESUMED"; ARRIVAL "skipped" without the figure elastic
+  local tool=$1 port=$2 arrival=skipped loss
   [[ -n $mono_offset ]] || { echo "no .venv/bin/python to read CLOCK_MONOTONIC" >&2; return 1; }
-  arrival=$(elastic_phase "$tool" "$port" arrival || echo failed)
-  drain_bed 0 >/dev/null
-  wait || true
-  loss=$(elastic_phase "$tool" $((port + 1)) loss || echo failed)
+  if [[ ,$figures, == *,elastic,* ]]; then
+    arrival=$(elastic_phase "$tool" "$port" arrival || echo failed)
+    drain_bed 0 >/dev/null
+    wait || true
+  fi
+  loss=$(elastic_phase "$tool" $((port + 1)) loss || echo "failed ? ? ?")
   drain_bed 0 >/dev/null
   wait || true
   echo "$arrival $loss"
 }
 
 # Live recovery (--recovery live): every process of host 1 SIGKILLed, to rank 0's next step at world
-# size 2 (wall clock: the demo prints it). Prints seconds.
+# size 2 (wall clock: the demo prints it). Prints seconds, the steps lost (applied steps trained
+# again), host 0's last step at world size 3 and its first at world size 2.
 live() {
   local port=$1 k t0 t deadline
   rm -f "$work"/host*.log
   for k in 0 1 2; do
     "$cluster" exec "$name" "$k" timeout -s KILL 90 "$bin/ddp_launch" --nproc_per_node 1 --monitor_interval 0.05 \
       --nnodes 2:3 --rdzv_endpoint "host0:$port" --rdzv_id "live$port" --rdzv_conf last_call_timeout=1 --recovery live \
-      "$bin/live_recovery_demo" --steps 100000 --step-ms 20 --settle-ms "${BENCH_LIVE_SETTLE_MS:-2000}" \
-      >"$work/host$k.log" 2>&1 &
+      "$bin/live_recovery_demo" --steps 100000 --step-ms 20 --settle-ms "$live_settle_ms" \
+      --timeout-ms "$live_timeout_ms" >"$work/host$k.log" 2>&1 &
     ((k > 0)) || sleep 0.5
   done
   deadline=$((SECONDS + 60))
@@ -314,6 +369,26 @@ live() {
     sleep 0.05
   done
   awk -v a="$t0" -v b="$t" 'BEGIN { printf "%.2f", (b - a) / 1e3 }'
+  # The demo prints a step once every rank applied it: the first at world size 2 right after the
+  # last at world size 3 means only the step in flight was dropped (and run again).
+  awk 'match($0, /live demo: step [0-9]+ world [0-9]+ at_ms/) {
+      split(substr($0, RSTART, RLENGTH), w, " ")
+      if (w[6] == 3) last = w[4]
+      if (w[6] == 2) { print "", (last == "" ? "?" : last + 1 - w[4]), (last == "" ? "?" : last), w[4]; exit }
+    }' "$work/host0.log"
+}
+
+median() {  # median VALUES...: of the numeric ones; "?" when none
+  printf '%s\n' "$@" | sort -g | awk '/^[0-9.]+$/ { v[n++] = $1 } END { print n ? v[int(n / 2)] : "?" }'
+}
+
+summary_steps() {  # summary_steps LABEL VALUES...: min, median, max of step counts
+  local label=$1
+  shift
+  printf '%s\n' "$@" | sort -g | awk -v l="$label" '
+    /^-?[0-9]+$/ { v[n++] = $1; next } { other = other " [" $0 "]" }
+    END { if (n) printf "%-52s min %d, median %d, max %d (%d runs)%s\n", l, v[0], v[int(n / 2)], v[n - 1], n, other;
+          else printf "%-52s%s\n", l, other }'
 }
 
 summary() {  # summary LABEL VALUES...: min, median, max of numeric values
@@ -325,10 +400,6 @@ summary() {  # summary LABEL VALUES...: min, median, max of numeric values
           else printf "%-52s%s\n", l, other }'
 }
 
-tools=(ddp)
-[[ -x $torchrun ]] && tools+=(torch)
-# BENCH_TOOLS="ddp" or "torch": only one side.
-[[ -z ${BENCH_TOOLS:-} ]] || read -r -a tools <<<"$BENCH_TOOLS"
 port=29500
 declare -A results
 for ((run = 1; run <= runs; run++)); do
@@ -366,21 +437,27 @@ for ((run = 1; run <= runs; run++)); do
         results["$tool restart $mode"]+="$value "
       done
     fi
-    if [[ ,$figures, == *,elastic,* ]]; then
+    if [[ ,$figures, == *,elastic,* || ,$figures, == *,elastic_loss,* ]]; then
       port=$((port + 3))
-      value=$(elastic "$tool" "$port" || echo "failed failed")
-      read -r arrival loss <<<"$value"
-      echo "run $run: $tool elastic: a host arriving to training at 3 hosts: $arrival s; a host lost to training at 2: $loss s"
+      value=$(elastic "$tool" "$port" || echo "failed failed ? ? ?")
+      read -r arrival loss lost last resumed <<<"$value"
+      [[ $arrival == skipped ]] || arrival_text="a host arriving to training at 3 hosts: $arrival s; "
+      echo "run $run: $tool elastic: ${arrival_text:-}a host lost to training at 2: $loss s," \
+        "steps lost $lost (host 0's last step $last, resumed from $resumed; a checkpoint every $checkpoint_every steps)"
       results["$tool elastic_arrival"]+="$arrival "
       results["$tool elastic_loss"]+="$loss "
+      results["$tool elastic_lost"]+="$lost "
     fi
     if [[ ,$figures, == *,live,* && $tool == ddp ]]; then
       port=$((port + 3))
-      value=$(live "$port" || echo failed)
+      value=$(live "$port" || echo "failed ? ? ?")
       drain_bed 0 >/dev/null
       wait || true
-      echo "run $run: ddp live: a host lost to the survivors' next step at 2 (same processes): $value s"
-      results["ddp live"]+="$value "
+      read -r seconds lost last first <<<"$value"
+      echo "run $run: ddp live: a host lost to the survivors' next step at 2 (same processes): $seconds s," \
+        "steps lost $lost (host 0's last step at world 3: $last, first at world 2: $first; the step in flight dropped)"
+      results["ddp live"]+="$seconds "
+      results["ddp live_lost"]+="$lost "
     fi
   done
 done
@@ -404,12 +481,18 @@ for tool in "${tools[@]}"; do
   if [[ ,$figures, == *,elastic,* ]]; then
     # shellcheck disable=SC2086  # one value per word
     summary "$label, elastic: host arrives to training at 3" ${results["$tool elastic_arrival"]}
+  fi
+  if [[ ,$figures, == *,elastic,* || ,$figures, == *,elastic_loss,* ]]; then
     # shellcheck disable=SC2086  # one value per word
     summary "$label, elastic: host lost to training at 2" ${results["$tool elastic_loss"]}
+    # shellcheck disable=SC2086  # one value per word
+    summary_steps "$label, elastic: steps lost (trained again)" ${results["$tool elastic_lost"]}
   fi
   if [[ ,$figures, == *,live,* && $tool == ddp ]]; then
     # shellcheck disable=SC2086  # one value per word
     summary "$label, live: host lost to the next step at 2" ${results["ddp live"]}
+    # shellcheck disable=SC2086  # one value per word
+    summary_steps "$label, live: steps lost (trained again)" ${results["ddp live_lost"]}
   fi
   for figure in host_loss host_down; do
     [[ ,$figures, == *,$figure,* ]] || continue
@@ -418,3 +501,19 @@ for tool in "${tools[@]}"; do
       "${losses[@]}"
   done
 done
+# Issue 22's comparison: the medians of a host loss to the next step, side by side, and their ratios.
+if [[ ,$figures, == *,elastic* && ,$figures, == *,live,* ]]; then
+  # shellcheck disable=SC2086  # one value per word
+  live_median=$(median ${results["ddp live"]})
+  line="host loss to the next step (medians): ddp live $live_median s"
+  for tool in "${tools[@]}"; do
+    # shellcheck disable=SC2086  # one value per word
+    loss_median=$(median ${results["$tool elastic_loss"]})
+    # shellcheck disable=SC2086  # one value per word
+    lost_median=$(median ${results["$tool elastic_lost"]})
+    label=$([[ $tool == ddp ]] && echo "ddp elastic restart" || echo "torchrun elastic")
+    ratio=$(awk -v a="$loss_median" -v b="$live_median" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.1f", a / b; else print "?" }')
+    line+="; $label $loss_median s ($lost_median steps lost), $ratio x live's time"
+  done
+  echo "$line"
+fi

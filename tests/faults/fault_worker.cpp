@@ -3,7 +3,7 @@
 //
 //   fault_worker train --steps N [--step-ms M] [--timeout-ms T] [--checkpoint-dir D]
 //                      [--checkpoint-every K] [--resume] [--save-params FILE] [--pid-dir D]
-//                      [--say-first-step]
+//                      [--say-first-step] [--say-steps]
 //   fault_worker verify DIR      prints "latest valid checkpoint: step N" (find_latest_valid_checkpoint)
 //
 // DDP_FAULT="rank=R,step=S,kind=K[,attempt=A]" (read in parse_fault only): when rank R is about to
@@ -19,6 +19,8 @@
 // sees; --save-params writes the final parameters' raw bytes (rank 0) for a bit-for-bit comparison.
 // --say-first-step: rank 0 prints "trained a step in attempt A at NS" (steady clock, ns) after its
 // first step, so that scripts/bench-hosts.sh times a restart from the fault to training again.
+// --say-steps: every rank prints "step S done" after each step, so that the bench counts the steps
+// a restart trains again (the last before the loss minus the one "resumed from step" names).
 #include <signal.h>
 #include <unistd.h>
 
@@ -170,6 +172,7 @@ int train(const std::map<std::string, std::string>& flags) {
   const bool armed = fault.rank == rank && fault.attempt == attempt;
   ddp::ProgressReporter progress;  // samples and loss for ddp_launch --metrics_port
   bool say_first_step = flags.count("say-first-step") > 0 && rank == 0;
+  const bool say_steps = flags.count("say-steps") > 0;
   while (step < steps) {
     if (armed && step + 1 == fault.step) {
       if (fault.kind != "desync") inject(fault, checkpoint_dir, pid_dir);
@@ -190,6 +193,7 @@ int train(const std::map<std::string, std::string>& flags) {
       std::cout << "trained a step in attempt " << attempt << " at "
                 << std::chrono::steady_clock::now().time_since_epoch().count() << std::endl;
     }
+    if (say_steps) std::cout << "step " << step << " done" << std::endl;
     std::this_thread::sleep_for(step_time);
     if (!checkpoint_dir.empty() && step % every == 0) {
       ddp::save_checkpoint(checkpoint_dir, *net, &optimizer, {0, step, {}}, group);
