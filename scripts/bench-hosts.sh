@@ -517,3 +517,4 @@ if [[ ,$figures, == *,elastic* && ,$figures, == *,live,* ]]; then
   done
   echo "$line"
 fi
+echo "load at the end: $(uptime)"
