@@ -20,7 +20,7 @@
 #    having trained its first step of attempt 1 (the time it printed): stop, re-rendezvous, start,
 #    connect, a step;
 # 5. elastic (--nnodes 2:3, c10d rendezvous, --rdzv_conf last_call_timeout=1 for both tools, 1 worker
-#    per host, no checkpoints): a third host's launcher started into a running 2-host job, to rank 0's
+#    per host): a third host's launcher started into a running 2-host job, to rank 0's
 #    first step at world size 3; then every process of host 1 SIGKILLed at once (the host lost), to
 #    rank 0's first step on the 2 survivors (times: CLOCK_MONOTONIC, as the workers print them);
 #    the workers checkpoint every BENCH_CHECKPOINT_EVERY steps (default 50) and resume from the
