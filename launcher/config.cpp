@@ -504,6 +504,8 @@ static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSn
       c.rdzv_timeout_s = *conf.join_timeout_s;
     }
     if (conf.last_call_timeout_s) c.rdzv_last_call_s = *conf.last_call_timeout_s;
+    if (conf.keep_alive_interval_s) c.live_keep_alive_s = *conf.keep_alive_interval_s;
+    if (conf.keep_alive_max_attempt) c.live_keep_alive_max_attempt = *conf.keep_alive_max_attempt;
   }
   if (given("local_addr")) {
     c.local_addr = text("local_addr");
