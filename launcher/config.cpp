@@ -597,7 +597,8 @@ static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSn
   c.hang_timeout_s = parse_seconds_flag("--hang_timeout", text("hang_timeout"));
   c.metrics_port = parse_int_flag("--metrics_port", text("metrics_port"), 0, 65535);
   if (c.elastic) check_elastic(c, rdzv || given("hostfile") || given("hosts"), text("nnodes"));
-  c.recovery = parse_recovery_flag(text("recovery"), c.elastic && rdzv);  // See Note [Live recovery with ddp_launch]
+  // --hosts/--hostfile with a range: every host joins the first host's c10d rendezvous.
+  c.recovery = parse_recovery_flag(text("recovery"), c.elastic && (rdzv || given("hostfile") || given("hosts")));  // See Note [Live recovery with ddp_launch]
   c.metrics_addr = text("metrics_addr");
   if (!is_numeric_address(c.metrics_addr)) {
     throw UsageError(ddp::str("--metrics_addr '", c.metrics_addr,

@@ -12,6 +12,8 @@
 #   3. host1's link goes down (a partition: nothing closes): after the liveness timeout
 #      (--rdzv_conf keep_alive_interval=0.5,keep_alive_max_attempt=4: 2 s) host0's launcher marks it
 #      gone, the round closes by the left count, host0 and host3 finish at world size 2, equal.
+#   4. one command (--hosts host0:1,host1:1,host2:1 over a fake ssh entering the namespace hosts)
+#      starts a live job; host2 SIGKILLed whole: marked gone, the one command exits 0.
 # Asserts by log lines, never by timing; prints the recovery figures (the time from the kill, and
 # from the link down, to the next completed step on the survivors). Exits 77 (CTest skip) without
 # namespaces. Every wait is bounded; the hosts and every process in them go away on exit.
@@ -128,5 +130,53 @@ echo "live hosts figure: $((at_kill - killed_ms)) ms from host 2 SIGKILLed to th
   "(settle timeout 60 s: the launchers' mark closed the round)"
 echo "live hosts figure: $((at_down - down_ms)) ms from host 1's link down to the survivors' next completed step" \
   "(collective timeout 2 s, liveness timeout 2 s)"
+
+# 4. One command (--hosts, over a fake ssh that enters the namespace host) starts a live job on 3
+# hosts; host2 SIGKILLed whole (its ssh with it): the first host's launcher marks it gone, the job
+# goes on and the one command exits 0.
+victims=$(ip netns pids "$name-h1")  # the partitioned host's launcher and worker
+# shellcheck disable=SC2086  # one pid a word
+[[ -z $victims ]] || kill -KILL $victims
+wait "${pids[1]}" || true
+"$cluster" exec "$name" 1 ip link set eth0 up
+cat >"$work/fake_ssh" <<FAKE
+#!/usr/bin/env bash
+host=\$1
+shift
+exec "$cluster" exec "$name" "\${host#host}" bash -c "\$*"
+FAKE
+chmod +x "$work/fake_ssh"
+hsteps=200
+env OMP_NUM_THREADS=1 timeout -s KILL 45 "$launch" --hosts host0:1,host1:1,host2:1 --ssh_cmd "$work/fake_ssh" \
+  --nnodes 2:3 --rdzv_endpoint host0:29410 --rdzv_id onecmd --rdzv_timeout 20 \
+  --rdzv_conf last_call_timeout=2 --recovery live --monitor_interval 0.05 --shutdown_grace 3 \
+  "$demo" --steps $hsteps --step-ms 40 --settle-ms 60000 --timeout-ms 2000 >"$work/hosts_one.log" 2>&1 &
+one=$!
+for k in 0 1 2; do
+  deadline=$((SECONDS + 30))
+  until grep -q -F "host$k: [rank" "$work/hosts_one.log"; do
+    ((SECONDS < deadline)) || fail "--hosts: no 'host$k: [rank' within 30 s: $(grep -v -F "live demo: step" "$work/hosts_one.log" | head -40)"
+    sleep 0.05
+  done
+done
+deadline=$((SECONDS + 30))
+for k in 0 1 2; do
+  until grep -q -E "host$k: \[rank [0-9]+\]: live demo: step [0-9]+ world 3 " "$work/hosts_one.log"; do
+    ((SECONDS < deadline)) || fail "--hosts: host$k did not train at world size 3 within 30 s"
+    sleep 0.05
+  done
+done
+victims=$(ip netns pids "$name-h2")
+# shellcheck disable=SC2086  # one pid a word
+kill -KILL $victims
+status=0
+wait "$one" || status=$?
+((status == 0)) || fail "--hosts --recovery live: the one command exited with $status: $(tail -20 "$work/hosts_one.log")"
+grep -q -E "lost node node[0-9] \(host2 at $addr2\): its launcher's connection closed; marked 1 worker\(s\) gone" \
+  "$work/hosts_one.log" || fail "--hosts: host2's loss was not marked by the launchers: $(tail -20 "$work/hosts_one.log")"
+grep -q -F "closed by the left count" "$work/hosts_one.log" || fail "--hosts: no round closed by the left count"
+(($(grep -c "live demo: finished $hsteps steps" "$work/hosts_one.log") == 2)) ||
+  fail "--hosts: the 2 survivors did not both finish $hsteps steps"
+
 echo "live hosts: ok (a lost host and a partitioned one marked gone by the launchers, a 4th host admitted at MAX," \
-  "params ${sums[0]})"
+  "one --hosts command through a host loss, params ${sums[0]})"

@@ -177,3 +177,11 @@ TEST_CASE("the liveness channel: a launcher that stops pinging is lost after the
   CHECK(watched.lost_now()[0].node_key == "node1");
   CHECK_THAT(watched.lost_now()[0].why, Catch::Contains("nothing heard from its launcher for 0.5 s"));
 }
+
+TEST_CASE("--hosts/--hostfile with a range takes --recovery live (each host joins the first one's rendezvous)",
+          "[live_watch]") {
+  const auto c = parse({"--hosts", "host0:1,host1:1,host2:1", "--nnodes", "2:3", "--recovery", "live", "/bin/true"});
+  CHECK(c.recovery == Recovery::kLive);
+  CHECK_THAT(usage_error({"--hosts", "host0:1,host1:1", "--recovery", "live", "/bin/true"}),
+             Catch::Contains("--recovery live needs elastic membership"));
+}
