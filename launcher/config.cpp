@@ -48,7 +48,7 @@ constexpr FlagSpec kFlags[] = {
     {"max_restarts", true, "Restarts of the local worker group before giving up", "0"},
     {"recovery", true,
      "What a lost host costs the others: restart (stop and restart every worker in a new round) or live "
-     "(workers recover in place through ddp::FaultTolerant; needs --nnodes MIN:MAX and --rdzv_endpoint)",
+     "(workers recover in place through ddp::FaultTolerant; needs --nnodes MIN:MAX and --rdzv_endpoint or --hosts/--hostfile)",
      "restart"},
     {"monitor_interval", true, "Seconds between checks of the workers", "0.1"},
     {"shutdown_grace", true, "Seconds between SIGTERM and SIGKILL when stopping workers", "10"},
