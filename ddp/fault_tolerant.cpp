@@ -109,6 +109,7 @@ void FaultTolerant::regroup(const std::string& why) {
                       "restart it from its last checkpoint"));
     }
     membership_ = std::move(next);
+    if (!membership_.closed_by.empty()) group_->logger().info(str("live recovery: ", membership_.closed_by));
     try {
       try {
         group_ = new_process_group(c10::make_intrusive<c10d::PrefixStore>(membership_.store_prefix, store_),

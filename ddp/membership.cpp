@@ -41,6 +41,20 @@ Arrival parse_arrival(const std::string& text, std::size_t slot) {
 
 constexpr milliseconds kPoll{5};
 
+// Why the closer closed the round: every member of the previous round accounted for (arrived, or
+// marked gone by a launcher: See Note [Marking a lost node gone] in ddp/membership_keys.h), or the
+// settle timeout.
+std::string describe_close(std::uint64_t round, int expected, std::int64_t arrived, std::int64_t left,
+                           bool by_settle_timeout, milliseconds settle_timeout) {
+  if (by_settle_timeout) {
+    return str("round ", round, " closed after the settle timeout of ", settle_timeout.count(), " ms (", arrived,
+               " of ", expected, " members of the previous round arrived, ", left, " marked gone)");
+  }
+  if (left == 0) return str("round ", round, " closed: all ", expected, " members of the previous round arrived");
+  return str("round ", round, " closed by the left count: all ", expected, " members of the previous round accounted for (",
+             arrived, " arrived, ", left, " marked gone)");
+}
+
 }  // namespace
 
 StoreMembership::StoreMembership(c10::intrusive_ptr<c10d::Store> store, std::string member_id,
@@ -79,12 +93,18 @@ Membership StoreMembership::next(std::uint64_t last_round, milliseconds timeout)
     if (previous_member) store.add(key(round, "previous"), 1);
     const auto settle = Clock::now() + options_.settle_timeout;
     const std::string closed_key = key(round, "closed");
+    std::string closed_by;
     while (!store.check({closed_key})) {
       if (previous_member) {
-        const auto accounted = counter(store, key(round, "previous")) + counter(store, key(round, "left"));
-        if (accounted >= expected || Clock::now() >= settle) {
-          store.compareSet(closed_key, std::vector<uint8_t>(),
-                           to_bytes(std::to_string(counter(store, key(round, "count")))));
+        const auto arrived = counter(store, key(round, "previous"));
+        const auto left = counter(store, key(round, "left"));
+        const bool settled = Clock::now() >= settle;
+        if (arrived + left >= expected || settled) {
+          const auto slots = to_bytes(std::to_string(counter(store, key(round, "count"))));
+          if (store.compareSet(closed_key, std::vector<uint8_t>(), slots) == slots) {
+            closed_by = describe_close(round, expected, arrived, left, settled && arrived + left < expected,
+                                       options_.settle_timeout);
+          }
           break;
         }
       }
@@ -112,6 +132,7 @@ Membership StoreMembership::next(std::uint64_t last_round, milliseconds timeout)
       return a.id < b.id;
     });
     Membership membership;
+    membership.closed_by = closed_by;
     membership.round = round;
     membership.world_size = static_cast<int>(size);
     membership.store_prefix = str("ddp/ft/round/", round, "/");

@@ -22,6 +22,9 @@ struct Membership {
   std::string store_prefix;
   // Ranks (of this round) that were not in the previous round: they hold no training state yet.
   std::vector<int> joiners;
+  // Set only in the process that closed the round: why it closed (every member of the previous
+  // round accounted for, or the settle timeout), for the log.
+  std::string closed_by;
 };
 
 // Note [Membership seam]

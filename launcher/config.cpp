@@ -48,7 +48,7 @@ constexpr FlagSpec kFlags[] = {
     {"max_restarts", true, "Restarts of the local worker group before giving up", "0"},
     {"recovery", true,
      "What a lost host costs the others: restart (stop and restart every worker in a new round) or live "
-     "(workers recover in place through ddp::FaultTolerant; needs --nnodes MIN:MAX and --rdzv_endpoint)",
+     "(workers recover in place through ddp::FaultTolerant; needs --nnodes MIN:MAX and --rdzv_endpoint or --hosts/--hostfile)",
      "restart"},
     {"monitor_interval", true, "Seconds between checks of the workers", "0.1"},
     {"shutdown_grace", true, "Seconds between SIGTERM and SIGKILL when stopping workers", "10"},
@@ -504,6 +504,8 @@ static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSn
       c.rdzv_timeout_s = *conf.join_timeout_s;
     }
     if (conf.last_call_timeout_s) c.rdzv_last_call_s = *conf.last_call_timeout_s;
+    if (conf.keep_alive_interval_s) c.live_keep_alive_s = *conf.keep_alive_interval_s;
+    if (conf.keep_alive_max_attempt) c.live_keep_alive_max_attempt = *conf.keep_alive_max_attempt;
   }
   if (given("local_addr")) {
     c.local_addr = text("local_addr");
@@ -595,7 +597,8 @@ static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSn
   c.hang_timeout_s = parse_seconds_flag("--hang_timeout", text("hang_timeout"));
   c.metrics_port = parse_int_flag("--metrics_port", text("metrics_port"), 0, 65535);
   if (c.elastic) check_elastic(c, rdzv || given("hostfile") || given("hosts"), text("nnodes"));
-  c.recovery = parse_recovery_flag(text("recovery"), c.elastic && rdzv);  // See Note [Live recovery with ddp_launch]
+  // --hosts/--hostfile with a range: every host joins the first host's c10d rendezvous.
+  c.recovery = parse_recovery_flag(text("recovery"), c.elastic && (rdzv || given("hostfile") || given("hosts")));  // See Note [Live recovery with ddp_launch]
   c.metrics_addr = text("metrics_addr");
   if (!is_numeric_address(c.metrics_addr)) {
     throw UsageError(ddp::str("--metrics_addr '", c.metrics_addr,

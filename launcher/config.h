@@ -76,6 +76,10 @@ struct LaunchConfig {
   int min_nnodes = 1;
   double rdzv_last_call_s = 3;  // --rdzv_conf last_call_timeout: how long a round waits for more than MIN
   Recovery recovery = Recovery::kRestart;  // --recovery
+  // --recovery live: --rdzv_conf keep_alive_interval and keep_alive_max_attempt (See Note [Lost
+  // hosts in a live job] in launcher/live_watch.cpp).
+  double live_keep_alive_s = 1;
+  int live_keep_alive_max_attempt = 5;
   // Supervision.
   std::vector<int> forwarded_signals;  // --signals_to_handle
   std::string signals_to_handle;       // its text, as given: TORCHELASTIC_SIGNALS_TO_HANDLE

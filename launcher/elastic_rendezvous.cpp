@@ -1,5 +1,9 @@
 #include "launcher/elastic_rendezvous.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <spdlog/spdlog.h>
 
 #include "ddp/base/error.h"
@@ -17,6 +21,20 @@ namespace ddp::launcher {
 namespace {
 
 void log_note(const char* line) { spdlog::info("{}", line); }
+
+// The numeric address a listening socket is bound to ("0.0.0.0" for every interface).
+std::string bound_address(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  char text[INET6_ADDRSTRLEN] = "";
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "";
+  if (addr.ss_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&addr)->sin_addr, text, sizeof text);
+  } else if (addr.ss_family == AF_INET6) {
+    ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&addr)->sin6_addr, text, sizeof text);
+  }
+  return text;
+}
 
 }  // namespace
 
@@ -46,6 +64,8 @@ void ElasticRendezvous::open() {
   mark_gone_ = plugin.symbol<ddp_rdzv_mark_gone_fn>(DDP_RDZV_MARK_GONE_SYMBOL);
   const StoreEndpoint endpoint = open_store_endpoint(config_);
   advertise_ = endpoint.advertise;
+  serves_ = endpoint.listen_fd >= 0;
+  if (serves_) served_address_ = bound_address(endpoint.listen_fd);
   ddp_rdzv_request req{config_.rdzv_host.c_str(), config_.rdzv_port, config_.rdzv_id.c_str(), config_.nnodes,
                        endpoint.listen_fd, advertise_.c_str(), 0, config_.rdzv_timeout_s,
                        config_.rdzv_token.c_str(), config_.keep_c10_logs ? 0 : 1};
@@ -85,9 +105,19 @@ int ElasticRendezvous::waiting_after(int round) {
   return waiting_(handle_, round);
 }
 
-int ElasticRendezvous::mark_workers_gone(const std::string& prefix, int count) {
+int ElasticRendezvous::mark_node_gone(const std::string& prefix, const std::string& node_key, int first_round_workers) {
   if (handle_ == nullptr) return -1;
-  return mark_gone_(handle_, prefix.c_str(), count);
+  return mark_gone_(handle_, prefix.c_str(), node_key.c_str(), first_round_workers);
+}
+
+bool ElasticRendezvous::serves_store() {
+  if (handle_ == nullptr) open();
+  return serves_;
+}
+
+const std::string& ElasticRendezvous::served_address() {
+  if (handle_ == nullptr) open();
+  return served_address_;
 }
 
 }  // namespace ddp::launcher

@@ -34,9 +34,16 @@ class ElasticRendezvous {
   ElasticMembership next_round(int after_round, int expected_nodes);
   // How many launchers wait to join the round after `round` (-1: the store is unreachable).
   int waiting_after(int round);
-  // --recovery live: `count` workers of this node are gone from the training's membership under
-  // `prefix` (1 marked, 0 no training round closed yet, -1 the store is unreachable).
-  int mark_workers_gone(const std::string& prefix, int count);
+  // --recovery live: the workers of node `node_key` are gone from the training's membership under
+  // `prefix`, marked once per node and round whoever says it (See Note [Marking a lost node gone]
+  // in ddp/membership_keys.h): how many were marked (> 0), 0 none of them is in the training, -2
+  // another launcher marked them first, -1 the store is unreachable. Safe from another thread
+  // (c10d's TCPStore serialises its requests).
+  int mark_node_gone(const std::string& prefix, const std::string& node_key, int first_round_workers);
+  // Opens the store (serving it when the endpoint is this node's) and says whether this node serves it.
+  bool serves_store();
+  // Where the store listens when this node serves it (numeric, "0.0.0.0" for every interface).
+  const std::string& served_address();
 
  private:
   void open();
@@ -45,6 +52,8 @@ class ElasticRendezvous {
   int nproc_;
   void* handle_ = nullptr;
   std::string advertise_;
+  bool serves_ = false;
+  std::string served_address_;
   ddp_rdzv_round_fn round_ = nullptr;
   ddp_rdzv_waiting_fn waiting_ = nullptr;
   ddp_rdzv_release_fn release_ = nullptr;

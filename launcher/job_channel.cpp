@@ -1,6 +1,7 @@
 #include "launcher/job_channel.h"
 
 #include <fcntl.h>
+#include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -56,6 +57,23 @@
 namespace ddp::launcher {
 
 int job_channel_port(int master_port) { return master_port + 1; }
+
+int start_connect(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || found == nullptr) return -1;
+  const int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) != 0 && errno != EINPROGRESS) {
+    ::close(fd);
+    ::freeaddrinfo(found);
+    return -1;
+  }
+  ::freeaddrinfo(found);
+  return fd;
+}
+
 
 LineConnection::~LineConnection() { close(); }
 

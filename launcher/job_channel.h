@@ -51,6 +51,10 @@ class LineConnection {
   std::string out_;
 };
 
+// A non-blocking socket connecting to host:port (-1 when the name does not resolve now): poll it
+// for POLLOUT and read SO_ERROR to learn whether it connected.
+int start_connect(const std::string& host, int port);
+
 // The first word of `line` and the rest (split at the first space).
 std::pair<std::string, std::string> split_word(const std::string& line);
 // A number of the channel's lines: optional '-', at most 9 digits; nullopt for anything else.

@@ -15,26 +15,6 @@
 #include "launcher/worker_process.h"
 
 namespace ddp::launcher {
-namespace {
-
-// A non-blocking socket connecting to host:port (-1 when the name does not resolve now).
-int start_connect(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || found == nullptr) return -1;
-  const int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) != 0 && errno != EINPROGRESS) {
-    ::close(fd);
-    ::freeaddrinfo(found);
-    return -1;
-  }
-  ::freeaddrinfo(found);
-  return fd;
-}
-
-}  // namespace
 
 JobLink::JobLink(JobLinkOptions options)
     : options_(std::move(options)), started_(Clock::now()), next_try_(Clock::now()) {

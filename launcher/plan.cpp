@@ -61,7 +61,9 @@ std::vector<WorkerLaunch> plan_workers(const LaunchConfig& c, const NodeAssignme
     if (!local.cpu_slices.empty()) slot.cpus = local.cpu_slices[lr];
     if (c.recovery == Recovery::kLive) {  // See Note [Live recovery with ddp_launch] in launcher/live_launch.cpp
       slot.live = WorkerSlot::LivePlace{ddp::str(c.rdzv_host, ":", c.rdzv_port), live_store_prefix(c),
-                                        ddp::str("node", node.node_rank, "/local", lr, "/attempt", attempt)};
+                                        ddp::str(node.live_node_key.empty() ? ddp::str("node", node.node_rank)
+                                                                            : node.live_node_key,
+                                                 "/local", lr, "/attempt", attempt)};
     }
     WorkerLaunch w;
     w.local_rank = lr;

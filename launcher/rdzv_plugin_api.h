@@ -73,10 +73,12 @@ typedef int (*ddp_rdzv_round_fn)(void* handle, const struct ddp_rdzv_round_reque
 // How many launchers wait to join the round after `round` (>= 0; -1: the store is unreachable).
 typedef int (*ddp_rdzv_waiting_fn)(void* handle, int round);
 
-// --recovery live: marks `count` workers of this node gone in the training's membership under
-// `prefix` (See Note [Live recovery with ddp_launch]): 1 marked, 0 no round closed yet, -1 the store
-// is unreachable.
-typedef int (*ddp_rdzv_mark_gone_fn)(void* handle, const char* prefix, int count);
+// --recovery live: marks the workers of the node `node_key` (their member ids start "<node_key>/")
+// gone in the training's membership under `prefix`, exactly once per node and round (See Note
+// [Marking a lost node gone] in ddp/membership_keys.h; `first_round_workers`: how many it has
+// before any round closed). Returns how many were marked (> 0), 0 when none of them is in the
+// training now, -2 when another launcher marked them first, -1 when the store is unreachable.
+typedef int (*ddp_rdzv_mark_gone_fn)(void* handle, const char* prefix, const char* node_key, int first_round_workers);
 
 #define DDP_RDZV_MARK_GONE_SYMBOL "ddp_rdzv_mark_gone"
 #define DDP_RDZV_OPEN_SYMBOL "ddp_rdzv_open"

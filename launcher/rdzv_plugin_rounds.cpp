@@ -281,11 +281,13 @@ extern "C" __attribute__((visibility("default"))) int ddp_rdzv_waiting(void* opa
   }
 }
 
-extern "C" __attribute__((visibility("default"))) int ddp_rdzv_mark_gone(void* opaque, const char* prefix, int count) {
+extern "C" __attribute__((visibility("default"))) int ddp_rdzv_mark_gone(void* opaque, const char* prefix,
+                                                                         const char* node_key, int first_round_workers) {
   auto& handle = *static_cast<Handle*>(opaque);
   try {
     c10d::PrefixStore job(prefix, handle.store);
-    return ddp::membership_keys::mark_last_round_members_gone(job, count) ? 1 : 0;
+    const auto mark = ddp::membership_keys::mark_node_gone(job, node_key, first_round_workers);
+    return mark.marked > 0 ? mark.marked : mark.already ? -2 : 0;
   } catch (const std::exception&) {
     return -1;
   }

@@ -61,6 +61,14 @@ int expected_next_round(const RoundRules& rules, int current_nodes, int lost_nod
   return std::min(rules.max_nodes, std::max(0, current_nodes - lost_nodes) + std::max(0, waiting_nodes));
 }
 
+LiveAdmissionStep decide_live_admission(const RoundRules& rules, int round_nodes, int lost_nodes, int waiting_nodes) {
+  LiveAdmissionStep step;
+  step.current_nodes = std::max(0, round_nodes - std::max(0, lost_nodes));
+  step.admit = admits_newcomers(rules, step.current_nodes, waiting_nodes, true);
+  if (step.admit) step.expected_nodes = expected_next_round(rules, round_nodes, lost_nodes, waiting_nodes);
+  return step;
+}
+
 std::string format_members(const std::vector<int>& member_slots) {
   std::string out;
   for (const int slot : member_slots) out += (out.empty() ? "" : ",") + std::to_string(slot);

@@ -50,6 +50,17 @@ bool admits_newcomers(const RoundRules& rules, int current_nodes, int waiting_no
 // the job channel reported lost, with the newcomers waiting, at most max_nodes.
 int expected_next_round(const RoundRules& rules, int current_nodes, int lost_nodes, int waiting_nodes);
 
+// --recovery live: whether the members, training, admit `waiting_nodes` newcomers into the next
+// rendezvous round, counting the nodes the training has now (the round's `round_nodes` less the
+// `lost_nodes` the liveness channel reported since: See Note [Lost hosts in a live job]), and the
+// node count that round expects (closing it without the last call). Restarts are not spent.
+struct LiveAdmissionStep {
+  bool admit = false;
+  int current_nodes = 0;
+  int expected_nodes = 0;  // when admitting
+};
+LiveAdmissionStep decide_live_admission(const RoundRules& rules, int round_nodes, int lost_nodes, int waiting_nodes);
+
 // The "closed" record's member list: "0,1,3" <-> {0, 1, 3}; parse returns false for anything else
 // (unsorted, repeated, negative, or over max_nodes entries).
 std::string format_members(const std::vector<int>& member_slots);

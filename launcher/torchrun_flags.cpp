@@ -128,7 +128,8 @@ bool parse_env_switch(const std::string& variable, const std::string& value) {
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // torchrun's c10d rendezvous reads join_timeout (how long a node waits for the others: ddp_launch's
 // --rdzv_timeout, honoured), last_call_timeout (how long an elastic round waits for more than
-// min nodes: honoured with --nnodes MIN:MAX, default 3 s, See Note [Elastic rounds]), close_timeout, heartbeat and keep_alive_* (the liveness of an elastic membership),
+// min nodes: honoured with --nnodes MIN:MAX, default 3 s, See Note [Elastic rounds]), keep_alive_interval and
+// keep_alive_max_attempt (honoured with --recovery live: See Note [Lost hosts in a live job]), close_timeout and heartbeat,
 // read_timeout and timeout (the store's per-request timeout) and use_libuv. With a fixed node count
 // ddp_launch's rendezvous closes as soon as N nodes joined (no last call); membership liveness is
 // the job channel's (Note [Coordinated restarts]), and every store request is bounded by the join
@@ -150,14 +151,20 @@ RendezvousConf parse_rdzv_conf(const std::string& text) {
       conf.join_timeout_s = conf_seconds(key, value);
     } else if (key == "last_call_timeout") {
       conf.last_call_timeout_s = conf_seconds(key, value);
+    } else if (key == "keep_alive_interval") {
+      conf.keep_alive_interval_s = conf_seconds(key, value);
     } else if (key == "close_timeout" || key == "read_timeout" ||
-               key == "heartbeat" || key == "keep_alive_interval" || key == "timeout") {
+               key == "heartbeat" || key == "timeout") {
       // See Note [Rendezvous timeouts from --rdzv_conf].
       conf_seconds(key, value);
     } else if (key == "keep_alive_max_attempt") {
       if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos || value == "0") {
         throw UsageError(ddp::str("--rdzv_conf keep_alive_max_attempt=", value, ": expected an integer >= 1"));
       }
+      if (value.size() > 6) {
+        throw UsageError(ddp::str("--rdzv_conf keep_alive_max_attempt=", value, ": expected an integer up to 999999"));
+      }
+      conf.keep_alive_max_attempt = std::stoi(value);
     } else if (key == "use_libuv") {
       if (value != "0" && value != "1" && value != "true" && value != "false" && value != "True" && value != "False") {
         throw UsageError(ddp::str("--rdzv_conf use_libuv=", value, ": expected 0, 1, true or false"));

@@ -28,6 +28,10 @@ bool parse_env_switch(const std::string& variable, const std::string& value);
 struct RendezvousConf {
   std::optional<double> join_timeout_s;  // --rdzv_timeout's torchrun spelling
   std::optional<double> last_call_timeout_s;  // elastic rounds (--nnodes MIN:MAX): See Note [Elastic rounds]
+  // --recovery live: the liveness channel's ping interval and how many missed pings lose a node
+  // (See Note [Lost hosts in a live job] in launcher/live_watch.cpp).
+  std::optional<double> keep_alive_interval_s;
+  std::optional<int> keep_alive_max_attempt;
 };
 RendezvousConf parse_rdzv_conf(const std::string& text);
 

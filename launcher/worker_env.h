@@ -17,6 +17,9 @@ struct NodeAssignment {
   std::string run_id = "none";
   int max_restarts = 0;
   std::string role = "default";  // ROLE_NAME (--role)
+  // --recovery live: the prefix of this node's workers' member ids ("" : "node<node_rank>"); See
+  // Note [Lost hosts in a live job] in launcher/live_watch.cpp.
+  std::string live_node_key;
 };
 
 // What differs per worker and per attempt.
