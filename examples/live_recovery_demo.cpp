@@ -54,7 +54,7 @@ struct Args {
   int timeout_ms = 10000;  // each collective's bound: the detection bound of a silent host
   int samples = 96;      // the data set's size
   int batch = 4;         // samples per rank and step
-  int hold_group_ms = 0;  // a pause once a recovery's group is built, for a test to act during recovery
+  int hold_group_ms = 0;  // a pause once the first recovery's group is built, for a test to act during it
   std::string log_samples;
   std::string params_out;
   // --reference: the world size of each applied step, as (world size, steps) runs.
@@ -187,9 +187,11 @@ torch::Tensor rows(const torch::Tensor& t, const std::vector<std::int64_t>& indi
 }
 
 // Appends one record a line to its file (no buffer: a line written survives the process's death).
-class SampleLog {
+// examples/sample_log.h logs samples per epoch only; the reference comparison needs each step's
+// batch of each rank.
+class StepSampleLog {
  public:
-  explicit SampleLog(const std::string& path) {
+  explicit StepSampleLog(const std::string& path) {
     if (!path.empty()) fd_ = ddp::create_new_file(path, 0644, /*append=*/true), path_ = path;
   }
   void record(std::int64_t step, const Progress& before, int rank, int world, const std::vector<std::int64_t>& indices) {
@@ -239,7 +241,7 @@ int train(const Args& args) {
               job->joining ? " (joining)" : "");
   std::fflush(stdout);
   const DataSet data = make_data(args.samples);
-  SampleLog samples_log(args.log_samples.empty() ? "" : args.log_samples + "." + std::to_string(::getpid()));
+  StepSampleLog samples_log(args.log_samples.empty() ? "" : args.log_samples + "." + std::to_string(::getpid()));
   Progress progress;
   ddp::samplers::DistributedSampler sampler(args.samples, ddp::samplers::DistributedSamplerOptions(1, 0));
   const ddp::FaultTolerant* running = nullptr;  // set once built: on_new_group prints its step
@@ -247,8 +249,10 @@ int train(const Args& args) {
   options.group.timeout = std::chrono::milliseconds(args.timeout_ms);
   options.group.host = job->group_host;
   bool started = false;
-  options.on_group_built = [&args, &started](ddp::ProcessGroup& group, const ddp::Membership& m) {
-    if (args.hold_group_ms <= 0 || !started) return;
+  bool held = false;
+  options.on_group_built = [&args, &started, &held](ddp::ProcessGroup& group, const ddp::Membership& m) {
+    if (args.hold_group_ms <= 0 || !started || held) return;
+    held = true;
     std::printf("live demo: recovery group built rank %d world %d round %llu, holding %d ms\n", group.rank(),
                 group.size(), static_cast<unsigned long long>(m.round), args.hold_group_ms);
     std::fflush(stdout);
@@ -318,7 +322,7 @@ int reference(const Args& args) {
   const DataSet data = make_data(args.samples);
   auto net = make_net();
   auto optimizer = make_optimizer(net);
-  SampleLog samples_log(args.log_samples);
+  StepSampleLog samples_log(args.log_samples);
   Progress progress;
   std::vector<ddp::samplers::DistributedSampler> samplers;
   std::int64_t step = 0;
