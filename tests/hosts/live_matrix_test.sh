@@ -28,7 +28,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/bed.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/live_checks.sh"
 bed_up "$cluster" lm 3 --no-data  # sets name and work; removes both on exit
 pids=()
-steps=30 samples=47 batch=2 hold_ms=0
+steps=30 samples=95 batch=2 hold_ms=0  # 8 steps an epoch at world size 6: host 2 is lost mid-epoch
 nproc=2 w3=6 w2=4 w1=2  # world sizes with 3, 2 and 1 host(s)
 [[ $scenario != during_recovery ]] || hold_ms=3000
 
