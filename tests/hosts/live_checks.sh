@@ -14,6 +14,8 @@
 #     parameters within 1e-5 relative (1e-6 absolute): the all-reduce sums in another order; and a
 #     reference one step off does not match (the comparison can fail).
 # Sets live_schedule (WORLD:STEPS runs) and live_samples_checked (a summary).
+#   live_start_hosts START K...   runs `START K` for each host K, the first one's launcher (it serves the
+#                                 rendezvous store on port 29400) listening before the others start
 live_check_training() {
   local log=$1 steps=$2 samples=$3 batch=$4 demo=$5 schedule pid off_by_one
   shift 5
@@ -133,4 +135,18 @@ same_params() {  # same_params A B: equal within 1e-5 relative (1e-6 absolute)
     { d = $1 - $2; d = d < 0 ? -d : d; a = $1 < 0 ? -$1 : $1; b = $2 < 0 ? -$2 : $2; m = a > b ? a : b }
     d > 1e-5 * m && d > 1e-6 { bad++ }
     END { exit !(NR > 0 && bad == 0) }'
+}
+
+live_start_hosts() {
+  local start=$1 k deadline
+  shift
+  for k in "$@"; do
+    "$start" "$k"
+    [[ $k == "$1" ]] || continue
+    deadline=$((SECONDS + 20))
+    until [[ -n $("$cluster" exec "$name" "$k" ss -Hltn "sport = :29400") ]]; do
+      ((SECONDS < deadline)) || fail "nothing listened on port 29400 on host $k within 20 s"
+      sleep 0.1
+    done
+  done
 }

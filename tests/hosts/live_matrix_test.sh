@@ -54,16 +54,7 @@ kill_host() {  # kill_host K: SIGKILL every process of host K (its launcher and 
   { wait "${pids[$1]}" || true; } 2>/dev/null  # no "Killed" notice from bash
 }
 
-for k in 0 1 2; do
-  start $k
-  if ((k == 0)); then
-    deadline=$((SECONDS + 20))
-    until [[ -n $("$cluster" exec "$name" 0 ss -Hltn "sport = :29400") ]]; do
-      ((SECONDS < deadline)) || fail "nothing listened on port 29400 on host 0 within 20 s"
-      sleep 0.1
-    done
-  fi
-done
+live_start_hosts start 0 1 2
 for k in 0 1 2; do wait_for 30 "$work/host$k.log" "live demo: step 2 world $w3"; done
 kill_host 2
 if [[ $scenario == twice ]]; then

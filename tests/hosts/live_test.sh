@@ -49,16 +49,7 @@ status=0
 ((status == 2)) || fail "--recovery live without --nnodes MIN:MAX exited with $status, not 2: $(cat "$work/usage.log")"
 grep -q -F -- "--recovery live needs elastic membership" "$work/usage.log" || fail "usage: $(cat "$work/usage.log")"
 
-for k in 0 1 2; do
-  start $k
-  if ((k == 0)); then
-    deadline=$((SECONDS + 20))
-    until [[ -n $("$cluster" exec "$name" 0 ss -Hltn "sport = :29400") ]]; do
-      ((SECONDS < deadline)) || fail "nothing listened on port 29400 on host 0 within 20 s"
-      sleep 0.1
-    done
-  fi
-done
+live_start_hosts start 0 1 2
 for k in 0 1 2; do wait_for 30 "$work/host$k.log" "live demo: step 10 world 3"; done
 if [[ $scenario == partition ]]; then
   "$cluster" exec "$name" 2 ip link set eth0 down
