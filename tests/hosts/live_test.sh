@@ -11,7 +11,10 @@
 # joins the running job (its worker a joiner: it receives the state from a survivor), the job goes
 # on at world size 3, and its final parameters equal the others'. Then host 1's worker alone is
 # SIGKILLed: its launcher restarts it (a joiner, healed from a survivor), host 0's and host 3's
-# workers keep their processes, and all three end with equal parameters. Prints the recovery figure: the
+# workers keep their processes, and all three end with equal parameters. Both scenarios then check the
+# training itself (live_checks.sh): no sample of an epoch lost or trained twice, and the parameters of
+# the survivors (and of the joiners) equal those of a reference replay of the logged schedule.
+# Prints the recovery figure: the
 # time from the kill to the next completed step on the survivors, and the steps lost.
 # Exits 77 (CTest skip) without namespaces. Every wait is bounded; the hosts and every process in
 # them go away on exit.
@@ -19,6 +22,7 @@ set -euo pipefail
 
 cluster=$1 launch=$2 demo=$3 scenario=${4:-down}
 source "$(dirname "${BASH_SOURCE[0]}")/bed.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/live_checks.sh"
 bed_up "$cluster" lv 4 --no-data  # sets name and work; removes both on exit
 pids=()
 steps=${LIVE_TEST_STEPS:-260}
@@ -32,7 +36,8 @@ start() {  # start K: host K's launcher in the background (killed after 40 s), o
   "$cluster" exec "$name" "$k" env OMP_NUM_THREADS=1 timeout -s KILL 40 "$launch" --nproc_per_node 1 \
     --monitor_interval 0.05 --shutdown_grace 3 --nnodes 2:4 --rdzv_endpoint host0:29400 --rdzv_id live \
     --rdzv_timeout 20 --rdzv_conf last_call_timeout=1 --recovery live --max_restarts 1 \
-    "$demo" --steps "$steps" --step-ms 40 --settle-ms 2000 --timeout-ms "$timeout_ms" >"$work/host$k.log" 2>&1 &
+    "$demo" --steps "$steps" --step-ms 40 --settle-ms 2000 --timeout-ms "$timeout_ms" --samples 47 --batch 2 \
+    --log-samples "$work/samples" --params-out "$work/params" >"$work/host$k.log" 2>&1 &
   pids[$k]=$!
 }
 
@@ -44,16 +49,7 @@ status=0
 ((status == 2)) || fail "--recovery live without --nnodes MIN:MAX exited with $status, not 2: $(cat "$work/usage.log")"
 grep -q -F -- "--recovery live needs elastic membership" "$work/usage.log" || fail "usage: $(cat "$work/usage.log")"
 
-for k in 0 1 2; do
-  start $k
-  if ((k == 0)); then
-    deadline=$((SECONDS + 20))
-    until [[ -n $("$cluster" exec "$name" 0 ss -Hltn "sport = :29400") ]]; do
-      ((SECONDS < deadline)) || fail "nothing listened on port 29400 on host 0 within 20 s"
-      sleep 0.1
-    done
-  fi
-done
+live_start_hosts start 0 1 2
 for k in 0 1 2; do wait_for 30 "$work/host$k.log" "live demo: step 10 world 3"; done
 if [[ $scenario == partition ]]; then
   "$cluster" exec "$name" 2 ip link set eth0 down
@@ -62,7 +58,7 @@ if [[ $scenario == partition ]]; then
     wait "${pids[$k]}" || status=$?
     ((status == 0)) || fail "host $k's launcher exited with $status"
   done
-  sums=()
+  sums=() survivors=()
   for k in 0 1; do
     log=$work/host$k.log
     (($(grep -c "live demo: started pid" "$log") == 1)) || fail "host $k's worker was started more than once"
@@ -70,10 +66,13 @@ if [[ $scenario == partition ]]; then
     finished=$(grep -F "live demo: finished $steps steps pid $started params " "$log") ||
       fail "host $k: no 'finished $steps steps' by the worker that started (pid $started)"
     sums[$k]=${finished##* params }
+    survivors+=("$started")
     grep -q -F "world 2 at_ms" "$log" || fail "host $k never trained at world size 2"
   done
   [[ ${sums[0]} == "${sums[1]}" ]] || fail "the survivors' parameters differ: ${sums[0]} vs ${sums[1]}"
-  echo "live recovery (partition): ok (survivors' pids unchanged, params ${sums[0]})"
+  live_check_training "$work/host0.log" "$steps" 47 2 "$demo" "${survivors[@]}"
+  echo "live recovery (partition): ok (survivors' pids unchanged, params ${sums[0]}, schedule $live_schedule," \
+    "$live_samples_checked, parameters equal the reference's)"
   exit 0
 fi
 victims=$(ip netns pids "$name-h2")
@@ -131,6 +130,10 @@ grep -q -E "live demo: finished $steps steps pid [0-9]+ params ${sums[0]}\$" "$l
   fail "host 3 did not finish $steps steps with the survivors' parameters ${sums[0]}"
 grep -q -F "world 3 at_ms" "$log" || fail "host 3 never trained at world size 3"
 (($(grep -c "live demo: started pid" "$log") == 1)) || fail "host 3's worker was started more than once"
+pid3=$(sed -n -E 's/.*live demo: started pid ([0-9]+).*/\1/p' "$log")
+# The training: every sample of each epoch once, the parameters of the three final workers (host 0's,
+# host 1's restarted one, host 3's joiner) equal the reference's.
+live_check_training "$work/host0.log" "$steps" 47 2 "$demo" "$started" "$second" "$pid3"
 
 # The figure: the kill, the survivors' last step at world size 3 and first at world size 2.
 log=$work/host0.log
@@ -145,4 +148,5 @@ echo "live recovery figure: $((at2 - killed_ms)) ms from the host loss to the ne
 after=$(awk -v t="$worker_killed_ms" '/live demo: step [0-9]+ world 2 at_ms/ && $NF > t { print $NF; exit }' "$work/host0.log")
 [[ -z $after ]] ||
   echo "live recovery figure: $((after - worker_killed_ms)) ms from host 1's worker SIGKILLed (its launcher marks it gone) to host 0's next completed step"
-echo "live recovery: ok (survivors' pids unchanged, a 4th host joined, a dead worker restarted as a joiner, params ${sums[0]} everywhere)"
+echo "live recovery: ok (survivors' pids unchanged, a 4th host joined, a dead worker restarted as a joiner, params ${sums[0]}" \
+  "everywhere, schedule $live_schedule, $live_samples_checked, parameters equal the reference's)"

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# ddp_launch --recovery live on 3 network-namespace hosts x 2 workers (world sizes 6, 4, 2), with the checks of issue 22
+# that need the whole job (See Note [Live recovery with ddp_launch] in launcher/live_launch.cpp):
+#   live_matrix_test.sh NETNS_CLUSTER DDP_LAUNCH LIVE_RECOVERY_DEMO twice|during_recovery
+# twice: host 2 SIGKILLed mid-epoch (the survivors re-shard the rest of the epoch at world size 2 and
+#   train at least one step), then host 1 SIGKILLed: host 0's two workers go on and finish; the
+#   epoch that host 2's loss cut ends at world size 2 with its padding (the data set's size is odd).
+# during_recovery: host 2 SIGKILLed; once the survivors have built their new group (the demo's
+#   --hold-group-ms holds them there, the test waits for host 1's line), host 1 is SIGKILLed: host 0's
+#   recovery fails in that round, is retried in the next, and host 0 finishes alone.
+# Each checks: the survivors' workers are the processes that started (PIDs unchanged), their
+# launchers exit 0; every applied step was trained by exactly ranks 0..W-1 of its world size W, on the
+# batches a reference replay of the same schedule gives; within each epoch no sample is lost or
+# trained twice, except PyTorch's end-of-epoch padding, which is checked exactly (checks below,
+# independent of the sampler's code); the final parameters equal the reference's (live_recovery_demo
+# --reference: one process, the membership schedule the live run logged) within 1e-5 relative (1e-6
+# absolute near zero): the all-reduce sums the ranks' gradients in another order than the reference.
+# Exits 77 (CTest skip) without namespaces. Every wait is bounded; the hosts and every process in
+# them go away on exit (bed.sh).
+set -euo pipefail
+
+cluster=$1 launch=$2 demo=$3 scenario=$4
+[[ $scenario == twice || $scenario == during_recovery ]] || {
+  echo "usage: live_matrix_test.sh NETNS_CLUSTER DDP_LAUNCH LIVE_RECOVERY_DEMO twice|during_recovery" >&2
+  exit 2
+}
+source "$(dirname "${BASH_SOURCE[0]}")/bed.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/live_checks.sh"
+bed_up "$cluster" lm 3 --no-data  # sets name and work; removes both on exit
+pids=()
+steps=30 samples=95 batch=2 hold_ms=0  # 8 steps an epoch at world size 6: host 2 is lost mid-epoch
+nproc=2 w3=6 w2=4 w1=2  # world sizes with 3, 2 and 1 host(s)
+[[ $scenario != during_recovery ]] || hold_ms=3000
+
+fail() { bed_fail "live matrix $scenario" "$@"; }
+wait_for() { bed_wait_for "$@"; }  # wait_for SECONDS FILE TEXT
+
+start() {  # start K: host K's launcher in the background (killed after 50 s), output in hostK.log
+  local k=$1
+  "$cluster" exec "$name" "$k" env OMP_NUM_THREADS=1 timeout -s KILL 50 "$launch" --nproc_per_node $nproc \
+    --monitor_interval 0.05 --shutdown_grace 3 --nnodes 3:4 --rdzv_endpoint host0:29400 --rdzv_id live \
+    --rdzv_timeout 20 --rdzv_conf last_call_timeout=1 --recovery live --max_restarts 0 \
+    "$demo" --steps "$steps" --step-ms 40 --settle-ms 2000 --timeout-ms 3000 --samples "$samples" \
+    --batch "$batch" --hold-group-ms "$hold_ms" --log-samples "$work/samples" --params-out "$work/params" >"$work/host$k.log" 2>&1 &
+  pids[$k]=$!
+}
+
+kill_host() {  # kill_host K: SIGKILL every process of host K (its launcher and its workers)
+  local victims
+  victims=$(ip netns pids "$name-h$1")
+  [[ -n $victims ]] || fail "no process in host $1"
+  # shellcheck disable=SC2086  # one pid a word
+  kill -KILL $victims
+  { wait "${pids[$1]}" || true; } 2>/dev/null  # no "Killed" notice from bash
+}
+
+live_start_hosts start 0 1 2
+for k in 0 1 2; do wait_for 30 "$work/host$k.log" "live demo: step 2 world $w3"; done
+kill_host 2
+if [[ $scenario == twice ]]; then
+  wait_for 30 "$work/host1.log" "world $w2 at_ms"
+else
+  for rank in 2 3; do wait_for 30 "$work/host1.log" "live demo: recovery group built rank $rank world $w2"; done
+fi
+kill_host 1
+status=0
+wait "${pids[0]}" || status=$?
+((status == 0)) || fail "host 0's launcher exited with $status"
+
+# Host 0: the workers that started trained to the end, alone at the end, and wrote their parameters.
+log=$work/host0.log
+(($(grep -c "live demo: started pid" "$log") == nproc)) || fail "host 0's workers were not started exactly once each"
+pids0=$(sed -n -E 's/.*live demo: started pid ([0-9]+).*/\1/p' "$log")
+for pid in $pids0; do
+  grep -q -F "live demo: finished $steps steps pid $pid params " "$log" ||
+    fail "host 0: no 'finished $steps steps' by the worker that started as pid $pid"
+done
+grep -q -F "world $w1 at_ms" "$log" || fail "host 0 never trained alone (world size $w1)"
+# Host 1 (twice): the same workers trained on at world size 4 after host 2's loss, before their own.
+if [[ $scenario == twice ]]; then
+  (($(grep -c "live demo: started pid" "$work/host1.log") == nproc)) || fail "host 1's workers were started more than once"
+  for rank in 2 3; do
+    grep -q -E "live demo: round [0-9]+ rank $rank world $w2 epoch [0-9]+ offset [0-9]+" "$work/host1.log" ||
+      fail "host 1's workers did not regroup as ranks 2 and 3 of world size $w2"
+  done
+  grep -q -F "world $w2 at_ms" "$work/host1.log" || fail "host 1 never trained at world size $w2"
+  grep -q -F "world $w2 at_ms" "$log" || fail "host 0 never trained at world size $w2"
+else
+  # The recovery's first round (host 0 and host 1) failed and was retried; no step at world size 2.
+  grep -q -E "live recovery: round [0-9]+ failed \(attempt 1 of" "$log" ||
+    fail "host 0's recovery did not fail in its first round (host 1 killed in it) and retry"
+  grep -q -E "live demo: round [0-9]+ rank 0 world $w1 epoch" "$log" || fail "host 0 did not regroup alone"
+  ! grep -q -F "world $w2 at_ms" "$log" || fail "host 0 trained at world size $w2: host 1 was killed too late"
+fi
+# Mid-epoch: the survivors' first new group re-sharded inside epoch 0 or later, not at its start.
+read -r epoch offset < <(sed -n -E "s/.*live demo: round [0-9]+ rank 0 world ($w2|$w1) epoch ([0-9]+) offset ([0-9]+).*/\\2 \\3/p" \
+  "$log" | head -1)
+[[ -n $offset ]] || fail "no regroup line of host 0"
+((offset > 0 && offset < samples)) || fail "host 2 was lost at offset $offset of epoch $epoch, not mid-epoch"
+
+live_check_training "$log" "$steps" "$samples" "$batch" "$demo" $pids0
+echo "live matrix ($scenario): ok (host 0's pids $(echo $pids0) unchanged, schedule $live_schedule, host 2 lost at" \
+  "epoch $epoch offset $offset, $live_samples_checked, parameters equal the reference's)"
