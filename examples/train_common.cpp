@@ -377,7 +377,7 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
   if (options.resume && !(rt.live && rt.live->job.joining)) {
     if (const auto latest = checkpoint_to_resume(options, rt.main())) {
       const TrainingProgress progress = load_checkpoint(latest->path, *trainee.module, &optimizer);
-      if (trainee.comm_hook && rt.group && load_comm_hook_state(*trainee.comm_hook, latest->path, rt.group->rank())) {
+      if (trainee.comm_hook && rt.group && load_comm_hook_state(*trainee.comm_hook, latest->path, rt.rank)) {
         if (rt.main()) std::cout << "resuming the communication hook's state" << std::endl;
       }
       global_step = progress.step;

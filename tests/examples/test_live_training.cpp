@@ -54,7 +54,8 @@ TEST_CASE("a worker killed mid-epoch under ddp_launch --recovery live: survivors
       std::to_string(port) + " --rdzv_id live_example --rdzv_conf last_call_timeout=1 --recovery live " +
       "--max_restarts 1 --monitor_interval 0.05 " + kBinDir +
       "/train_fashion_mnist --mode ddp --limit 600 --epochs 1 --seed 3 --batch-policy global " +
-      "--global-batch-size 48 --die-at-step 4 --log-samples " + logs.string();
+      "--global-batch-size 48 --die-at-step 4 --log-samples " + logs.string() + " --checkpoint-dir " +
+      (tmp.path / "ck").string() + " --checkpoint-every 2";
   std::string script;
   for (int node = 0; node < 3; ++node) {
     script += launch + " >" + (tmp.path / ("node" + std::to_string(node) + ".log")).string() + " 2>&1 & p" +
@@ -98,6 +99,10 @@ TEST_CASE("a worker killed mid-epoch under ddp_launch --recovery live: survivors
   CHECK(checksums.size() == 1);
   CHECK_THAT(run.output, Contains("epoch 1 goes on at sample offset 144 of 600, 24 samples per rank") &&
                              Contains("epoch 1 goes on at sample offset 192 of 600, 16 samples per rank"));
+
+  // Checkpoints are written during a live run (whole-job loss), at world sizes 3 and after the rejoin.
+  CHECK(fs::exists(tmp.path / "ck"));
+  CHECK(!fs::is_empty(tmp.path / "ck"));
 
   // The dropped step's samples were trained on after the regroup, once: every sample exactly once.
   const auto counts = trained_in_first_epoch(logs);
