@@ -64,9 +64,11 @@ class GradScaler;  // ddp/amp/grad_scaler.h
 // feedback) are not sent; a receiving rank's hook is loaded with the rest (PowerSGD: iteration,
 // random state, P and Q, which are the same on every rank) and so starts its error feedback from
 // zero, while the survivors that receive nothing keep theirs: a residual is the rank's own
-// compression error and stays valid at another world size. Not covered yet: NCCL (its communicators
-// are not aborted), ZeroRedundancyOptimizer (a lost rank's optimizer shard exists nowhere else) and
-// an optimizer that communicates in apply().
+// compression error and stays valid at another world size. NCCL: ProcessGroup::abort() aborts an
+// NCCL group's communicators (See Note [Aborting a group] in ddp/process_group.cpp), but the rounds'
+// groups are Gloo (new_process_group builds no NCCL group). Not covered yet: rounds over NCCL,
+// ZeroRedundancyOptimizer (a lost rank's optimizer shard exists nowhere else) and an optimizer that
+// communicates in apply().
 struct FaultTolerantOptions {
   // A round with fewer members ends recovery with a ddp::Error.
   int min_world_size = 1;

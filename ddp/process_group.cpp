@@ -330,7 +330,22 @@ void ProcessGroup::destroy() {
   store_.reset();
 }
 
-void ProcessGroup::abort() { aborted_.store(true); }
+// Note [Aborting a group]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// abort() sets the flag that every blocking wait of the group polls (kAbortPollInterval). That is
+// all Gloo needs: its collectives are waited for on the host, and the owner's destroy() then lets
+// Gloo close the pairs, so the peers fail at once. c10d's ProcessGroupGloo keeps Backend::abort(), a
+// no-op (torch 2.13 and 2.14: only its send and recv works override abort), so it is not called. An
+// NCCL collective on CUDA tensors is waited for stream-ordered (Note [Which waits block the host] in
+// ddp/cuda_support.h): the host does not block in it, but a kernel whose peer is gone spins on the
+// device and every later kernel of the stream waits behind it. ProcessGroupNCCL::abort() aborts its
+// communicators (ncclCommAbort): the kernel ends, the stream drains, and the group's later work fails
+// instead of hanging until the watchdog's timeout. It is called once, from whichever thread aborts
+// first; the owner must not destroy() the group concurrently (it destroys it after abort()).
+void ProcessGroup::abort() {
+  if (aborted_.exchange(true)) return;
+  if (info_.backend_name == "nccl" && backend_) backend_->abort();
+}
 
 std::int64_t ProcessGroup::begin_collective(const char* op, const char* what, int bucket,
                                            const torch::Tensor* tensor, const char* algorithm) const {

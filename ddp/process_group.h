@@ -157,6 +157,7 @@ class ProcessGroup {
   // within kAbortPollInterval). The owner then calls destroy(): Gloo closes its pairs once the
   // backend and the works holding them are released, and the peers' collectives fail with
   // PeerLostError instead of waiting for their timeout. See Note [Live recovery] in ddp/fault_tolerant.h.
+  // An NCCL group's communicators are aborted too (See Note [Aborting a group] in process_group.cpp).
   void abort();
   bool aborted() const { return aborted_.load(); }
   // How often a blocked wait looks at abort().

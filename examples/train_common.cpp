@@ -32,6 +32,7 @@
 #include "examples/data/fashion_mnist.h"
 #include "examples/data/image_dataset.h"
 #include "examples/batch_policy.h"
+#include "examples/live_training.h"
 #include "examples/metrics.h"
 #include "examples/models/lenet.h"
 #include "examples/models/resnet.h"
@@ -55,11 +56,23 @@ struct Runtime {
   std::vector<torch::Device> devices;  // what the model runs on: several in dp
   std::string backend = "none";
   std::shared_ptr<ProcessGroup> group;  // ddp only
+  std::unique_ptr<LiveTraining> live;   // ddp under ddp_launch --recovery live (See Note [Live training])
   bool main() const { return rank == 0; }
 };
 
 Runtime make_runtime(const TrainOptions& options) {
   Runtime rt;
+  if ((rt.live = live_training_from_environment(options))) {
+    // A group of this process alone until ft->start(); on_new_group sets rank and size then.
+    rt.group = rt.live->ft->group();
+    rt.rank = rt.live->launcher_rank;
+    rt.world_size = rt.live->launcher_world_size;
+    rt.local_size = rt.live->local_world_size;
+    rt.device = rt.group->device();
+    rt.devices = {rt.device};
+    rt.backend = rt.group->backend_name();
+    return rt;
+  }
   switch (options.mode) {
     case Mode::kSingle:
       rt.device = torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
@@ -167,6 +180,7 @@ Trainee wrap(Holder model, const TrainOptions& options, const Runtime& rt) {
       t.comm_hook = make_comm_hook(options.comm_hook, powersgd);
       ddp->register_comm_hook(t.comm_hook);
     }
+    if (rt.live) rt.live->ft->track(*ddp);
     t.forward = [ddp](const torch::Tensor& x) { return ddp->forward(x); };
     t.no_sync = [ddp] { return std::shared_ptr<void>(std::make_shared<NoSyncGuard>(ddp->no_sync())); };
     t.evaluate = [model](const torch::Tensor& x) mutable { return model->forward(x); };
@@ -345,42 +359,65 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
   if (!options.checkpoint_on_signal.empty()) stop_signal.emplace(options.checkpoint_on_signal);
   Runtime rt = make_runtime(options);
   // Each rank's micro-batch at this world size (See Note [Batch policy]); checked before the data loads.
-  const int64_t batch_size = per_rank_batch_size(options, rt.world_size);
+  int64_t batch_size = per_rank_batch_size(options, rt.world_size);
   set_threads(options, rt.local_size);
   DataSets sets = load_data(spec, options);
   Trainee trainee = make_trainee(options, sets, rt);
   const std::unique_ptr<torch::optim::Optimizer> optimizer_holder = make_optimizer(options, trainee, rt);
   torch::optim::Optimizer& optimizer = *optimizer_holder;
-  samplers::DistributedSampler sampler = make_sampler(sets.train_size, rt, options.seed);
-  RunMetrics metrics = start_metrics(spec, options, rt, sets, batch_size);
-  // Steps of a whole epoch; an epoch resumed at another world size has its own (its share's).
-  const int64_t steps_per_epoch = steps_for(sampler.size(), batch_size, options.grad_accum);
-  const int64_t samples_per_micro_batch = batch_size * rt.world_size;
-  SampleLog sample_log(options.log_samples, rt.world_size, rt.rank);
   // --amp fp16 scales the loss; bf16 has float32's range and needs no scaling (as in PyTorch).
   amp::GradScalerOptions scaler_options;
   scaler_options.enabled = options.amp == amp::Precision::kFloat16;
   amp::GradScaler scaler(rt.device, scaler_options);
 
-  // --resume: model, optimizer (momentum), step, sampler epoch and position, RNG state.
-  int64_t start_epoch = 0, global_step = 0;
+  // --resume: model, optimizer (momentum), step, sampler epoch and position, RNG state. A worker joining
+  // a live job receives them from a survivor instead (See Note [Live training]).
+  int64_t epoch = 0, global_step = 0;
   std::optional<samplers::SamplerState> resumed;
-  if (options.resume) {
+  if (options.resume && !(rt.live && rt.live->job.joining)) {
     if (const auto latest = checkpoint_to_resume(options, rt.main())) {
       const TrainingProgress progress = load_checkpoint(latest->path, *trainee.module, &optimizer);
-      if (trainee.comm_hook && rt.group && load_comm_hook_state(*trainee.comm_hook, latest->path, rt.group->rank())) {
+      if (trainee.comm_hook && rt.group && load_comm_hook_state(*trainee.comm_hook, latest->path, rt.rank)) {
         if (rt.main()) std::cout << "resuming the communication hook's state" << std::endl;
       }
       global_step = progress.step;
       if (progress.grad_scaler && scaler.is_enabled()) scaler.load_state_dict(*progress.grad_scaler);
-      start_epoch = progress.sampler.epoch;
+      epoch = progress.sampler.epoch;
       resumed = progress.sampler;
-      if (rt.main()) std::cout << "resuming from " << latest->path.string() << " (epoch " << start_epoch + 1
+      if (rt.main()) std::cout << "resuming from " << latest->path.string() << " (epoch " << epoch + 1
                                << ", step " << global_step << ")" << std::endl;
     } else if (rt.main()) {
       std::cout << "no valid checkpoint in " << options.checkpoint_dir << ": starting from scratch" << std::endl;
     }
   }
+  // Live: the samples of the epoch that the applied steps consumed, all ranks together (exact).
+  int64_t epoch_offset = 0;
+  if (rt.live) {
+    if (resumed) epoch_offset = samplers::global_offset(*resumed, sets.train_size, /*drop_last=*/false);
+    FaultTolerant& ft = *rt.live->ft;
+    ft.track(optimizer);
+    if (scaler.is_enabled()) ft.track(scaler);
+    ft.track("epoch", epoch);
+    ft.track("epoch offset", epoch_offset);
+    ft.track("global step", global_step);
+    rt.live->on_new_group = [&rt](ProcessGroup& group, const Membership& membership) {
+      rt.group = rt.live->ft->group();
+      rt.rank = group.rank();
+      rt.world_size = group.size();
+      std::cout << "rank " << rt.rank << ": live recovery round " << membership.round << ", world size "
+                << rt.world_size << ", pid " << ::getpid() << std::endl;
+    };
+    ft.start();  // joins the job; a joiner receives the state here
+    rt.live->regrouped = false;
+    batch_size = per_rank_batch_size(options, rt.world_size);
+    resumed = samplers::SamplerState(epoch, 0, rt.world_size, epoch_offset);
+  }
+  samplers::DistributedSampler sampler = make_sampler(sets.train_size, rt, options.seed);
+  RunMetrics metrics = start_metrics(spec, options, rt, sets, batch_size);
+  // Steps of a whole epoch; an epoch resumed at another world size has its own (its share's).
+  const int64_t steps_per_epoch = steps_for(sampler.size(), batch_size, options.grad_accum);
+  int64_t samples_per_micro_batch = batch_size * rt.world_size;
+  SampleLog sample_log(options.log_samples, rt.world_size, rt.rank);
 
   const bool terminal = is_terminal(STDOUT_FILENO);
   if (rt.main()) {
@@ -394,7 +431,7 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
   int64_t trained_samples = 0;
   ddp::ProgressReporter to_launcher;
   bool stopped = false;  // --max-steps reached
-  for (int64_t epoch = start_epoch; epoch < options.epochs && !stopped; ++epoch) {
+  while (epoch < options.epochs && !stopped) {
     const auto epoch_start = Clock::now();
     sets.train->set_epoch(epoch);
     int64_t micro = 0;  // micro-batches of this epoch's share done so far, on this rank
@@ -424,47 +461,66 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
     trainee.module->train();
     double loss_sum = 0;
     int64_t loss_count = 0;
-    for (auto& batch : *loader) {
+    auto batches = loader->begin();
+    while (micro < micro_batches) {
+      if (options.max_steps > 0 && global_step >= options.max_steps) {
+        stopped = true;  // mid-epoch: no epoch-end checkpoint
+        break;
+      }
       // The micro-batches of one optimizer step; the last group of an epoch may be shorter.
       const int64_t group_start = micro - micro % options.grad_accum;
       const int64_t group_size = std::min(options.grad_accum, micro_batches - group_start);
-      const bool sync = micro + 1 == group_start + group_size;
-      std::shared_ptr<void> guard;
-      if (!sync && trainee.no_sync) guard = trainee.no_sync();
-      torch::Tensor loss;
-      {
-        amp::AutocastScope autocast(rt.device.type(), options.amp);
-        const torch::Tensor output = trainee.forward(batch.data.to(rt.device));
-        loss = torch::nn::functional::cross_entropy(output, batch.target.to(output.device()));
+      const int64_t step_end = group_start + group_size;
+      double step_loss = 0;
+      // Forward and backward of the step's micro-batches: DDP synchronises the gradients in the last.
+      const auto compute = [&] {
+        die_or_wait_for_test(options, rt.live.get(), rt.rank, rt.world_size, global_step);
+        optimizer.zero_grad();
+        step_loss = 0;
+        for (int64_t m = micro; m < step_end; ++m, ++batches) {
+          auto& batch = *batches;
+          std::shared_ptr<void> guard;
+          if (m + 1 < step_end && trainee.no_sync) guard = trainee.no_sync();
+          torch::Tensor loss;
+          {
+            amp::AutocastScope autocast(rt.device.type(), options.amp);
+            const torch::Tensor output = trainee.forward(batch.data.to(rt.device));
+            loss = torch::nn::functional::cross_entropy(output, batch.target.to(output.device()));
+          }
+          scaler.scale(loss / static_cast<double>(group_size)).backward();
+          step_loss += loss.item<double>();
+        }
+      };
+      const auto apply = [&] {
+        for (auto& group : optimizer.param_groups()) {  // --zero: the wrapper passes them on
+          static_cast<torch::optim::SGDOptions&>(group.options())
+              .lr(scheduled_learning_rate(options, schedule_progress(epoch, options.epochs, share_start, sets.train_size,
+                                                                     group_start / options.grad_accum, epoch_steps)));
+        }
+        scaler.step(optimizer);  // optimizer.step() unless fp16 gradients overflowed
+        scaler.update();
+        ++global_step;
+        epoch_offset = *sampler.state(step_end * batch_size).offset;
+      };
+      if (rt.live) {
+        if (!rt.live->ft->step(compute, apply)) break;  // dropped and regrouped: the epoch goes on re-sharded
+      } else {
+        compute();
+        apply();
       }
-      scaler.scale(loss / static_cast<double>(group_size)).backward();
-      guard.reset();
-      log_micro_batch(sample_log, epoch, share, micro, batch_size);
-      loss_sum += loss.item<double>();
-      ++loss_count;
-      ++micro;
-      trained_samples += samples_per_micro_batch;
-      if (!sync) continue;
-      for (auto& group : optimizer.param_groups()) {  // --zero: the wrapper passes them on
-        static_cast<torch::optim::SGDOptions&>(group.options())
-            .lr(scheduled_learning_rate(options, schedule_progress(epoch, options.epochs, share_start, sets.train_size,
-                                                                   group_start / options.grad_accum, epoch_steps)));
-      }
-      scaler.step(optimizer);  // optimizer.step() unless fp16 gradients overflowed
-      scaler.update();
-      optimizer.zero_grad();
-      ++global_step;
+      for (int64_t m = micro; m < step_end; ++m) log_micro_batch(sample_log, epoch, share, m, batch_size);
+      loss_sum += step_loss;
+      loss_count += step_end - micro;
+      trained_samples += (step_end - micro) * samples_per_micro_batch;
+      micro = step_end;
       if (progress) progress->update(micro / options.grad_accum, loss_sum / static_cast<double>(loss_count));
       // This rank's samples and running loss to ddp_launch's metrics (a no-op without it).
       to_launcher.report(group_size * batch_size, loss_sum / static_cast<double>(loss_count));
+      if (rt.live && rt.live->regrouped) break;  // a joiner was admitted: the next step is in a new share
       const bool last = micro == micro_batches;
       if (!options.checkpoint_dir.empty() && options.checkpoint_every > 0 && !last &&
           global_step % options.checkpoint_every == 0) {
         save(options, rt, trainee, optimizer, scaler, global_step, sampler.state(micro * batch_size));
-      }
-      if (options.max_steps > 0 && global_step >= options.max_steps) {
-        stopped = !last;
-        break;
       }
       if (stop_signal && !last && stop_signal->requested(rt.group.get())) {
         save(options, rt, trainee, optimizer, scaler, global_step, sampler.state(micro * batch_size));
@@ -477,6 +533,18 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
       }
     }
     if (progress) progress->finish();
+    if (rt.live && rt.live->regrouped) {  // the rest of the epoch at the new world size (Note [Live training])
+      rt.live->regrouped = false;
+      batch_size = per_rank_batch_size(options, rt.world_size);
+      samples_per_micro_batch = batch_size * rt.world_size;
+      metrics.world_size = rt.world_size;
+      metrics.global_batch_size = batch_size * options.grad_accum * rt.world_size;
+      sampler = make_sampler(sets.train_size, rt, options.seed);
+      resumed = samplers::SamplerState(epoch, 0, rt.world_size, epoch_offset);
+      std::cout << "rank " << rt.rank << ": epoch " << epoch + 1 << " goes on at sample offset " << epoch_offset
+                << " of " << sets.train_size << ", " << batch_size << " samples per rank and micro-batch" << std::endl;
+      continue;
+    }
     const double seconds = std::chrono::duration<double>(Clock::now() - epoch_start).count();
     train_seconds += seconds;
     if (!options.checkpoint_dir.empty() && !stopped) {
@@ -493,6 +561,8 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
                 << ", test accuracy " << percent(accuracy) << ", " << seconds << " s" << std::endl;
     }
     if (options.max_steps > 0 && global_step >= options.max_steps) stopped = true;
+    ++epoch;
+    epoch_offset = 0;
   }
 
   metrics.samples_per_second = train_seconds > 0 ? static_cast<double>(trained_samples) / train_seconds : 0.0;
@@ -500,6 +570,11 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
   metrics.final_accuracy = metrics.epoch_test_accuracy.empty() ? 0.0 : metrics.epoch_test_accuracy.back();
   metrics.peak_memory_bytes = peak_rss_bytes();
   metrics.peak_memory_kind = "rss";
+  if (rt.live) {
+    std::cout << "rank " << rt.rank << ": live recovery finished at step " << global_step << ", world size "
+              << rt.world_size << ", pid " << ::getpid() << ", parameters " << std::hex
+              << parameters_checksum(*trainee.module) << std::dec << std::endl;
+  }
   if (rt.main()) {
     std::cout << "final test accuracy " << percent(metrics.final_accuracy) << " (" << metrics.samples_per_second
               << " samples/s, peak memory " << metrics.peak_memory_bytes / (1 << 20) << " MiB)" << std::endl;

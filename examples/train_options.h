@@ -58,6 +58,7 @@ struct TrainOptions {
   BatchPolicy batch_policy = BatchPolicy::kPerRank;  // --batch-policy per-rank | global
   int64_t global_batch_size = 0;  // --global-batch-size: samples per optimizer step (batch policy global)
   std::string log_samples;  // debug: each rank appends the samples it trains on to a file in this folder
+  int64_t die_at_step = 0;  // debug: the last rank SIGKILLs itself in step N (See live_training.h; 0: off)
 };
 
 // Parses argv. Returns nullopt after printing --help. Throws ddp::UsageError with a one-line
