@@ -1,4 +1,4 @@
-# Sourced by the live recovery tests (live_matrix_test.sh, live_test.sh) after bed.sh: the checks of
+# Sourced by the live recovery tests (live_matrix_test.sh, live_test.sh, live_hosts_test.sh) after bed.sh: the checks of
 # a live_recovery_demo run started with --samples N --batch B --log-samples "$work/samples"
 # --params-out "$work/params" (See Note [Live demo data] in examples/live_recovery_demo.cpp).
 #   live_check_training LOG STEPS N B DEMO PID...
@@ -16,6 +16,7 @@
 # Sets live_schedule (WORLD:STEPS runs) and live_samples_checked (a summary).
 #   live_start_hosts START K...   runs `START K` for each host K, the first one's launcher (it serves the
 #                                 rendezvous store on port 29400) listening before the others start
+#                                 (on $live_listen_port if set: e.g. the liveness channel's 29401)
 live_check_training() {
   local log=$1 steps=$2 samples=$3 batch=$4 demo=$5 schedule pid off_by_one
   shift 5
@@ -144,8 +145,8 @@ live_start_hosts() {
     "$start" "$k"
     [[ $k == "$1" ]] || continue
     deadline=$((SECONDS + 20))
-    until [[ -n $("$cluster" exec "$name" "$k" ss -Hltn "sport = :29400") ]]; do
-      ((SECONDS < deadline)) || fail "nothing listened on port 29400 on host $k within 20 s"
+    until [[ -n $("$cluster" exec "$name" "$k" ss -Hltn "sport = :${live_listen_port:-29400}") ]]; do
+      ((SECONDS < deadline)) || fail "nothing listened on port ${live_listen_port:-29400} on host $k within 20 s"
       sleep 0.1
     done
   done

@@ -21,6 +21,7 @@ set -euo pipefail
 
 cluster=$1 launch=$2 demo=$3
 source "$(dirname "${BASH_SOURCE[0]}")/bed.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/live_checks.sh"
 bed_up "$cluster" lh 4 --no-data  # sets name and work; removes both on exit
 pids=()
 steps=${LIVE_HOSTS_STEPS:-300}
@@ -61,16 +62,7 @@ wait "$blocker" || fail "the port blocker failed"
 grep -q -F "port 29401 on host0 (the live job's liveness channel: the --rdzv_endpoint port + 1) cannot be bound" \
   "$work/taken.log" || fail "a taken liveness port: $(cat "$work/taken.log")"
 
-for k in 0 1 2; do
-  start $k
-  if ((k == 0)); then
-    deadline=$((SECONDS + 20))
-    until [[ -n $("$cluster" exec "$name" 0 ss -Hltn "sport = :29401") ]]; do
-      ((SECONDS < deadline)) || fail "nothing listened on port 29401 on host 0 within 20 s"
-      sleep 0.1
-    done
-  fi
-done
+live_listen_port=29401 live_start_hosts start 0 1 2  # the liveness channel, bound after the store
 for k in 0 1 2; do wait_for 30 "$work/host$k.log" "live demo: step 10 world 3"; done
 
 # 1. host2 lost whole.

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "ddp/base/route.h"
+#include "loopback_listener.h"
 #include "launcher/job_channel.h"
 #include "launcher/job_coordinator.h"
 #include "launcher/job_link.h"
@@ -28,13 +29,10 @@ struct Job {
   std::vector<std::unique_ptr<JobLink>> links;
 
   Job(int nnodes, int max_restarts, double join_timeout_s = 30, std::vector<int> linked = {}) {
-    const int fd = ddp::listen_on_address("127.0.0.1", 0);
-    REQUIRE(fd >= 0);
-    sockaddr_in where{};
-    socklen_t len = sizeof where;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&where), &len);
-    port = ntohs(where.sin_port);
-    coordinator = std::make_unique<JobCoordinator>(fd, JobCoordinatorOptions{nnodes, max_restarts, join_timeout_s});
+    const auto listener = ddp::launcher::testing::listen_on_free_loopback_port();
+    port = listener.port;
+    coordinator =
+        std::make_unique<JobCoordinator>(listener.fd, JobCoordinatorOptions{nnodes, max_restarts, join_timeout_s});
     if (linked.empty()) {
       for (int k = 0; k < nnodes; ++k) linked.push_back(k);
     }

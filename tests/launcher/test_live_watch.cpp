@@ -17,6 +17,7 @@
 
 #include "config_support.h"
 #include "ddp/base/route.h"
+#include "loopback_listener.h"
 #include "launcher/job_channel.h"
 #include "launcher/live_watch.h"
 #include "launcher/rdzv_rounds.h"
@@ -38,13 +39,9 @@ struct Watched {
   std::unique_ptr<LiveWatchServer> server;
 
   explicit Watched(double silence_s) {
-    const int fd = ddp::listen_on_address("127.0.0.1", 0);
-    REQUIRE(fd >= 0);
-    sockaddr_in where{};
-    socklen_t len = sizeof where;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&where), &len);
-    port = ntohs(where.sin_port);
-    server = std::make_unique<LiveWatchServer>(fd, silence_s, [this](const LostNode& node) {
+    const auto listener = ddp::launcher::testing::listen_on_free_loopback_port();
+    port = listener.port;
+    server = std::make_unique<LiveWatchServer>(listener.fd, silence_s, [this](const LostNode& node) {
       std::lock_guard<std::mutex> lock(mutex);
       lost.push_back(node);
     });
