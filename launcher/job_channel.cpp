@@ -42,7 +42,9 @@
 //   first failure (a partition: nothing closes) is named and the job ends. A launcher that loses
 //   the coordinator itself (node 0 gone) stops and names node 0. With no restarts left a launcher
 //   waits at most 2 s for the coordinator's word (its own failure relayed back, after any loss the
-//   coordinator heard of first), so a partition never holds a failing launcher.
+//   coordinator heard of first), so a partition never holds a failing launcher. A launcher slower
+//   to start than node 0's whole job (it connects while the coordinator lingers) is waited for and
+//   told the verdict `done` after its hello, so that the coordinator's going away is not node 0's loss.
 // - Progress: with --hang_timeout, each launcher sends its ranks' last steps (at most every 200 ms,
 //   only when they changed) and hears everyone else's, so a watchdog on any host names the ranks
 //   of the job that did not arrive (those at the lowest step), whichever host runs them.

@@ -64,7 +64,9 @@ class CoordinatorLoop {
  private:
   bool any_member_connected() const {
     for (const auto& c : connections_) {
-      if (c.link.is_open() && c.node > 0) return true;  // node 0's own link closed before this
+      // Node 0's own link closed before this; a connection without its hello yet is a launcher that
+      // connected late (See Note [Coordinated restarts]): it is waited for too.
+      if (c.link.is_open() && c.node != 0) return true;
     }
     return false;
   }
@@ -186,6 +188,9 @@ class CoordinatorLoop {
     }
     broadcast(n.line, *node);
     c.link.send(ddp::str("round ", round_));
+    // A launcher slower to start than node 0's whole job: the job's end, so that this coordinator
+    // going away with node 0's launcher is not taken for node 0's loss.
+    if (ending_ || over_) c.link.send(ddp::str("verdict ", round_, " done"));
   }
 
   // Someone's group failed (or a node was lost): every node stops its group, once per round.

@@ -38,6 +38,7 @@ TEST_CASE("hosts: every line carries its host and rank; a failed rank's code and
   CHECK(ok.err.find("hosts a (2 slots) and b (1 slots) differ") != std::string::npos);
 
   const LaunchOutcome run = run_launcher(job_args("a:2,b:2", {"--out", dir.path(), "--print", "hi $x 'y'"}), {}, 60s);
+  INFO("the launcher's stderr:\n" << run.err);
   REQUIRE(run.exit_code == 0);
   for (int rank = 0; rank < 4; ++rank) {
     CHECK(count_of(run.out, (rank < 2 ? "a" : "b") + std::string(": [rank ") + std::to_string(rank) + "]: hi $x 'y'\n") ==
