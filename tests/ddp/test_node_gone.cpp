@@ -119,3 +119,38 @@ TEST_CASE("a node lost before the training's first round closed counts its first
   CHECK(keys::mark_node_gone(*store, "node1.r1", 0).marked == 0);
   CHECK(keys::mark_node_gone(*store, "node", 0).marked == 0);
 }
+
+TEST_CASE("a joiner fails at once when every member of the previous round is gone", "[node_gone]") {
+  ThreeNodes job;
+  // Every node is lost after round 1 (See Note [Every member gone] in ddp/membership.cpp): nobody
+  // holds the training state, so a joiner must not wait its timeout for round 2 to close.
+  for (int n = 0; n < 3; ++n) CHECK(keys::mark_node_gone(*job.store, "node" + std::to_string(n), 1).marked == 1);
+  ddp::StoreMembershipOptions options;
+  options.initial_size = 3;
+  options.settle_timeout = 60s;
+  options.joining = true;
+  ddp::StoreMembership joiner(job.store, "node0.r1/local0/attempt0", options);
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(joiner.next(0, 60s), Catch::Contains("every member of round 1 is gone") &&
+                                             Catch::Contains("restart the job from its checkpoint"));
+  CHECK(std::chrono::steady_clock::now() - start < 30s);  // not the 60 s timeout
+}
+
+TEST_CASE("a joiner waits while one member of the previous round is still there", "[node_gone]") {
+  ThreeNodes job;
+  CHECK(keys::mark_node_gone(*job.store, "node1", 1).marked == 1);
+  CHECK(keys::mark_node_gone(*job.store, "node2", 1).marked == 1);
+  ddp::StoreMembershipOptions options;
+  options.initial_size = 3;
+  options.settle_timeout = 60s;
+  options.joining = true;
+  ddp::StoreMembership joiner(job.store, "node1.r1/local0/attempt0", options);
+  auto joined = std::async(std::launch::async, [&] { return joiner.next(0, 20s); });
+  // node0 reaches its step boundary after the joiner arrived (else it closes round 2 without it).
+  while (job.store->add(keys::round_key(2, "count"), 0) < 1) std::this_thread::sleep_for(5ms);
+  const ddp::Membership m0 = job.members[0]->next(1, 20s);
+  CHECK(m0.world_size == 2);
+  const ddp::Membership m1 = joined.get();
+  CHECK(m1.round == 2);
+  CHECK(m1.joiners == std::vector<int>{1});
+}
