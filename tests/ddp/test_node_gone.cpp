@@ -154,3 +154,31 @@ TEST_CASE("a joiner waits while one member of the previous round is still there"
   CHECK(m1.round == 2);
   CHECK(m1.joiners == std::vector<int>{1});
 }
+
+TEST_CASE("one worker marked gone, then its whole node, counts that worker once", "[node_gone]") {
+  auto store = serve_store();
+  // Before any round closed: node0's local1 (a first-round worker) dies and is marked alone.
+  const keys::NodeGoneMark worker = keys::mark_node_gone(*store, "node0/local1", 1);
+  CHECK(worker.marked == 1);
+  CHECK(worker.round == 1);
+  CHECK(keys::mark_node_gone(*store, "node0/local1", 1).marked == 0);  // exactly once
+  // A later attempt of it was never in round 1: nothing to mark.
+  CHECK(keys::mark_node_gone(*store, "node0/local2", 0).marked == 0);
+  // Then node0's launcher is lost: its 3 first-round workers, less local1 already marked.
+  const keys::NodeGoneMark node = keys::mark_node_gone(*store, "node0", 3);
+  CHECK(node.marked == 2);
+  CHECK(node.already);
+  CHECK(store->add(keys::round_key(1, "left"), 0) == 3);
+}
+
+TEST_CASE("a worker marked gone after its node was counts nothing more", "[node_gone]") {
+  ThreeNodes job;
+  CHECK(keys::mark_node_gone(*job.store, "node1", 1).marked == 1);
+  const keys::NodeGoneMark worker = keys::mark_node_gone(*job.store, "node1/local0", 0);
+  CHECK(worker.marked == 0);
+  CHECK(worker.already);
+  // Another node's worker alone is marked (a member of round 1, by its id).
+  CHECK(keys::mark_node_gone(*job.store, "node2/local0", 0).marked == 1);
+  CHECK(job.store->add(keys::round_key(2, "left"), 0) == 2);
+  CHECK(keys::worker_key_of("node2.r3/local1/attempt4") == "node2.r3/local1");
+}
