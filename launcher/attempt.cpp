@@ -385,6 +385,10 @@ class Attempt {
     workers_.emplace_back();  // a deque: the other workers' streams stay where they are
     workers_.back().launch = std::move(*launch);
     start(workers_.back());
+    if (options_.progress != nullptr) {
+      const Worker& w = workers_.back();
+      options_.progress->restart_rank({w.launch.rank, w.launch.local_rank, static_cast<int>(w.pid)});
+    }
     return true;
   }
 
