@@ -62,7 +62,7 @@ std::string describe_close(std::uint64_t round, int expected, std::int64_t arriv
 // nobody will close it: a joiner waiting for it would only reach its timeout (minutes), so it
 // fails at once instead. A member marked gone that still arrives (a false liveness report) closes
 // the round itself (arrived + left >= expected), so the check also asks that none arrived.
-// "left" is counted once per node and round (See Note [Marking a lost node gone] in
+// "left" is counted once per member and round (See Note [Marking a lost node gone] in
 // ddp/membership_keys.h), so it cannot reach the size by double counting.
 // How many members round - 1 has (those that close `round`): the initial size for round 1, else
 // what the store says (0: not closed yet, unknown).
