@@ -55,6 +55,29 @@ std::string describe_close(std::uint64_t round, int expected, std::int64_t arriv
              arrived, " arrived, ", left, " marked gone)");
 }
 
+// Note [Every member gone]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// Only a member of the previous round closes a round (a joiner has no training state to hand on).
+// When every one of them is marked gone ("left" reaches the previous round's size, none arrived),
+// nobody will close it: a joiner waiting for it would only reach its timeout (minutes), so it
+// fails at once instead. A member marked gone that still arrives (a false liveness report) closes
+// the round itself (arrived + left >= expected), so the check also asks that none arrived.
+// "left" is counted once per member and round (See Note [Marking a lost node gone] in
+// ddp/membership_keys.h), so it cannot reach the size by double counting.
+// How many members round - 1 has (those that close `round`): the initial size for round 1, else
+// what the store says (0: not closed yet, unknown).
+int previous_size(c10d::Store& store, std::uint64_t round, int initial_size) {
+  if (round < 2) return initial_size;
+  const std::string closed = key(round - 1, "closed");
+  if (!store.check({closed})) return 0;
+  return static_cast<int>(std::stoll(bytes_to_text(store.get(closed))));
+}
+
+bool every_member_gone(c10d::Store& store, std::uint64_t round, int expected) {
+  if (expected < 1 || counter(store, key(round, "left")) < expected) return false;
+  return counter(store, key(round, "previous")) == 0 && !store.check({key(round, "closed")});
+}
+
 }  // namespace
 
 StoreMembership::StoreMembership(c10::intrusive_ptr<c10d::Store> store, std::string member_id,
@@ -107,6 +130,10 @@ Membership StoreMembership::next(std::uint64_t last_round, milliseconds timeout)
           }
           break;
         }
+      }
+      if (!previous_member && every_member_gone(store, round, previous_size(store, round, options_.initial_size))) {
+        throw CommunicationError(str("membership: every member of round ", round - 1,
+                                     " is gone: the training state is lost; restart the job from its checkpoint"));
       }
       if (Clock::now() >= deadline) {
         throw TimeoutError(str("membership: member '", id_, "' waited ", seconds_of(timeout), " s for round ", round,

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <map>
 #include <optional>
 #include <spdlog/spdlog.h>
@@ -141,22 +142,24 @@ class Attempt {
   }
 
   void start_all() {
-    for (auto& w : workers_) {
-      const int filtered_out = filtered_file(w.launch.filtered_stdout_log);
-      const int filtered_err = filtered_file(w.launch.filtered_stderr_log);
-      w.pid = start_worker(options_.program_path, options_.program_args, w.launch, w.out, w.err);
-      w.out.filtered_fd = filtered_out;
-      w.out.filters = &options_.duplicate_stdout_filters;
-      w.err.filtered_fd = filtered_err;
-      w.err.filters = &options_.duplicate_stderr_filters;
-      w.out.live = w.err.live = live_progress_ ? &*live_progress_ : nullptr;  // See Note [Live progress on a terminal]
-      w.running = true;
-    }
+    for (auto& w : workers_) start(w);
     if (options_.progress != nullptr) {
       std::vector<WorkerIdentity> ids;
       for (const auto& w : workers_) ids.push_back({w.launch.rank, w.launch.local_rank, static_cast<int>(w.pid)});
       options_.progress->begin_attempt(attempt_, ids);
     }
+  }
+
+  void start(Worker& w) {
+    const int filtered_out = filtered_file(w.launch.filtered_stdout_log);
+    const int filtered_err = filtered_file(w.launch.filtered_stderr_log);
+    w.pid = start_worker(options_.program_path, options_.program_args, w.launch, w.out, w.err);
+    w.out.filtered_fd = filtered_out;
+    w.out.filters = &options_.duplicate_stdout_filters;
+    w.err.filtered_fd = filtered_err;
+    w.err.filters = &options_.duplicate_stderr_filters;
+    w.out.live = w.err.live = live_progress_ ? &*live_progress_ : nullptr;  // See Note [Live progress on a terminal]
+    w.running = true;
   }
 
   // See Note [Hang watchdog] in launcher/progress_board.h: a stuck rank fails the attempt like a crash;
@@ -325,6 +328,7 @@ class Attempt {
     ++pass_;
     const bool stopping_before = stopping_;  // failures of this pass all count as before the stop
     bool failed = false;
+    std::vector<WorkerExit> to_respawn;
     for (auto& w : workers_) {
       if (!w.running) continue;
       int status = 0;
@@ -350,6 +354,10 @@ class Attempt {
       if (exit.error) exit.error_written = file_mtime(exit.error_file);
       exit.after_stop = stopping_before;
       exit.observed_pass = pass_;
+      if (!stopping_before && options_.respawn_worker) {  // See Note [Restarting one live worker]
+        to_respawn.push_back(std::move(exit));
+        continue;
+      }
       if (!stopping_before && options_.progress != nullptr) options_.progress->count_failure();
       if (!stopping_before && options_.link != nullptr) {
         options_.link->report_failure(attempt_, ddp::str("rank ", exit.rank, " exited with ", describe_exit(exit)));
@@ -357,7 +365,31 @@ class Attempt {
       failures.push_back(std::move(exit));
       failed = true;
     }
+    for (WorkerExit& exit : to_respawn) failed = !respawn(std::move(exit)) || failed;
     if (failed) begin_stop(true);
+  }
+
+  // --recovery live: starts a new process for the failed worker alone (its node-mates keep running),
+  // or, when restarts are used up, records its failure (the caller stops the group). The dead
+  // worker's entry stays (not running) for its output and its process group's final SIGKILL.
+  bool respawn(WorkerExit exit) {
+    if (options_.progress != nullptr) options_.progress->count_failure();
+    std::optional<WorkerLaunch> launch = options_.respawn_worker(exit.local_rank);
+    if (!launch) {
+      failures.push_back(std::move(exit));
+      return false;
+    }
+    spdlog::warn("rank {} (local rank {}, pid {}) exited with {}: restarting it alone (--recovery live); the other "
+                 "workers keep running",
+                 exit.rank, exit.local_rank, exit.pid, describe_exit(exit));
+    workers_.emplace_back();  // a deque: the other workers' streams stay where they are
+    workers_.back().launch = std::move(*launch);
+    start(workers_.back());
+    if (options_.progress != nullptr) {
+      const Worker& w = workers_.back();
+      options_.progress->restart_rank({w.launch.rank, w.launch.local_rank, static_cast<int>(w.pid)});
+    }
+    return true;
   }
 
   // The group stops: SIGTERM to every running worker (unless a forwarded signal already went out),
@@ -412,7 +444,7 @@ class Attempt {
   std::optional<LiveProgress> live_progress_ =
       terminal_width(STDOUT_FILENO) > 0 ? std::optional<LiveProgress>(LiveProgress(terminal_width(STDOUT_FILENO)))
                                         : std::nullopt;
-  std::vector<Worker> workers_;
+  std::deque<Worker> workers_;
   bool stopping_ = false;
   bool killed_ = false;
   int pass_ = 0;

@@ -34,8 +34,8 @@ class ElasticRendezvous {
   ElasticMembership next_round(int after_round, int expected_nodes);
   // How many launchers wait to join the round after `round` (-1: the store is unreachable).
   int waiting_after(int round);
-  // --recovery live: the workers of node `node_key` are gone from the training's membership under
-  // `prefix`, marked once per node and round whoever says it (See Note [Marking a lost node gone]
+  // --recovery live: the workers of node `node_key` (or the one worker "<node key>/local<L>") are
+  // gone from the training's membership under `prefix`, each marked once per round whoever says it (See Note [Marking a lost node gone]
   // in ddp/membership_keys.h): how many were marked (> 0), 0 none of them is in the training, -2
   // another launcher marked them first, -1 the store is unreachable. Safe from another thread
   // (c10d's TCPStore serialises its requests).

@@ -16,6 +16,7 @@
 #include "ddp/base/route.h"
 #include "ddp/base/str.h"
 #include "launcher/elastic_rendezvous.h"
+#include "launcher/live_respawn.h"
 #include "launcher/live_watch.h"
 #include "launcher/log_layout.h"
 
@@ -43,8 +44,9 @@ namespace ddp::launcher {
 //     launcher's connection closes, after --rdzv_conf keep_alive_interval x keep_alive_max_attempt
 //     of silence otherwise (See Note [Lost hosts in a live job] in launcher/live_watch.cpp);
 //     StoreMembershipOptions::settle_timeout stays the bound when nobody could mark it.
-//   - a worker that dies here is restarted by this launcher (--max_restarts) and heals from a peer
-//     (TORCHELASTIC_RESTART_COUNT > 0 makes it a joiner).
+//   - a worker that dies here is restarted alone by this launcher (--max_restarts, per node), its
+//     node-mates keep running, and it heals from a peer (TORCHELASTIC_RESTART_COUNT > 0 makes it a
+//     joiner): See Note [Restarting one live worker] in launcher/live_respawn.h.
 //   - a host started later claims a slot in the next rendezvous round as in restart mode; the
 //     members' launchers see it waiting (LiveAdmission) and join that round themselves to close
 //     it, without stopping their workers; the newcomer's workers (TORCHELASTIC_RESTART_COUNT = the
@@ -53,10 +55,10 @@ namespace ddp::launcher {
 //     reported lost, which no longer count towards --nnodes MAX) and the newcomers, so it closes
 //     without the last call unless a loss is not reported yet (then it blocks this node's
 //     supervision for up to --rdzv_conf last_call_timeout, which a worker's exit waits out).
-//   - before restarting its dead workers, a launcher marks them gone in the training's membership
-//     (See Note [Marking a lost node gone] in ddp/membership_keys.h: once per node and round, so
-//     never counted twice with the liveness channel's mark), so that the survivors close their
-//     next round without waiting the settle timeout.
+//   - before restarting a dead worker, a launcher marks it gone in the training's membership
+//     (See Note [Marking a lost node gone] in ddp/membership_keys.h: once per member and round, so
+//     never counted twice with the liveness channel's mark of its node), so that the survivors
+//     close their next round without waiting the settle timeout.
 //   - member ids are "<node key>/local<L>/attempt<K>": "node<N>" for a node of the first round,
 //     "node<N>.r<R>" for one that joined in round R (live_node_key), unique in the job.
 // Not done yet: the loss of the host that serves the store (it ends the job).
@@ -195,24 +197,32 @@ SupervisorResult run_live(const LaunchConfig& c, const LocalWorkers& local, cons
   SupervisorOptions options = base;
   options.max_restarts = c.max_restarts;
   options.membership_change = [&] { return admission.poll(); };
-  // TORCHELASTIC_RESTART_COUNT: the round this node joined plus its local restarts, so that a
-  // worker of a later round or a restarted one (> 0) joins the training as a joiner.
-  const GroupFactory make_group = [&](int attempt) {
-    NodeAssignment attempt_node = node;
-    attempt_node.max_restarts = c.max_restarts;
-    attempt_node.live_node_key = node_key;
-    const int restart_count = m.round + attempt;
-    if (attempt > 0) {
-      // This node's workers of the last attempt are gone (the group stops whole): say so, so that
-      // the survivors close their next round without waiting the settle timeout for them.
-      const int marked = rendezvous.mark_node_gone(prefix, node_key, first_round_workers);
-      if (marked > 0) {
-        spdlog::info("marked this node's {} worker(s) gone in the training's membership", marked);
-      } else {
-        spdlog::warn("did not mark this node's workers gone in the training's membership: {}", describe_mark(marked));
-      }
+  // TORCHELASTIC_RESTART_COUNT: the round this node joined, so that a worker of a later round (> 0)
+  // joins the training as a joiner. The group starts once: a dead worker is restarted alone.
+  NodeAssignment live_node = node;
+  live_node.max_restarts = c.max_restarts;
+  live_node.live_node_key = node_key;
+  const GroupFactory make_group = [&](int) { return prepare_attempt(c, live_node, local, run, m.round); };
+  LiveRespawnPolicy respawns(local.nproc, c.max_restarts, m.round);
+  options.respawn_worker = [&](int local_rank) -> std::optional<WorkerLaunch> {
+    const bool first_round = respawns.in_first_round(local_rank);
+    const std::optional<int> restart = respawns.next(local_rank);
+    if (!restart) {
+      spdlog::error("local rank {} failed and this node's --max_restarts {} is used up: stopping its workers",
+                    local_rank, c.max_restarts);
+      return std::nullopt;
     }
-    return prepare_attempt(c, attempt_node, local, run, restart_count);
+    // See Note [Restarting one live worker] in launcher/live_respawn.h: the dead one is marked gone
+    // first, so that the survivors close their next round without waiting the settle timeout.
+    const std::string worker_key = ddp::str(node_key, "/local", local_rank);
+    const int marked = rendezvous.mark_node_gone(prefix, worker_key, first_round ? 1 : 0);
+    if (marked > 0) {
+      spdlog::info("marked {} gone in the training's membership; restart {} of {} on this node", worker_key,
+                   respawns.restarts_used(), c.max_restarts);
+    } else {
+      spdlog::warn("did not mark {} gone in the training's membership: {}", worker_key, describe_mark(marked));
+    }
+    return prepare_worker(c, live_node, local, run, *restart, local_rank);
   };
   SupervisorResult result = supervise(options, make_group);
   if (watch.client) watch.client->set_succeeded(result.exit_code == 0);

@@ -100,6 +100,15 @@ void ProgressBoard::mark_exited(int rank) {
   }
 }
 
+void ProgressBoard::restart_rank(const WorkerIdentity& worker) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& r : job_.ranks) {
+    if (r.worker.rank != worker.rank) continue;
+    r = RankProgress();
+    r.worker = worker;
+  }
+}
+
 void ProgressBoard::count_failure() {
   std::lock_guard<std::mutex> lock(mutex_);
   ++job_.worker_failures;

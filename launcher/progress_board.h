@@ -98,6 +98,9 @@ class ProgressBoard {
   // as they do when any exporter restarts.
   AgentVerdict record(const AgentDatagram& datagram, SteadyClock::time_point now);
   void mark_exited(int rank);
+  // --recovery live: `worker`'s rank runs in a new process (See Note [Restarting one live worker]
+  // in launcher/live_respawn.h): its entry starts over with the new pid, the others keep theirs.
+  void restart_rank(const WorkerIdentity& worker);
   void count_failure();
 
   // Note [Hang watchdog]

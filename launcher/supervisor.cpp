@@ -78,6 +78,7 @@ SupervisorResult supervise(const SupervisorOptions& options, const GroupFactory&
       return result;
     }
     if (run.launcher_signal || !result.root_cause) return result;
+    if (options.respawn_worker) return result;  // its workers were restarted one by one: used up
     if (attempt >= options.max_restarts) return result;
     if (run.unreaped) {  // See Note [Unreapable workers]
       spdlog::error("not restarting: a worker of this attempt was not reaped after SIGKILL");

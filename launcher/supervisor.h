@@ -56,6 +56,11 @@ struct SupervisorOptions {
   // group runs (at least every 250 ms); a line (why the membership changes) stops the group as
   // another node's failure would.
   std::function<std::optional<std::string>()> membership_change;
+  // --recovery live (See Note [Restarting one live worker] in launcher/live_respawn.h): when set, a
+  // worker that fails while the group runs is restarted alone, its node-mates keep running. Called
+  // with its local rank; returns its new launch (its folder made), or nothing when --max_restarts
+  // is used up: the group then stops as without it. The group itself is never restarted whole.
+  std::function<std::optional<WorkerLaunch>(int local_rank)> respawn_worker;
 };
 
 // Runs attempts until one succeeds, restarts are used up, or the launcher is signalled.

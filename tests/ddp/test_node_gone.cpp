@@ -119,3 +119,66 @@ TEST_CASE("a node lost before the training's first round closed counts its first
   CHECK(keys::mark_node_gone(*store, "node1.r1", 0).marked == 0);
   CHECK(keys::mark_node_gone(*store, "node", 0).marked == 0);
 }
+
+TEST_CASE("a joiner fails at once when every member of the previous round is gone", "[node_gone]") {
+  ThreeNodes job;
+  // Every node is lost after round 1 (See Note [Every member gone] in ddp/membership.cpp): nobody
+  // holds the training state, so a joiner must not wait its timeout for round 2 to close.
+  for (int n = 0; n < 3; ++n) CHECK(keys::mark_node_gone(*job.store, "node" + std::to_string(n), 1).marked == 1);
+  ddp::StoreMembershipOptions options;
+  options.initial_size = 3;
+  options.settle_timeout = 60s;
+  options.joining = true;
+  ddp::StoreMembership joiner(job.store, "node0.r1/local0/attempt0", options);
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(joiner.next(0, 60s), Catch::Contains("every member of round 1 is gone") &&
+                                             Catch::Contains("restart the job from its checkpoint"));
+  CHECK(std::chrono::steady_clock::now() - start < 30s);  // not the 60 s timeout
+}
+
+TEST_CASE("a joiner waits while one member of the previous round is still there", "[node_gone]") {
+  ThreeNodes job;
+  CHECK(keys::mark_node_gone(*job.store, "node1", 1).marked == 1);
+  CHECK(keys::mark_node_gone(*job.store, "node2", 1).marked == 1);
+  ddp::StoreMembershipOptions options;
+  options.initial_size = 3;
+  options.settle_timeout = 60s;
+  options.joining = true;
+  ddp::StoreMembership joiner(job.store, "node1.r1/local0/attempt0", options);
+  auto joined = std::async(std::launch::async, [&] { return joiner.next(0, 20s); });
+  // node0 reaches its step boundary after the joiner arrived (else it closes round 2 without it).
+  while (job.store->add(keys::round_key(2, "count"), 0) < 1) std::this_thread::sleep_for(5ms);
+  const ddp::Membership m0 = job.members[0]->next(1, 20s);
+  CHECK(m0.world_size == 2);
+  const ddp::Membership m1 = joined.get();
+  CHECK(m1.round == 2);
+  CHECK(m1.joiners == std::vector<int>{1});
+}
+
+TEST_CASE("one worker marked gone, then its whole node, counts that worker once", "[node_gone]") {
+  auto store = serve_store();
+  // Before any round closed: node0's local1 (a first-round worker) dies and is marked alone.
+  const keys::NodeGoneMark worker = keys::mark_node_gone(*store, "node0/local1", 1);
+  CHECK(worker.marked == 1);
+  CHECK(worker.round == 1);
+  CHECK(keys::mark_node_gone(*store, "node0/local1", 1).marked == 0);  // exactly once
+  // A later attempt of it was never in round 1: nothing to mark.
+  CHECK(keys::mark_node_gone(*store, "node0/local2", 0).marked == 0);
+  // Then node0's launcher is lost: its 3 first-round workers, less local1 already marked.
+  const keys::NodeGoneMark node = keys::mark_node_gone(*store, "node0", 3);
+  CHECK(node.marked == 2);
+  CHECK(node.already);
+  CHECK(store->add(keys::round_key(1, "left"), 0) == 3);
+}
+
+TEST_CASE("a worker marked gone after its node was counts nothing more", "[node_gone]") {
+  ThreeNodes job;
+  CHECK(keys::mark_node_gone(*job.store, "node1", 1).marked == 1);
+  const keys::NodeGoneMark worker = keys::mark_node_gone(*job.store, "node1/local0", 0);
+  CHECK(worker.marked == 0);
+  CHECK(worker.already);
+  // Another node's worker alone is marked (a member of round 1, by its id).
+  CHECK(keys::mark_node_gone(*job.store, "node2/local0", 0).marked == 1);
+  CHECK(job.store->add(keys::round_key(2, "left"), 0) == 2);
+  CHECK(keys::worker_key_of("node2.r3/local1/attempt4") == "node2.r3/local1");
+}

@@ -149,6 +149,14 @@ TEST_CASE("hang watchdog: the silent rank at the lowest step is the stuck one", 
   CHECK(all[0].worker.rank == 0);
   CHECK(all[1].worker.rank == 1);
   CHECK(board.stuck(t0 + 10s, 0).empty());  // 0: off
+  // --recovery live restarts rank 2 alone: its new process is watched, the old pid is foreign.
+  board.restart_rank({2, 2, 152});
+  CHECK(board.record(from_worker(heartbeat(2, 102, 7)), t0) == AgentVerdict::kForeignSender);
+  CHECK(board.record(from_worker(heartbeat(2, 152, 1)), t0 + 9s) == AgentVerdict::kRecorded);  // a lower step: new
+  CHECK(board.stuck(t0 + 10s, 5).empty());  // rank 2, the lowest step, was heard at 9 s
+  const auto restarted = board.stuck(t0 + 20s, 5);
+  REQUIRE(restarted.size() == 1);
+  CHECK(restarted[0].worker.pid == 152);
   // A new attempt forgets the old one's heartbeats.
   board.begin_attempt(1, {{0, 0, 200}, {1, 1, 201}, {2, 2, 202}});
   CHECK(board.stuck(t0 + 1h, 5).empty());
