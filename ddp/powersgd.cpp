@@ -18,7 +18,8 @@ namespace ddp {
 // ~~~~~~~~~~~~~~~
 // Per bucket and iteration, as PyTorch's powerSGD_hook (the reference for every choice here):
 //  1. Before start_powersgd_iter: the plain average (divide, all-reduce), nothing kept.
-//  2. Error feedback: the bucket += the error left by the previous iteration; a copy is kept.
+//  2. Error feedback: the bucket += the error left by the previous iteration; a copy is kept (in
+//     the error buffer itself, which step 6 turns into the new error).
 //  3. Each gradient is viewed as a matrix M (n = its first dimension, m = the rest); with
 //     r = min(n, m, rank) it is compressed when (n + m) r min_compression_rate < n m. The others
 //     (1-D tensors among them: n x 1 never passes the test) are all-reduced as they are, packed.
@@ -27,7 +28,7 @@ namespace ddp {
 //     of the matrices grouped by shape (as PyTorch lays them out); P = M Q.
 //  5. All-reduce the uncompressed tensors and all Ps (each bucket's Ps in one flat tensor).
 //  6. Orthogonalise P; Q = M^T P; all-reduce the Qs; Q /= divisor; M = P Q^T (written into the
-//     bucket); error = the copy of step 2 - the bucket's new content; the iteration counts at the
+//     bucket); error = the copy of step 2 - the bucket's new content (in place); the iteration counts at the
 //     last bucket.
 // Steps 1, 2-5 run in run(); 6 on the hook's stage thread as soon as the all-reduces of step 5
 // end, as PyTorch chains it (Note [PowerSGD stages] in powersgd_stages.cpp). PyTorch all-reduces the Ps after the uncompressed tensors; both are started at once
@@ -123,16 +124,17 @@ HookWork PowerSgdHook::compress(ProcessGroup& group, GradBucket& bucket) {
   torch::Tensor input = bucket.buffer;
   const std::size_t index = bucket.index;
   const auto options = input.options();
-  torch::Tensor input_copy;
   if (options_.use_error_feedback) {
+    // The error buffer keeps this iteration's input (M + the previous error) until step 6 turns it
+    // into M - the approximation: one buffer per bucket, no copy allocated every iteration.
     torch::Tensor& error = errors_[index];
     if (error.defined() && error.numel() == input.numel()) {
       if (error.device() != input.device() || error.scalar_type() != input.scalar_type()) error = error.to(options);
       input.add_(error);
+      error.copy_(input);
     } else {
-      error = torch::zeros({input.numel()}, options);
+      error = input.clone();
     }
-    input_copy = input.clone();
   }
 
   // Step 3: which gradients are compressed; the compressed ones grouped by shape.
@@ -218,7 +220,7 @@ HookWork PowerSgdHook::compress(ProcessGroup& group, GradBucket& bucket) {
   torch::Tensor error = options_.use_error_feedback ? errors_[index] : torch::Tensor();
   const double epsilon = options_.orthogonalization_epsilon;
   auto listener = listener_;
-  auto stages = [input, input_copy, error, uncompressed, uncompressed_memory, compressed, q_all = q_memory, divisor,
+  auto stages = [input, error, uncompressed, uncompressed_memory, compressed, q_all = q_memory, divisor,
                  epsilon, index, listener](ProcessGroup& on) mutable {
     torch::NoGradGuard no_grad;
     if (divisor != 1) uncompressed_memory.div_(divisor);
@@ -234,7 +236,7 @@ HookWork PowerSgdHook::compress(ProcessGroup& group, GradBucket& bucket) {
     if (!compressed->empty()) on.allreduce(q_all, c10d::ReduceOp::SUM, "PowerSGD Q all-reduce");
     if (divisor != 1) q_all.div_(divisor);
     for (auto& c : *compressed) torch::bmm_out(c.matrix, c.p, c.q.transpose(1, 2));
-    if (error.defined()) torch::sub_out(error, input_copy, input);
+    if (error.defined()) error.sub_(input);
     if (listener) listener(index);
   };
   // The hook's own state changes here, in the reducer's wait, after the bucket's stages ended.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the build needs, idempotently; prints nothing when everything is already there.
 #   Debian packages: compiler, CMake, Ninja, cxxopts, spdlog, Catch2 (v2), Gloo headers, Fashion-MNIST,
-#   cpp-httplib and Prometheus (metrics), gnuplot-nox (scripts/plot_bench.sh), iproute2 (the hosts tests).
+#   cpp-httplib and Prometheus (metrics), gnuplot-nox (scripts/plot_bench.sh), iproute2 (the hosts tests),
+#   ccache (scripts/build.sh uses it when present).
 #   --fuzz: also clang-14 and libclang-rt-14-dev, for scripts/fuzz.sh.
 #   .venv: a project-local virtual environment with torch==2.13.0 (CPU), unless LIBTORCH is set.
 set -euo pipefail
@@ -16,7 +17,8 @@ debian_packages=(g++ cmake ninja-build pkg-config libcxxopts-dev libspdlog-dev c
                  iproute2                      # scripts/netns-cluster.sh, the hosts tests (docs/hosts.md)
                  openssh-server openssh-client pdsh clustershell  # --hostfile's tests: an sshd per namespace host
                  slurmctld slurmd slurm-client munge openmpi-bin  # hosts.slurm_cluster, hosts.mpirun (docs/launcher.md)
-                 gnuplot-nox)                   # scripts/plot_bench.sh and its test
+                 gnuplot-nox                    # scripts/plot_bench.sh and its test
+                 ccache)                        # scripts/build.sh: rebuilds and other checkouts of the same sources
 # --fuzz (scripts/fuzz.sh): clang and its runtimes (libFuzzer, ASan, UBSan) as well.
 [[ ${1:-} == --fuzz ]] && debian_packages+=(clang-14 libclang-rt-14-dev)
 missing=()
