@@ -7,6 +7,11 @@
 #   HOOKS ["allreduce fp16 powersgd:1 powersgd:2 powersgd:4"]  WARMUP [3]  ITERS [4]
 #   BATCH_resnet18 [16]  BATCH_lenet [64]  ALLREDUCE_BYTES ["8388608 67108864"]  PYTHON_SIDE [1]
 #   TORCH_TRIES [3]: tries of each PyTorch run before it is recorded as failed
+#   ROUNDS [1]: each bed's measurements repeated in rounds (busbw, then per model the one-host
+#   baseline, every hook C++ then PyTorch, the baseline again); every row names its round, and
+#   plot_hooks.py reports medians over the rounds, each round's scaling and C++/PyTorch ratio paired
+#   within that round (single runs on a shared 2-core machine vary by +-10%)
+#   AR_ITERS [3]: timed all-reduces of allreduce_bench per size (after 1 warm-up)
 #   PIN [auto]: 1 runs host K's launcher and worker on core K of this machine (taskset; core K mod
 #   the cores when there are fewer) and the one-host baseline on the first core, so N hosts have N
 #   times one host's compute as separate machines do; auto pins a host count that fits in the cores
@@ -17,8 +22,8 @@
 # torchrun (PyTorch's DDP with PyTorch's hook). One host's figure (ddp_bench --mode single, no
 # communication) is taken per model and bed before and after its runs (the row: their mean, with
 # the bed's rate and 1 host); a failed run's logs are kept in OUT_DIR.
-# Rows go to OUT_DIR/hooks.csv:
-#   kind,rate,hosts,model,hook,impl,value     (kind: busbw_Mbps | samples_per_s; busbw's model: the size)
+# Rows go to OUT_DIR/hooks.csv (appended: runs into one OUT_DIR add rounds):
+#   kind,rate,hosts,model,hook,impl,value,round   (kind: busbw_Mbps | samples_per_s; busbw's model: the size)
 # Every launcher runs under timeout; the bed is removed on every exit path.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -34,6 +39,10 @@ iters=${ITERS:-4}
 allreduce_bytes=${ALLREDUCE_BYTES:-8388608 67108864}
 python_side=${PYTHON_SIDE:-1}
 torch_tries=${TORCH_TRIES:-3}
+rounds=${ROUNDS:-1}
+ar_iters=${AR_ITERS:-3}
+[[ $rounds =~ ^[1-9][0-9]*$ && $ar_iters =~ ^[1-9][0-9]*$ ]] ||
+  { echo "bench-hooks.sh: ROUNDS and AR_ITERS must be positive integers, got '$rounds' and '$ar_iters'" >&2; exit 2; }
 cluster=$DDP_ROOT/scripts/netns-cluster.sh
 bin=$DDP_BUILD_DIR/bin
 torchrun=$DDP_ROOT/.venv/bin/torchrun
@@ -53,7 +62,13 @@ done
 [[ -x $torchrun ]] || python_side=0
 mkdir -p "$out"
 csv=$out/hooks.csv
-[[ -f $csv ]] || echo "kind,rate,hosts,model,hook,impl,value" >"$csv"
+header="kind,rate,hosts,model,hook,impl,value,round"
+[[ -f $csv ]] || echo "$header" >"$csv"
+[[ $(head -n 1 "$csv") == "$header" ]] ||
+  { echo "bench-hooks.sh: $csv has another header (an older run's): use a new OUT_DIR" >&2; exit 2; }
+# The round of every row; rounds already in the CSV (an earlier run into this OUT_DIR) are kept.
+first_round=$(awk -F, 'NR > 1 && $8 + 0 > m { m = $8 + 0 } END { print m + 1 }' "$csv")
+round=$first_round
 name=""
 work=$(mktemp -d "$out/.work.XXXXXX")  # in OUT_DIR: a shared /tmp may be swept by others
 cleanup() {
@@ -114,7 +129,7 @@ keep() {
   tail -n 3 "$1".host* >&2
 }
 
-row() { echo "$1,$2,$3,$4,$5,$6,$7" >>"$csv"; echo "  $1 rate=$2 hosts=$3 model=$4 hook=$5 $6: $7"; }
+row() { echo "$1,$2,$3,$4,$5,$6,$7,$round" >>"$csv"; echo "  $1 rate=$2 hosts=$3 model=$4 hook=$5 $6: $7 (round $round)"; }
 
 load() { awk '{ printf "load %s %s %s", $1, $2, $3 }' /proc/loadavg; }
 
@@ -134,59 +149,61 @@ for rate in $rates; do
     "$cluster" up "$name" "$n" --rate "$rate"
     echo "cluster $name: $n hosts, links at $rate, $([[ -n $(pinned "$n" 0) ]] && echo "host K pinned to core K" || echo "not pinned") ($(load))"
     port=$((port + 1))
-    for bytes in $allreduce_bytes; do
-      port=$((port + 1))
-      size="$((bytes >> 20))MiB"
-      if on_hosts "$n" "$port" "$work/ar" cpp "$bin/allreduce_bench" --min-bytes "$bytes" \
-        --max-bytes "$bytes" --warmup 1 --iters 3 --csv "$work/ar.csv" --no-markdown; then
-        row busbw_Mbps "$rate" "$n" "$size" allreduce cpp \
-          "$(awk -v g="$(column "$work/ar.csv" busbw_GBps)" 'BEGIN { printf "%.1f", g * 8000 }')"
-      else
-        row busbw_Mbps "$rate" "$n" "$size" allreduce cpp failed
-        keep "$work/ar" "allreduce-$size-$rate-$n"
-      fi
-    done
-    for model in $models; do
-      b=$(batch_of "$model")
-      # One host, measured before and after this model's runs (the load of a shared machine drifts):
-      # the row (rate R, 1 host) is their mean, the scaling of R's rows divides by it.
-      before=$(one_host "$model" "$b")
-      for hook in $hooks; do
-        h=${hook%%:*} r=1
-        [[ $hook == *:* ]] && r=${hook#*:}
+    for ((round = first_round; round < first_round + rounds; round++)); do
+      for bytes in $allreduce_bytes; do
         port=$((port + 1))
-        rm -f "$work/train.csv"
-        if on_hosts "$n" "$port" "$work/cpp" cpp "$bin/ddp_bench" --mode ddp --model "$model" --batch "$b" \
-          --warmup "$warmup" --iters "$iters" --comm-hook "$h" --powersgd-rank "$r" --csv "$work/train.csv" \
-          --no-markdown; then
-          row samples_per_s "$rate" "$n" "$model" "$hook" cpp "$(column "$work/train.csv" samples_per_s)"
+        size="$((bytes >> 20))MiB"
+        if on_hosts "$n" "$port" "$work/ar" cpp "$bin/allreduce_bench" --min-bytes "$bytes" \
+          --max-bytes "$bytes" --warmup 1 --iters "$ar_iters" --csv "$work/ar.csv" --no-markdown; then
+          row busbw_Mbps "$rate" "$n" "$size" allreduce cpp \
+            "$(awk -v g="$(column "$work/ar.csv" busbw_GBps)" 'BEGIN { printf "%.1f", g * 8000 }')"
         else
-          row samples_per_s "$rate" "$n" "$model" "$hook" cpp failed
-          keep "$work/cpp" "$model-${hook/:/}-$rate-$n-cpp"
+          row busbw_Mbps "$rate" "$n" "$size" allreduce cpp failed
+          keep "$work/ar" "allreduce-$size-$rate-$n-r$round"
         fi
-        ((python_side)) || continue
-        # PyTorch's powerSGD_hook can abort with Gloo ("Received data size doesn't match expected
-        # size"): it all-reduces Q on the group of the next bucket's P, from Gloo's callback
-        # thread, in an order that differs between ranks. Each failed try is kept and counted.
-        local_ok=0
-        for ((try = 1; try <= torch_tries; try++)); do
-          port=$((port + 1))
-          if on_hosts "$n" "$port" "$work/py" torch --model "$model" --batch "$b" --warmup "$warmup" \
-            --iters "$iters" --comm-hook "$h" --powersgd-rank "$r"; then
-            row samples_per_s "$rate" "$n" "$model" "$hook" torch \
-              "$(grep -ho 'samples_per_s=[0-9.]*' "$work"/py.host* | head -n 1 | cut -d= -f2)"
-            local_ok=1
-            break
-          fi
-          echo "  PyTorch's run failed (try $try of $torch_tries)"
-          keep "$work/py" "$model-${hook/:/}-$rate-$n-torch-try$try"
-        done
-        ((local_ok)) || row samples_per_s "$rate" "$n" "$model" "$hook" torch failed
       done
-      after=$(one_host "$model" "$b")
-      echo "  one host: $before samples/s before, $after after"
-      row samples_per_s "$rate" 1 "$model" none cpp "$(awk -v a="$before" -v b="$after" 'BEGIN { printf "%.1f", (a + b) / 2 }')"
-    done
+      for model in $models; do
+        b=$(batch_of "$model")
+        # One host, measured before and after this model's runs (the load of a shared machine drifts):
+        # the row (rate R, 1 host) is their mean, the scaling of R's rows divides by it.
+        before=$(one_host "$model" "$b")
+        for hook in $hooks; do
+          h=${hook%%:*} r=1
+          [[ $hook == *:* ]] && r=${hook#*:}
+          port=$((port + 1))
+          rm -f "$work/train.csv"
+          if on_hosts "$n" "$port" "$work/cpp" cpp "$bin/ddp_bench" --mode ddp --model "$model" --batch "$b" \
+            --warmup "$warmup" --iters "$iters" --comm-hook "$h" --powersgd-rank "$r" --csv "$work/train.csv" \
+            --no-markdown; then
+            row samples_per_s "$rate" "$n" "$model" "$hook" cpp "$(column "$work/train.csv" samples_per_s)"
+          else
+            row samples_per_s "$rate" "$n" "$model" "$hook" cpp failed
+            keep "$work/cpp" "$model-${hook/:/}-$rate-$n-cpp-r$round"
+          fi
+          ((python_side)) || continue
+          # PyTorch's powerSGD_hook can abort with Gloo ("Received data size doesn't match expected
+          # size"): it all-reduces Q on the group of the next bucket's P, from Gloo's callback
+          # thread, in an order that differs between ranks. Each failed try is kept and counted.
+          local_ok=0
+          for ((try = 1; try <= torch_tries; try++)); do
+            port=$((port + 1))
+            if on_hosts "$n" "$port" "$work/py" torch --model "$model" --batch "$b" --warmup "$warmup" \
+              --iters "$iters" --comm-hook "$h" --powersgd-rank "$r"; then
+              row samples_per_s "$rate" "$n" "$model" "$hook" torch \
+                "$(grep -ho 'samples_per_s=[0-9.]*' "$work"/py.host* | head -n 1 | cut -d= -f2)"
+              local_ok=1
+              break
+            fi
+            echo "  PyTorch's run failed (try $try of $torch_tries)"
+            keep "$work/py" "$model-${hook/:/}-$rate-$n-torch-r$round-try$try"
+          done
+          ((local_ok)) || row samples_per_s "$rate" "$n" "$model" "$hook" torch failed
+        done
+        after=$(one_host "$model" "$b")
+        echo "  one host: $before samples/s before, $after after"
+        row samples_per_s "$rate" 1 "$model" none cpp "$(awk -v a="$before" -v b="$after" 'BEGIN { printf "%.1f", (a + b) / 2 }')"
+      done
+    done  # rounds
     "$cluster" down "$name"
     name=""
   done

@@ -1,12 +1,16 @@
 """Plots scripts/bench-hooks.sh's CSV: samples/s against link rate, one line per hook (C++ solid,
 PyTorch dashed), one panel per model and host count. A small SVG writer (the venv has no matplotlib).
 Also prints the Markdown tables of docs/benchmarks.md "Slow links" (busbw; samples/s, scaling against
-one host, C++ / PyTorch).
+one host, C++ / PyTorch). With several rounds (bench-hooks.sh ROUNDS, or runs into one OUT_DIR) every
+figure is the median over the rounds, with [min-max] after it; a scaling divides a round's value by
+that round's one-host baseline and a C++/PyTorch ratio pairs the two runs of one round, so both are
+medians of per-round ratios. A CSV without the round column is one round.
 
   .venv/bin/python scripts/plot_hooks.py OUT_DIR/hooks.csv docs/slow-links.svg
 """
 import csv
 import math
+import statistics
 import sys
 
 COLOURS = {"allreduce": "#1f77b4", "fp16": "#ff7f0e", "bf16": "#8c564b", "powersgd:1": "#2ca02c",
@@ -15,19 +19,33 @@ RATE_MBPS = {"10mbit": 10, "100mbit": 100, "1gbit": 1000, "10gbit": 10000}
 PANEL_W, PANEL_H, MARGIN = 420, 300, 60
 
 
-def load(path):
-    rows = {}
+def number(text):
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None  # "failed", or nothing measured
+
+
+def read_rows(path):
+    """The CSV's rows, each with its round (1 where the column is missing: an older, one-round CSV)."""
     with open(path) as f:
-        for row in csv.DictReader(f):
-            if row["kind"] != "samples_per_s" or row["rate"] not in RATE_MBPS or row["hosts"] == "1":
-                continue
-            try:
-                value = float(row["value"])
-            except ValueError:
-                continue
-            rows.setdefault((row["model"], int(row["hosts"])), {}).setdefault((row["hook"], row["impl"]), {})[
-                RATE_MBPS[row["rate"]]] = value
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        row["round"] = row.get("round") or "1"
     return rows
+
+
+def load(path):
+    """(model, hosts) -> (hook, impl) -> rate in Mb/s -> the median samples/s over the rounds."""
+    values = {}
+    for row in read_rows(path):
+        value = number(row["value"])
+        if row["kind"] != "samples_per_s" or row["rate"] not in RATE_MBPS or row["hosts"] == "1" or value is None:
+            continue
+        values.setdefault((row["model"], int(row["hosts"])), {}).setdefault((row["hook"], row["impl"]), {}).setdefault(
+            RATE_MBPS[row["rate"]], []).append(value)
+    return {panel_key: {series: {rate: statistics.median(v) for rate, v in points.items()}
+                        for series, points in by_series.items()} for panel_key, by_series in values.items()}
 
 
 def panel(out, x0, y0, title, series):
@@ -62,23 +80,34 @@ def panel(out, x0, y0, title, series):
             out.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{colour}"/>')
 
 
+def summary(values, fmt):
+    """The median of VALUES, and [min-max] when there are several."""
+    text = fmt(statistics.median(values))
+    return text if len(values) == 1 else f"{text} [{fmt(min(values))}-{fmt(max(values))}]"
+
+
 def tables(path):
-    busbw, speed, single = [], {}, {}
-    with open(path) as f:
-        for row in csv.DictReader(f):
-            if row["kind"] == "busbw_Mbps":
-                busbw.append(row)
-            elif row["hosts"] == "1":
-                single[(row["model"], row["rate"])] = row["value"]
-            else:
-                speed.setdefault((row["model"], row["hosts"], row["rate"]), {})[(row["hook"], row["impl"])] = row["value"]
+    busbw, speed, single = {}, {}, {}  # each: key -> round -> value
+    for row in read_rows(path):
+        value, rnd = number(row["value"]), row["round"]
+        if value is None:
+            continue
+        if row["kind"] == "busbw_Mbps":
+            busbw.setdefault((row["rate"], row["hosts"], row["model"]), {})[rnd] = value
+        elif row["hosts"] == "1":
+            single.setdefault((row["model"], row["rate"]), {})[rnd] = value
+        else:
+            speed.setdefault((row["model"], row["hosts"], row["rate"]), {}).setdefault((row["hook"], row["impl"]), {})[
+                rnd] = value
+    rounds = sorted({r for by_round in busbw.values() for r in by_round} |
+                    {r for by_round in single.values() for r in by_round} |
+                    {r for cells in speed.values() for by_round in cells.values() for r in by_round})
+    print(f"rounds: {len(rounds)}; figures are medians over the rounds, [min-max] after them\n")
     print("| link | hosts | size | all-reduce busbw | of the shaped rate |\n|---|---|---|---|---|")
-    for row in busbw:
-        try:
-            share = f"{float(row['value']) / RATE_MBPS[row['rate']]:.0%}"
-        except (ValueError, KeyError):
-            share = "-"
-        print(f"| {row['rate']} | {row['hosts']} | {row['model'].replace('-', '8MiB')} | {row['value']} Mb/s | {share} |")
+    for (rate, hosts, size), by_round in busbw.items():
+        values = list(by_round.values())
+        share = summary([v / RATE_MBPS[rate] for v in values], lambda x: f"{x:.0%}") if rate in RATE_MBPS else "-"
+        print(f"| {rate} | {hosts} | {size} | {summary(values, lambda x: f'{x:.1f}')} Mb/s | {share} |")
     print()
     hooks = []
     for cells in speed.values():
@@ -87,20 +116,27 @@ def tables(path):
                 hooks.append(hook)
     print("| model | hosts | link | " + " | ".join(hooks) + " |")
     print("|---|---|---|" + "---|" * len(hooks))
-    number = lambda text: float(text) if text.replace(".", "", 1).isdigit() else None
     for (model, hosts, rate), cells in sorted(speed.items(), key=lambda kv: (kv[0][0], int(kv[0][1]), -RATE_MBPS.get(kv[0][2], 0))):
+        one = single.get((model, rate), {})
         out = []
         for hook in hooks:
-            cpp, torch = number(cells.get((hook, "cpp"), "")), number(cells.get((hook, "torch"), ""))
-            one = number(single.get((model, rate), single.get((model, "none"), "")))
-            text = f"{cpp:g}" if cpp else "-"
-            if cpp and one:
-                text += f" ({cpp / one:.2f}x one host)"
-            if cpp and torch:
-                text += f"; PyTorch {torch:g}, C++/PyTorch {cpp / torch:.2f}"
+            cpp, torch = cells.get((hook, "cpp"), {}), cells.get((hook, "torch"), {})
+            if not cpp:
+                out.append("-")
+                continue
+            text = summary(list(cpp.values()), lambda x: f"{x:.1f}")
+            scaling = [v / one[r] for r, v in cpp.items() if one.get(r)]
+            if scaling:
+                text += f" ({summary(scaling, lambda x: f'{x:.2f}')}x one host)"
+            paired = [v / torch[r] for r, v in cpp.items() if torch.get(r)]
+            if torch:
+                text += f"; PyTorch {summary(list(torch.values()), lambda x: f'{x:.1f}')}"
+            if paired:
+                text += f", C++/PyTorch {summary(paired, lambda x: f'{x:.2f}')}"
             out.append(text)
         print(f"| {model} | {hosts} | {rate} | " + " | ".join(out) + " |")
-    print("\none host (ddp_bench --mode single): " + ", ".join(f"{m} {v} samples/s ({r})" for (m, r), v in single.items()))
+    print("\none host (ddp_bench --mode single): " + ", ".join(
+        f"{m} {summary(list(v.values()), lambda x: f'{x:.1f}')} samples/s ({r})" for (m, r), v in single.items()))
 
 
 def main():
