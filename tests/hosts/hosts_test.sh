@@ -450,7 +450,11 @@ EOF
     # the all-reduce) stops the job on every host (Note [Coordinated restarts]); its line names the
     # rank that did not arrive, from every launcher's progress, and every launcher prints it.
     grep -q "stopped by the hang watchdog" "$work"/host*.log || fail "no summary names the watchdog"
-    behind=$(sed -n -E 's/.*did not arrive: rank 2 on host2 at step ([0-9]+),.*/\1/p' "$work"/host*.log | head -n 1)
+    # A rank blocked in the same collective as rank 2 may be named with it (seen once: rank 2
+    # stopped inside step S's all-reduce, rank 0 completed it and reached S + 1, rank 1 still waited
+    # in it: "did not arrive: rank 1 on host1, rank 2 on host2 at step S, the others at up to S + 1").
+    also='(rank [01] on host[01], )?'
+    behind=$(sed -n -E "s/.*did not arrive: ${also}rank 2 on host2 at step ([0-9]+),.*/\\2/p" "$work"/host*.log | head -n 1)
     if [[ -z $behind ]]; then
       # Rank 2 stopped between its step's heartbeat and the next all-reduce: every rank's last step is
       # the same, so no rank can be named as behind; the watchdog must say so, and blame nobody.
@@ -461,18 +465,21 @@ EOF
       exit 0
     fi
     for k in 0 1 2; do
-      grep -q -E "did not arrive: rank 2 on host2 at step $behind, the others at" "$work/host$k.log" ||
+      grep -q -E "did not arrive: ${also}rank 2 on host2 at step $behind, the others at" "$work/host$k.log" ||
         fail "host $k's launcher does not name rank 2 on host2 as the rank that did not arrive"
     done
     if grep -q -E "rank 2 \(pid [0-9]+, local_rank 0\) made no progress" "$work/host2.log"; then
       grep -q -E "rank 2 \(pid $(rank_pids 2), local_rank 0\) made no progress for [0-9.]+ s .*step $behind" \
         "$work/host2.log" || fail "host 2's watchdog did not name rank 2 at step $behind"
     fi
-    # A watchdog on hosts 0 or 1 names its own rank, silent in the all-reduce, at a later step.
+    # A watchdog on hosts 0 or 1 names its own rank, silent in the all-reduce, at a later step; at
+    # rank 2's step only when the job's line named that rank with rank 2 (blocked in the same collective).
     for k in 0 1; do
       for step in $(sed -n -E "s/.*rank $k \(pid [0-9]+, local_rank 0\) made no progress .*last heartbeat at step ([0-9]+).*--hang_timeout.*/\1/p" \
         "$work/host$k.log"); do
-        ((step > behind)) || fail "host $k's watchdog named rank $k at step $step, not after rank 2's step $behind"
+        ((step > behind)) || { ((step == behind)) &&
+          grep -q -E "did not arrive: rank $k on host$k, rank 2 on host2 at step $behind," "$work/host$k.log"; } ||
+          fail "host $k's watchdog named rank $k at step $step, not after rank 2's step $behind"
       done
     done
     echo "host 2 stopped: every launcher ended after $elapsed s"
