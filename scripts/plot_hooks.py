@@ -88,7 +88,8 @@ def summary(values, fmt):
 
 def tables(path):
     busbw, speed, single = {}, {}, {}  # each: key -> round -> value
-    for row in read_rows(path):
+    rows = read_rows(path)
+    for row in rows:
         value, rnd = number(row["value"]), row["round"]
         if value is None:
             continue
@@ -99,15 +100,12 @@ def tables(path):
         else:
             speed.setdefault((row["model"], row["hosts"], row["rate"]), {}).setdefault((row["hook"], row["impl"]), {})[
                 rnd] = value
-    rounds = sorted({r for by_round in busbw.values() for r in by_round} |
-                    {r for by_round in single.values() for r in by_round} |
-                    {r for cells in speed.values() for by_round in cells.values() for r in by_round})
-    print(f"rounds: {len(rounds)}; figures are medians over the rounds, [min-max] after them\n")
+    print(f"rounds: {len({row['round'] for row in rows})}; figures are medians over the rounds, [min-max] after them\n")
     print("| link | hosts | size | all-reduce busbw | of the shaped rate |\n|---|---|---|---|---|")
     for (rate, hosts, size), by_round in busbw.items():
         values = list(by_round.values())
         share = summary([v / RATE_MBPS[rate] for v in values], lambda x: f"{x:.0%}") if rate in RATE_MBPS else "-"
-        print(f"| {rate} | {hosts} | {size} | {summary(values, lambda x: f'{x:.1f}')} Mb/s | {share} |")
+        print(f"| {rate} | {hosts} | {size.replace('-', '8MiB')} | {summary(values, lambda x: f'{x:.1f}')} Mb/s | {share} |")
     print()
     hooks = []
     for cells in speed.values():
@@ -117,7 +115,7 @@ def tables(path):
     print("| model | hosts | link | " + " | ".join(hooks) + " |")
     print("|---|---|---|" + "---|" * len(hooks))
     for (model, hosts, rate), cells in sorted(speed.items(), key=lambda kv: (kv[0][0], int(kv[0][1]), -RATE_MBPS.get(kv[0][2], 0))):
-        one = single.get((model, rate), {})
+        one = single.get((model, rate)) or single.get((model, "none"), {})
         out = []
         for hook in hooks:
             cpp, torch = cells.get((hook, "cpp"), {}), cells.get((hook, "torch"), {})
