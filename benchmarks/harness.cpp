@@ -225,6 +225,9 @@ BenchOptions parse_options(int argc, char** argv, const std::string& scenario_de
   cli.add_switch("no-broadcast-buffers", "ddp: do not broadcast buffers (BatchNorm statistics) at each forward");
   cli.add("algorithm", "collectives over CPU tensors: flat | hierarchical | auto (allreduce: a comma list, "
           "measured side by side)", "auto");
+  cli.add("slice-bytes", "CPU all-reduces over Gloo in slices of about this many bytes, several in flight (0: "
+          "unsliced; auto: 1 MiB across hosts, else unsliced; allreduce: a comma list, measured side by side; empty: "
+          "DDP_ALLREDUCE_SLICE_BYTES, else auto)", "");
   cli.add("amp", "train: mixed precision off | bf16 | fp16 (autocast; fp16 scales the loss with a GradScaler)", "off");
   cli.add("dp-replicas", "train, dp: N replicas on the CPU, each on its own thread (0: every CUDA device, else one)", "0");
   cli.add("optimizer", "train: sgd | adam", "sgd");
@@ -266,6 +269,25 @@ BenchOptions parse_options(int argc, char** argv, const std::string& scenario_de
   options.algorithms = cli.choices("algorithm", {"flat", "hierarchical", "auto"});
   if (options.scenario == "train" && options.algorithms.size() != 1) {
     throw UsageError("--algorithm takes one value for the train scenario (a comma list only with allreduce)");
+  }
+  if (const std::string slices = cli.text("slice-bytes"); !slices.empty()) {
+    options.slice_bytes.clear();
+    std::size_t begin = 0;
+    while (begin <= slices.size()) {
+      const std::size_t end = std::min(slices.find(',', begin), slices.size());
+      const std::string item = slices.substr(begin, end - begin);
+      if (item == "auto") {
+        options.slice_bytes.push_back(-1);
+      } else if (!item.empty() && item.find_first_not_of("0123456789") == std::string::npos && item.size() <= 15) {
+        options.slice_bytes.push_back(std::stoll(item));
+      } else {
+        throw UsageError("--slice-bytes takes a comma list of byte counts >= 0 or auto, got '" + slices + "'");
+      }
+      begin = end + 1;
+    }
+  }
+  if (options.scenario == "train" && options.slice_bytes.size() != 1) {
+    throw UsageError("--slice-bytes takes one value for the train scenario (a comma list only with allreduce)");
   }
   options.amp = cli.choice("amp", {"off", "bf16", "fp16"});
   options.dp_replicas = cli.integer("dp-replicas", 0, 1024);

@@ -115,6 +115,11 @@ struct BenchOptions : OutputOptions {
   // The collective algorithm over CPU tensors (ddp::parse_collective_algorithm): flat | hierarchical |
   // auto; allreduce takes a comma list and measures each size with each, side by side.
   std::vector<std::string> algorithms = {"auto"};
+  // The all-reduce slice size (ddp::ProcessGroup::set_allreduce_slice_bytes; 0: unsliced; -1
+  // (auto): 1 MiB across hosts, else unsliced; empty: the group's own, from DDP_ALLREDUCE_SLICE_BYTES
+  // or auto); allreduce takes a comma list.
+  static constexpr int64_t kGroupsSliceBytes = -2;
+  std::vector<int64_t> slice_bytes = {kGroupsSliceBytes};
   // Issue 15: mixed precision, DataParallel's CPU replicas, the optimizer and ZeRO (train scenario).
   std::string amp = "off";                        // off | bf16 | fp16 (autocast; fp16 with a GradScaler)
   int64_t dp_replicas = 0;                        // dp over N CPU replicas (0: DataParallel's default)

@@ -45,6 +45,7 @@ set(DDP_PUBLIC_HEADERS
   ddp/collective_log.h         # process_group.h
   ddp/base/report_files.h      # collective_log.h
   ddp/topology.h               # process_group.h
+  ddp/sliced_allreduce.h       # process_group.h
   ddp/base/agent_message.h     # agent_channel.h
   ddp/base/environment.h       # agent_channel.h
   ddp/amp/grad_scaler_state.h  # checkpoint.h, grad_scaler.h

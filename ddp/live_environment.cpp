@@ -38,6 +38,7 @@ std::optional<LiveJob> live_job_from_environment(const EnvLookup& env, StoreMemb
   advertise.master_name = env::kLiveStore;
   const RouteFacts route = look_up_route(live->store_host);
   const AdvertisedAddress advertised = choose_advertised_address(route, advertise);
+  job.spans_hosts = advertise.peers_on_other_hosts;
   job.group_host = !advertised.address.empty() ? advertised.address : route.route_source.value_or("127.0.0.1");
   options.initial_size = worker.world_size;
   options.initial_rank = worker.rank;

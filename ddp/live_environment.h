@@ -22,6 +22,9 @@ struct LiveJob {
   // The address this host's Gloo transport announces (the kernel's route towards the store's host,
   // See Note [Advertised address] in ddp/base/route.h): FaultTolerantOptions::group.host.
   std::string group_host;
+  // Whether the job has workers on other hosts (FaultTolerantOptions::group.spans_hosts: the groups'
+  // all-reduces are sliced then, Note [Sliced all-reduce] in ddp/sliced_allreduce.cpp).
+  bool spans_hosts = false;
 };
 
 // nullopt when the launcher did not start this process with --recovery live (DDP_LIVE_STORE unset).

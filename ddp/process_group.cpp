@@ -45,6 +45,7 @@
 namespace ddp {
 namespace {
 
+
 using std::chrono::milliseconds;
 
 
@@ -460,9 +461,30 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce_async(torch::Tensor& tens
       return hierarchical->allreduce(tensor, c10d::ReduceOp::SUM, hierarchical_context(seq, what, tensor));
     });
   }
-  std::vector<torch::Tensor> tensors{tensor};
   const auto seq = begin_collective("allreduce", what, bucket, &tensor);
-  return start_collective(seq, what, [&] { return backend()->allreduce(tensors); });
+  return start_collective(seq, what, [&] { return start_flat_allreduce(tensor, c10d::AllreduceOptions()); });
+}
+
+// See Note [Sliced all-reduce] in ddp/sliced_allreduce.cpp.
+c10::intrusive_ptr<c10d::Work> ProcessGroup::start_flat_allreduce(torch::Tensor& tensor,
+                                                                  const c10d::AllreduceOptions& options) {
+  const bool sliceable = info_.size > 1 && info_.backend_name == "gloo" && tensor.defined() &&
+                         tensor.device().is_cpu() && tensor.layout() == torch::kStrided && tensor.is_contiguous();
+  const auto slices = sliceable ? allreduce_slices(tensor.numel(), static_cast<std::int64_t>(tensor.element_size()),
+                                                   allreduce_slice_bytes())
+                                : std::vector<Slice>{};
+  if (slices.size() <= 1) {
+    std::vector<torch::Tensor> tensors{tensor};
+    return backend()->allreduce(tensors, options);
+  }
+  const torch::Tensor flat = tensor.view({-1});
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  works.reserve(slices.size());
+  for (const Slice& slice : slices) {
+    std::vector<torch::Tensor> part{flat.narrow(0, slice.offset, slice.numel)};
+    works.push_back(backend()->allreduce(part, options));
+  }
+  return c10::make_intrusive<SlicedWork>(std::move(works), tensor);
 }
 
 void ProcessGroup::allreduce(torch::Tensor& tensor, c10d::ReduceOp op, const char* what) {
@@ -473,11 +495,10 @@ void ProcessGroup::allreduce(torch::Tensor& tensor, c10d::ReduceOp op, const cha
     }), what, info_.timeout);
     return;
   }
-  std::vector<torch::Tensor> tensors{tensor};
   c10d::AllreduceOptions options;
   options.reduceOp = op;
   const auto seq = begin_collective("allreduce", what, -1, &tensor);
-  wait_collective(seq, start_collective(seq, what, [&] { return backend()->allreduce(tensors, options); }), what,
+  wait_collective(seq, start_collective(seq, what, [&] { return start_flat_allreduce(tensor, options); }), what,
                   info_.timeout, cuda::wait_mode(info_.backend_name, tensor.device()));
 }
 
@@ -543,6 +564,11 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   ProcessGroup::Info info;
   info.timeout = options.timeout;
   info.log_dir = diagnostics_dir(env);
+  info.allreduce_slice_bytes =
+      options.allreduce_slice_bytes ? *options.allreduce_slice_bytes : allreduce_slice_bytes_from_environment(env);
+  if (info.allreduce_slice_bytes < kAllreduceSliceAuto) {
+    throw InvalidArgument("InitOptions::allreduce_slice_bytes must be >= 0 or kAllreduceSliceAuto");
+  }
   std::string host;
   int port = 0;
   std::optional<WorkerEnvironment> launch_env;  // env://: where rank and size came from, logged below
@@ -608,6 +634,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   set_threads_per_rank(env, info.local_size, logger);
 
   const bool peers_on_other_hosts = info.size > info.local_size;
+  info.spans_hosts = peers_on_other_hosts;
   const bool alone = launch_env && launch_env->launch_source == LaunchSource::kNone && info.size == 1;
   const JoinWait join{join_timeout, options.wait_notice_interval,
                       method.kind == InitMethod::Kind::kFile ? method.path : str(host, ":", port), &logger};
@@ -668,6 +695,11 @@ std::shared_ptr<ProcessGroup> new_process_group(c10::intrusive_ptr<c10d::Store> 
   info.timeout = options.timeout;
   info.log_dir = options.log_dir;
   info.host_identity = options.host_identity;
+  if (options.allreduce_slice_bytes < kAllreduceSliceAuto) {
+    throw InvalidArgument("StoreGroupOptions::allreduce_slice_bytes must be >= 0 or kAllreduceSliceAuto");
+  }
+  info.allreduce_slice_bytes = options.allreduce_slice_bytes;
+  info.spans_hosts = options.spans_hosts;
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>("ddp/group", store);
   c10::intrusive_ptr<c10d::Backend> backend;
   try {

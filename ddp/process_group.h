@@ -5,8 +5,10 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/types.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -17,6 +19,7 @@
 #include "ddp/base/error.h"
 #include "ddp/collective_log.h"
 #include "ddp/log.h"
+#include "ddp/sliced_allreduce.h"
 #include "ddp/topology.h"
 
 namespace ddp {
@@ -43,6 +46,11 @@ struct InitOptions {
   // rank prints a line every wait_notice_interval. See Note [Waiting is never silent].
   std::optional<std::chrono::milliseconds> join_timeout;
   std::chrono::milliseconds wait_notice_interval = std::chrono::seconds(10);
+  // All-reduces of CPU tensors over Gloo larger than this many bytes run as slices of about this
+  // size, several in flight (Note [Sliced all-reduce] in ddp/sliced_allreduce.cpp); 0: never sliced;
+  // kAllreduceSliceAuto: 1 MiB when the group has ranks on other hosts, else unsliced. Unset:
+  // DDP_ALLREDUCE_SLICE_BYTES (bytes or "auto"), else auto. Every rank must agree.
+  std::optional<std::int64_t> allreduce_slice_bytes;
 };
 
 // A group of processes that run collectives together (one c10d backend plus its store).
@@ -67,6 +75,10 @@ class ProcessGroup {
     // ("host 1 (ranks 2, 3)") and the global rank of each of its ranks ("" and empty: the world).
     std::string group_name;
     std::vector<int> global_ranks;
+    // See InitOptions::allreduce_slice_bytes (0: off, kAllreduceSliceAuto: by spans_hosts). Sub-groups inherit it.
+    std::int64_t allreduce_slice_bytes = kAllreduceSliceAuto;
+    // Whether some ranks of the group are on other hosts than this rank (the auto slice size's choice).
+    bool spans_hosts = false;
   };
   ProcessGroup(Info info, c10::intrusive_ptr<c10d::Store> store,
                c10::intrusive_ptr<c10d::Backend> backend);
@@ -114,6 +126,15 @@ class ProcessGroup {
   // Note [Hierarchical collectives] in ddp/hierarchical_collectives.h. Every rank must set the same.
   void set_collective_algorithm(CollectiveAlgorithm algorithm) { algorithm_ = algorithm; }
   CollectiveAlgorithm collective_algorithm() const { return algorithm_; }
+  // See InitOptions::allreduce_slice_bytes; every rank must set the same (0: off, kAllreduceSliceAuto).
+  void set_allreduce_slice_bytes(std::int64_t bytes) {
+    info_.allreduce_slice_bytes = std::max<std::int64_t>(bytes, kAllreduceSliceAuto);
+  }
+  // The slice size in use (0: unsliced), auto resolved.
+  std::int64_t allreduce_slice_bytes() const {
+    if (info_.allreduce_slice_bytes != kAllreduceSliceAuto) return info_.allreduce_slice_bytes;
+    return info_.spans_hosts ? kDefaultAllreduceSliceBytes : 0;
+  }
   // The hierarchical collectives of this group, set up on first use (a collective: every rank
   // calls it, as the first collective over CPU tensors does), or null where the topology makes the
   // flat algorithm the choice or the algorithm is kFlat. The choice is logged once.
@@ -182,12 +203,15 @@ class ProcessGroup {
   // Writes the ring buffer file (Info::log_dir) with `reason`; the path, if written.
   std::optional<std::string> write_collectives_dump(const std::string& reason) const;
   int global_rank(int rank) const;
+  // The flat all-reduce of one tensor: c10d's, or its slices (Note [Sliced all-reduce]).
+  c10::intrusive_ptr<c10d::Work> start_flat_allreduce(torch::Tensor& tensor, const c10d::AllreduceOptions& options);
   // The hierarchical collectives for this tensor (and op), or null: the flat algorithm.
   HierarchicalCollectives* hierarchical_for(const torch::Tensor& tensor,
                                             std::optional<c10d::ReduceOp> op = std::nullopt);
   Topology resolve_topology();
+  // spans_hosts: whether the sub-group's ranks are on several hosts (Info::spans_hosts).
   std::shared_ptr<ProcessGroup> make_sub_group(const std::string& name, const std::vector<int>& ranks,
-                                               const std::string& store_prefix);
+                                               const std::string& store_prefix, bool spans_hosts);
 
   Info info_;
   c10::intrusive_ptr<c10d::Store> store_;
@@ -241,6 +265,10 @@ struct StoreGroupOptions {
   // The name of this rank's host ("": this machine): the in-process tests fake several hosts with
   // it (see Note [Host topology]).
   std::string host_identity;
+  // See InitOptions::allreduce_slice_bytes: auto slices when spans_hosts (a group over a store cannot
+  // tell by itself whether its ranks are on several hosts; LiveJob::spans_hosts can).
+  std::int64_t allreduce_slice_bytes = kAllreduceSliceAuto;
+  bool spans_hosts = false;
 };
 // Creates rank `rank` of a group of `world_size` over `store` (every rank passes the same store or a
 // client of it). Throws ddp::InvalidArgument (bad rank, size or backend), ddp::TimeoutError or

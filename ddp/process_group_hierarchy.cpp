@@ -64,11 +64,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::allgather_into_tensor_async(torch::
 
 c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce_async(torch::Tensor& tensor, c10d::ReduceOp op,
                                                            const char* what) {
-  std::vector<torch::Tensor> tensors{tensor};
   c10d::AllreduceOptions options;
   options.reduceOp = op;
   const auto seq = begin_collective("allreduce", what, -1, &tensor);
-  return start_collective(seq, what, [&] { return backend()->allreduce(tensors, options); });
+  return start_collective(seq, what, [&] { return start_flat_allreduce(tensor, options); });
 }
 
 void ProcessGroup::reduce_scatter_tensor(torch::Tensor& output, const torch::Tensor& input, c10d::ReduceOp op,
@@ -126,7 +125,7 @@ Topology ProcessGroup::resolve_topology() {
 // the groups across hosts bind and announce exactly what the parent does and reach the same peers.
 // Two ranks of one host connect to their host's own address, which Linux carries over loopback.
 std::shared_ptr<ProcessGroup> ProcessGroup::make_sub_group(const std::string& name, const std::vector<int>& ranks,
-                                                           const std::string& store_prefix) {
+                                                           const std::string& store_prefix, bool spans_hosts) {
   auto* gloo = dynamic_cast<c10d::ProcessGroupGloo*>(backend().get());
   if (gloo == nullptr) throw Error("hierarchical collectives need the Gloo backend");
   Info sub;
@@ -136,6 +135,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::make_sub_group(const std::string& na
   sub.local_size = sub.size;
   sub.backend_name = "gloo";
   sub.timeout = info_.timeout;
+  sub.allreduce_slice_bytes = info_.allreduce_slice_bytes;
+  sub.spans_hosts = spans_hosts;
   sub.group_name = str(name, " (ranks ", join(ranks, ", "), ")");
   sub.global_ranks = ranks;
   auto options = c10d::ProcessGroupGloo::Options::create(info_.timeout);
@@ -157,7 +158,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group_of_same_ranks(const std::s
                                                                     const std::string& store_prefix) {
   std::vector<int> ranks(static_cast<std::size_t>(info_.size));
   for (int r = 0; r < info_.size; ++r) ranks[static_cast<std::size_t>(r)] = r;
-  return make_sub_group(name, ranks, store_prefix);
+  return make_sub_group(name, ranks, store_prefix, info_.spans_hosts);
 }
 
 HierarchicalCollectives* ProcessGroup::hierarchy() {
@@ -179,9 +180,9 @@ HierarchicalCollectives* ProcessGroup::hierarchy() {
   const int host = topology.host_of_rank[static_cast<std::size_t>(info_.rank)];
   const int local_rank = topology.local_rank_of_rank[static_cast<std::size_t>(info_.rank)];
   auto intra = make_sub_group(str("host ", host), topology.ranks_of_host[static_cast<std::size_t>(host)],
-                              str("ddp/hierarchy/host/", host));
+                              str("ddp/hierarchy/host/", host), /*spans_hosts=*/false);
   auto inter = make_sub_group(str("local rank ", local_rank, " across hosts"), topology.ranks_with_local_rank(local_rank),
-                              str("ddp/hierarchy/local_rank/", local_rank));
+                              str("ddp/hierarchy/local_rank/", local_rank), /*spans_hosts=*/true);
   hierarchy_ = std::make_unique<HierarchicalCollectives>(std::move(topology), info_.rank, std::move(intra),
                                                          std::move(inter), info_.timeout);
   return hierarchy_.get();

@@ -248,6 +248,7 @@ int train(const Args& args) {
   ddp::FaultTolerantOptions options;
   options.group.timeout = std::chrono::milliseconds(args.timeout_ms);
   options.group.host = job->group_host;
+  options.group.spans_hosts = job->spans_hosts;
   bool started = false;
   bool held = false;
   options.on_group_built = [&args, &started, &held](ddp::ProcessGroup& group, const ddp::Membership& m) {

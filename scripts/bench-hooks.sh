@@ -18,12 +18,14 @@
 #   (on 2 cores: 2 hosts, not 4) and always the baseline; 0 pins nothing.
 # For every rate and host count: one cluster with every host's link shaped to the rate (tbf; the
 # kernel has no sch_netem here, so no delay is added), 1 worker per host; allreduce_bench busbw;
+# (unsliced and as the library chooses) and PyTorch's dist.all_reduce (benchmarks/allreduce_reference.py);
 # then per model and hook ddp_bench --mode ddp (C++) and benchmarks/hooks_reference.py under
 # torchrun (PyTorch's DDP with PyTorch's hook). One host's figure (ddp_bench --mode single, no
 # communication) is taken per model and bed before and after its runs (the row: their mean, with
 # the bed's rate and 1 host); a failed run's logs are kept in OUT_DIR.
 # Rows go to OUT_DIR/hooks.csv (appended: runs into one OUT_DIR add rounds):
-#   kind,rate,hosts,model,hook,impl,value,round   (kind: busbw_Mbps | samples_per_s; busbw's model: the size)
+#   kind,rate,hosts,model,hook,impl,value,round   (kind: busbw_Mbps | samples_per_s; busbw's model: the size;
+#   busbw's impl: cpp (the library's choice), cpp-unsliced, torch)
 # Every launcher runs under timeout; the bed is removed on every exit path.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -47,6 +49,7 @@ cluster=$DDP_ROOT/scripts/netns-cluster.sh
 bin=$DDP_BUILD_DIR/bin
 torchrun=$DDP_ROOT/.venv/bin/torchrun
 reference=$DDP_ROOT/benchmarks/hooks_reference.py
+allreduce_reference=$DDP_ROOT/benchmarks/allreduce_reference.py
 limit=900  # seconds for one configuration, every host's launcher
 
 reason=$("$cluster" check) || {
@@ -97,7 +100,7 @@ column() {
 }
 
 # on_hosts N PORT LOG_PREFIX KIND ARGS...: KIND cpp runs ddp_launch ARGS on every host, torch runs
-# torchrun with the reference; waits for all (bounded by `limit`). Returns non-zero if any failed.
+# torchrun with the hooks' reference, torch-allreduce torchrun with allreduce_reference.py; waits for all (bounded by `limit`). Returns non-zero if any failed.
 on_hosts() {
   local n=$1 port=$2 log=$3 kind=$4 k pids=() status=0 host0 core
   shift 4
@@ -111,7 +114,7 @@ on_hosts() {
       # PyTorch advertises the hostname's address (127.0.1.1 on the bed): name the interface.
       "$cluster" exec "$name" "$k" "${core[@]}" timeout -s KILL "$limit" env GLOO_SOCKET_IFNAME=eth0 "$torchrun" \
         --nnodes "$n" --node_rank "$k" --nproc_per_node 1 --master_addr "$host0" --master_port "$port" \
-        "$reference" "$@" >"$log.host$k" 2>&1 &
+        "$([[ $kind == torch-allreduce ]] && echo "$allreduce_reference" || echo "$reference")" "$@" >"$log.host$k" 2>&1 &
     fi
     pids+=($!)
   done
@@ -153,13 +156,26 @@ for rate in $rates; do
       for bytes in $allreduce_bytes; do
         port=$((port + 1))
         size="$((bytes >> 20))MiB"
+        # allreduce_bench: unsliced, then as the library chooses (auto: in slices across hosts, Note
+        # [Sliced all-reduce] in ddp/sliced_allreduce.cpp), side by side in one run.
         if on_hosts "$n" "$port" "$work/ar" cpp "$bin/allreduce_bench" --min-bytes "$bytes" \
-          --max-bytes "$bytes" --warmup 1 --iters "$ar_iters" --csv "$work/ar.csv" --no-markdown; then
-          row busbw_Mbps "$rate" "$n" "$size" allreduce cpp \
-            "$(awk -v g="$(column "$work/ar.csv" busbw_GBps)" 'BEGIN { printf "%.1f", g * 8000 }')"
+          --max-bytes "$bytes" --warmup 1 --iters "$ar_iters" --slice-bytes 0,auto --csv "$work/ar.csv" --no-markdown; then
+          for impl in cpp-unsliced cpp; do
+            row busbw_Mbps "$rate" "$n" "$size" allreduce "$impl" "$(awk -F, -v want=$([[ $impl == cpp ]] && echo 3 || echo 2) \
+              'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "busbw_GBps") c = i } NR == want { printf "%.1f", $c * 8000 }' "$work/ar.csv")"
+          done
         else
           row busbw_Mbps "$rate" "$n" "$size" allreduce cpp failed
           keep "$work/ar" "allreduce-$size-$rate-$n-r$round"
+        fi
+        ((python_side)) || continue
+        port=$((port + 1))
+        if on_hosts "$n" "$port" "$work/par" torch-allreduce --bytes "$bytes" --warmup 1 --iters "$ar_iters"; then
+          row busbw_Mbps "$rate" "$n" "$size" allreduce torch \
+            "$(grep -ho 'busbw_GBps=[0-9.]*' "$work"/par.host* | head -n 1 | awk -F= '{ printf "%.1f", $2 * 8000 }')"
+        else
+          row busbw_Mbps "$rate" "$n" "$size" allreduce torch failed
+          keep "$work/par" "allreduce-$size-$rate-$n-torch-r$round"
         fi
       done
       for model in $models; do

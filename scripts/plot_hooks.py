@@ -87,25 +87,35 @@ def summary(values, fmt):
 
 
 def tables(path):
-    busbw, speed, single = {}, {}, {}  # each: key -> round -> value
+    busbw, speed, single = {}, {}, {}  # key -> (busbw: impl ->) round -> value
     rows = read_rows(path)
     for row in rows:
         value, rnd = number(row["value"]), row["round"]
         if value is None:
             continue
         if row["kind"] == "busbw_Mbps":
-            busbw.setdefault((row["rate"], row["hosts"], row["model"]), {})[rnd] = value
+            busbw.setdefault((row["rate"], row["hosts"], row["model"]), {}).setdefault(row["impl"], {})[rnd] = value
         elif row["hosts"] == "1":
             single.setdefault((row["model"], row["rate"]), {})[rnd] = value
         else:
             speed.setdefault((row["model"], row["hosts"], row["rate"]), {}).setdefault((row["hook"], row["impl"]), {})[
                 rnd] = value
     print(f"rounds: {len({row['round'] for row in rows})}; figures are medians over the rounds, [min-max] after them\n")
-    print("| link | hosts | size | all-reduce busbw | of the shaped rate |\n|---|---|---|---|---|")
-    for (rate, hosts, size), by_round in busbw.items():
-        values = list(by_round.values())
-        share = summary([v / RATE_MBPS[rate] for v in values], lambda x: f"{x:.0%}") if rate in RATE_MBPS else "-"
-        print(f"| {rate} | {hosts} | {size.replace('-', '8MiB')} | {summary(values, lambda x: f'{x:.1f}')} Mb/s | {share} |")
+    # busbw: C++ as the library chooses (cpp: sliced across hosts), C++ unsliced and PyTorch's
+    # dist.all_reduce where the CSV has them (older CSVs: cpp only).
+    impls = [impl for impl in ("cpp", "cpp-unsliced", "torch") if any(impl in cells for cells in busbw.values())]
+    names = {"cpp": "C++ all-reduce busbw", "cpp-unsliced": "C++ unsliced", "torch": "PyTorch dist.all_reduce"}
+    print("| link | hosts | size | " + " | ".join(names[i] for i in impls) + " |\n|---|---|---|" + "---|" * len(impls))
+    for (rate, hosts, size), by_impl in busbw.items():
+        cells = []
+        for impl in impls:
+            values = list(by_impl.get(impl, {}).values())
+            if not values:
+                cells.append("-")
+                continue
+            share = summary([v / RATE_MBPS[rate] for v in values], lambda x: f"{x:.0%}") if rate in RATE_MBPS else "-"
+            cells.append(f"{summary(values, lambda x: f'{x:.1f}')} Mb/s ({share})")
+        print(f"| {rate} | {hosts} | {size.replace('-', '8MiB')} | " + " | ".join(cells) + " |")
     print()
     hooks = []
     for cells in speed.values():

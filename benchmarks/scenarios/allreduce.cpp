@@ -1,6 +1,6 @@
 // Scenario "allreduce", in the manner of nccl-tests' all_reduce_perf, over ddp::ProcessGroup: for
 // each size from --min-bytes doubling to --max-bytes, a correctness round, --warmup untimed and
-// --iters timed all-reduces (sum, float32).
+// --iters timed all-reduces (sum, float32); each --algorithm and --slice-bytes in turn on each size.
 //   time   = mean time of one all-reduce, of the slowest rank
 //   algbw  = bytes / time
 //   busbw  = algbw * 2 (n - 1) / n   (the bytes each rank's link carries in a ring all-reduce,
@@ -21,14 +21,16 @@ int run_allreduce(const BenchOptions& options) {
   const auto group = bench_process_group();
   const int rank = group->rank(), world = group->size();
   Table table({"size_bytes", "count", "type", "redop", "world_size", "iters", "time_us", "algbw_GBps", "busbw_GBps",
-               "correct", "algorithm"});
+               "correct", "algorithm", "slice_bytes"});
   const double bus_factor = 2.0 * (world - 1) / world;
   bool all_correct = true;
   std::string choice;  // what auto and hierarchical came to (ProcessGroup::algorithm_choice)
   for (int64_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= 2) {
    // Each algorithm in turn on the same size: side by side, under the same load.
    for (const std::string& algorithm : options.algorithms) {
+   for (const int64_t slice_bytes : options.slice_bytes) {
     group->set_collective_algorithm(parse_collective_algorithm(algorithm));
+    if (slice_bytes != BenchOptions::kGroupsSliceBytes) group->set_allreduce_slice_bytes(slice_bytes);
     const int64_t count = bytes / 4;
     torch::Tensor buffer = torch::full({count}, static_cast<float>(rank + 1));
     group->allreduce(buffer);
@@ -60,6 +62,8 @@ int run_allreduce(const BenchOptions& options) {
     table.set("busbw_GBps", algbw * bus_factor, 6);
     table.set("correct", correct ? "OK" : "FAIL");
     table.set("algorithm", algorithm == "auto" ? "auto:" + used : algorithm);
+    table.set("slice_bytes", std::to_string(group->allreduce_slice_bytes()));
+   }
    }
   }
   if (rank == 0) {

@@ -250,6 +250,9 @@ Measurement run_mode(Holder model, const Config& config, const std::shared_ptr<P
 
 int run_train(const BenchOptions& options) {
   const auto group = bench_process_group();
+  if (options.slice_bytes.front() != BenchOptions::kGroupsSliceBytes) {
+    group->set_allreduce_slice_bytes(options.slice_bytes.front());
+  }
   const int rank = group->rank(), world = group->size();
   const int threads = configure_threads(options.threads);
   const bool main_rank = rank == 0;

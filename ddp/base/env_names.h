@@ -43,6 +43,9 @@ inline constexpr char kLogDir[] = "DDP_LOG_DIR";
 // How long init_process_group waits to join (seconds): ddp_launch's --rdzv_conf join_timeout (=
 // --rdzv_timeout); users may set it by hand. See Note [Waiting is never silent] in ddp/join_wait.h.
 inline constexpr char kJoinTimeout[] = "DDP_JOIN_TIMEOUT";
+// The slice size of large CPU all-reduces over Gloo, in bytes (0: not sliced); see Note [Sliced
+// all-reduce] in ddp/sliced_allreduce.cpp. InitOptions::allreduce_slice_bytes wins over it.
+inline constexpr char kAllreduceSliceBytes[] = "DDP_ALLREDUCE_SLICE_BYTES";
 // ddp_launch --recovery live: where the job's membership lives (See Note [Live recovery with
 // ddp_launch] in launcher/live_launch.cpp): the rendezvous store "HOST:PORT", the job's key prefix in
 // it, and this worker's member id (stable for the process's life, unique in the job).
