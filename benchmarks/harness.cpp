@@ -272,18 +272,12 @@ BenchOptions parse_options(int argc, char** argv, const std::string& scenario_de
   }
   if (const std::string slices = cli.text("slice-bytes"); !slices.empty()) {
     options.slice_bytes.clear();
-    std::size_t begin = 0;
-    while (begin <= slices.size()) {
-      const std::size_t end = std::min(slices.find(',', begin), slices.size());
-      const std::string item = slices.substr(begin, end - begin);
-      if (item == "auto") {
-        options.slice_bytes.push_back(-1);
-      } else if (!item.empty() && item.find_first_not_of("0123456789") == std::string::npos && item.size() <= 15) {
-        options.slice_bytes.push_back(std::stoll(item));
-      } else {
+    for (const std::string& item : split_list(slices)) {
+      int64_t bytes = -1;  // auto: ddp::kAllreduceSliceAuto (this file is torch-free)
+      if (item != "auto" && (!parse_integer(item, bytes) || bytes < 0)) {
         throw UsageError("--slice-bytes takes a comma list of byte counts >= 0 or auto, got '" + slices + "'");
       }
-      begin = end + 1;
+      options.slice_bytes.push_back(bytes);
     }
   }
   if (options.scenario == "train" && options.slice_bytes.size() != 1) {

@@ -45,8 +45,15 @@
 namespace ddp {
 namespace {
 
-
 using std::chrono::milliseconds;
+
+// An explicit slice size: bytes >= 0 or kAllreduceSliceAuto; `options` names the struct in the error.
+std::int64_t checked_slice_bytes(std::int64_t bytes, const char* options) {
+  if (bytes < kAllreduceSliceAuto) {
+    throw InvalidArgument(str(options, "::allreduce_slice_bytes must be >= 0 or kAllreduceSliceAuto, got ", bytes));
+  }
+  return bytes;
+}
 
 
 using detail::mentions_peer_loss;
@@ -564,11 +571,9 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   ProcessGroup::Info info;
   info.timeout = options.timeout;
   info.log_dir = diagnostics_dir(env);
-  info.allreduce_slice_bytes =
-      options.allreduce_slice_bytes ? *options.allreduce_slice_bytes : allreduce_slice_bytes_from_environment(env);
-  if (info.allreduce_slice_bytes < kAllreduceSliceAuto) {
-    throw InvalidArgument("InitOptions::allreduce_slice_bytes must be >= 0 or kAllreduceSliceAuto");
-  }
+  info.allreduce_slice_bytes = options.allreduce_slice_bytes
+                                   ? checked_slice_bytes(*options.allreduce_slice_bytes, "InitOptions")
+                                   : allreduce_slice_bytes_from_environment(env);
   std::string host;
   int port = 0;
   std::optional<WorkerEnvironment> launch_env;  // env://: where rank and size came from, logged below
@@ -695,10 +700,7 @@ std::shared_ptr<ProcessGroup> new_process_group(c10::intrusive_ptr<c10d::Store> 
   info.timeout = options.timeout;
   info.log_dir = options.log_dir;
   info.host_identity = options.host_identity;
-  if (options.allreduce_slice_bytes < kAllreduceSliceAuto) {
-    throw InvalidArgument("StoreGroupOptions::allreduce_slice_bytes must be >= 0 or kAllreduceSliceAuto");
-  }
-  info.allreduce_slice_bytes = options.allreduce_slice_bytes;
+  info.allreduce_slice_bytes = checked_slice_bytes(options.allreduce_slice_bytes, "StoreGroupOptions");
   info.spans_hosts = options.spans_hosts;
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>("ddp/group", store);
   c10::intrusive_ptr<c10d::Backend> backend;

@@ -5,11 +5,11 @@
 
 #include <algorithm>
 #include <atomic>
-#include <memory>
-#include <mutex>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
+#include <memory>
+#include <mutex>
 #include <utility>
 
 #include "ddp/base/env_names.h"
@@ -71,10 +71,8 @@ bool SlicedWork::isCompleted() {
 }
 
 bool SlicedWork::isSuccess() const {
-  for (const auto& work : slices_) {
-    if (!work->isCompleted() || work->exception()) return false;
-  }
-  return true;
+  return !exception() &&
+         std::all_of(slices_.begin(), slices_.end(), [](const auto& work) { return work->isCompleted(); });
 }
 
 std::exception_ptr SlicedWork::exception() const {

@@ -17,8 +17,8 @@
 #   times one host's compute as separate machines do; auto pins a host count that fits in the cores
 #   (on 2 cores: 2 hosts, not 4) and always the baseline; 0 pins nothing.
 # For every rate and host count: one cluster with every host's link shaped to the rate (tbf; the
-# kernel has no sch_netem here, so no delay is added), 1 worker per host; allreduce_bench busbw;
-# (unsliced and as the library chooses) and PyTorch's dist.all_reduce (benchmarks/allreduce_reference.py);
+# kernel has no sch_netem here, so no delay is added), 1 worker per host; busbw of allreduce_bench
+# (unsliced and as the library chooses) and of PyTorch's dist.all_reduce (benchmarks/allreduce_reference.py);
 # then per model and hook ddp_bench --mode ddp (C++) and benchmarks/hooks_reference.py under
 # torchrun (PyTorch's DDP with PyTorch's hook). One host's figure (ddp_bench --mode single, no
 # communication) is taken per model and bed before and after its runs (the row: their mean, with
@@ -94,13 +94,16 @@ pinned() {
 
 batch_of() { local v="BATCH_$1"; echo "${!v:-$([[ $1 == resnet18 ]] && echo 16 || echo 64)}"; }
 
-# column FILE NAME: the value of column NAME in the last row of a CSV written by the harness.
+# column FILE NAME [ROW]: the value of column NAME in row ROW (1: the first after the header) of a CSV
+# written by the harness; without ROW, in the last row.
 column() {
-  awk -F, -v want="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == want) c = i; next } { v = $c } END { print v }' "$1"
+  awk -F, -v want="$2" -v row="${3:-0}" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == want) c = i; next }
+    row == 0 || NR - 1 == row { v = $c } END { print v }' "$1"
 }
 
 # on_hosts N PORT LOG_PREFIX KIND ARGS...: KIND cpp runs ddp_launch ARGS on every host, torch runs
-# torchrun with the hooks' reference, torch-allreduce torchrun with allreduce_reference.py; waits for all (bounded by `limit`). Returns non-zero if any failed.
+# torchrun with the hooks' reference, torch-allreduce torchrun with allreduce_reference.py; waits for
+# all (bounded by `limit`). Returns non-zero if any failed.
 on_hosts() {
   local n=$1 port=$2 log=$3 kind=$4 k pids=() status=0 host0 core
   shift 4
@@ -160,9 +163,9 @@ for rate in $rates; do
         # [Sliced all-reduce] in ddp/sliced_allreduce.cpp), side by side in one run.
         if on_hosts "$n" "$port" "$work/ar" cpp "$bin/allreduce_bench" --min-bytes "$bytes" \
           --max-bytes "$bytes" --warmup 1 --iters "$ar_iters" --slice-bytes 0,auto --csv "$work/ar.csv" --no-markdown; then
-          for impl in cpp-unsliced cpp; do
-            row busbw_Mbps "$rate" "$n" "$size" allreduce "$impl" "$(awk -F, -v want=$([[ $impl == cpp ]] && echo 3 || echo 2) \
-              'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "busbw_GBps") c = i } NR == want { printf "%.1f", $c * 8000 }' "$work/ar.csv")"
+          for r in 1 2; do  # the rows of --slice-bytes 0,auto, in that order
+            row busbw_Mbps "$rate" "$n" "$size" allreduce "$([[ $r == 1 ]] && echo cpp-unsliced || echo cpp)" \
+              "$(awk -v g="$(column "$work/ar.csv" busbw_GBps "$r")" 'BEGIN { printf "%.1f", g * 8000 }')"
           done
         else
           row busbw_Mbps "$rate" "$n" "$size" allreduce cpp failed

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "ddp/base/environment.h"
 #include "ddp/base/error.h"
 #include "ddp/process_group.h"
 #include "ddp/sliced_allreduce.h"
@@ -21,14 +22,6 @@ namespace {
 
 using ddp::allreduce_slices;
 using ddp::Slice;
-
-ddp::EnvLookup env_of(std::map<std::string, std::string> vars) {
-  return [vars = std::move(vars)](const std::string& name) -> std::optional<std::string> {
-    const auto it = vars.find(name);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
-}
 
 // Rank r's element i: (r + 1) * 1000 + i, exact in float32 for these sizes.
 torch::Tensor input_of(int rank, std::int64_t numel, torch::Dtype dtype) {
@@ -189,14 +182,16 @@ TEST_CASE("slice size: auto slices only groups across hosts; explicit values; th
   options.allreduce_slice_bytes = -2;
   CHECK_THROWS_AS(ddp::new_process_group(c10::make_intrusive<c10d::HashStore>(), 0, 1, options), ddp::InvalidArgument);
 
-  CHECK(ddp::allreduce_slice_bytes_from_environment(env_of({})) == ddp::kAllreduceSliceAuto);
-  CHECK(ddp::allreduce_slice_bytes_from_environment(env_of({{"DDP_ALLREDUCE_SLICE_BYTES", "auto"}})) ==
-        ddp::kAllreduceSliceAuto);
-  CHECK(ddp::allreduce_slice_bytes_from_environment(env_of({{"DDP_ALLREDUCE_SLICE_BYTES", "0"}})) == 0);
-  CHECK(ddp::allreduce_slice_bytes_from_environment(env_of({{"DDP_ALLREDUCE_SLICE_BYTES", "2097152"}})) == 2097152);
+  const auto from_env = [](std::map<std::string, std::string> vars) {
+    return ddp::allreduce_slice_bytes_from_environment(ddp::EnvironmentSnapshot::from_map(std::move(vars)).lookup());
+  };
+  CHECK(from_env({}) == ddp::kAllreduceSliceAuto);
+  CHECK(from_env({{"DDP_ALLREDUCE_SLICE_BYTES", "auto"}}) == ddp::kAllreduceSliceAuto);
+  CHECK(from_env({{"DDP_ALLREDUCE_SLICE_BYTES", "0"}}) == 0);
+  CHECK(from_env({{"DDP_ALLREDUCE_SLICE_BYTES", "2097152"}}) == 2097152);
   for (const char* bad : {"-1", "1M", "x", " 5", "99999999999999999999999"}) {
     CAPTURE(bad);
-    CHECK_THROWS_WITH(ddp::allreduce_slice_bytes_from_environment(env_of({{"DDP_ALLREDUCE_SLICE_BYTES", bad}})),
+    CHECK_THROWS_WITH(from_env({{"DDP_ALLREDUCE_SLICE_BYTES", bad}}),
                       Catch::Contains("DDP_ALLREDUCE_SLICE_BYTES") && Catch::Contains("bytes"));
   }
 }
