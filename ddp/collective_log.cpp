@@ -164,8 +164,13 @@ std::optional<std::string> write_collectives_file(const std::string& dir, int ra
 // min(timeout, 2 s): the ranks that arrived at the same collective time out at about the same
 // moment and publish too. The value is "<seq> <what>", so that ranks stuck under the same number in
 // different collectives (a desync) are told apart from a stalled backend. The rank that hosts the
-// store (rank 0, TCPStore) stays for the whole window, so that its leaving does not take the store
-// away from ranks that timed out a little later. A rank whose key is still missing after the window is not inside any
+// store (rank 0, TCPStore) must not take the store away from ranks that timed out a little later (on
+// a loaded machine the ranks' timeouts fire hundreds of milliseconds apart): it stays for its whole
+// window, and then until every rank that reported has also said it finished reading
+// (arrival_done/<rank>), kArrivalLingerSlack at most. A silent rank is not waited for, so a lone hung
+// peer costs the host no more than the window. Should the store still go away during a rank's
+// window, the report says how long it answered rather than that it never did.
+// A rank whose key is still missing after the window is not inside any
 // collective of this group (it hangs in computation, or is gone); a rank that published a lower
 // number is stuck in an earlier collective (a desync: it skipped or reordered one); a higher number
 // means this rank is the one behind. The store calls run on a helper thread and are abandoned after
@@ -173,6 +178,8 @@ std::optional<std::string> write_collectives_file(const std::string& dir, int ra
 // overwritten by later timeouts; after a timeout the group is unusable anyway.
 
 std::string arrival_key(int rank) { return str("arrival/", rank); }
+
+std::string arrival_done_key(int rank) { return str("arrival_done/", rank); }
 
 ArrivalReport classify_arrivals(int self, const Arrival& mine, const std::vector<std::optional<Arrival>>& reported) {
   ArrivalReport report;
@@ -220,6 +227,16 @@ ArrivalReport in_global_ranks(ArrivalReport report, const std::function<int(int)
   return report;
 }
 
+namespace {
+
+std::string seconds_one_decimal(std::chrono::milliseconds ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(ms.count()) / 1000.0);
+  return buf;
+}
+
+}  // namespace
+
 std::string describe_arrivals(const ArrivalReport& report) {
   std::vector<int> missing = report.silent;
   for (const auto& [rank, seq] : report.behind) missing.push_back(rank);
@@ -229,7 +246,11 @@ std::string describe_arrivals(const ArrivalReport& report) {
   if (!report.silent.empty()) {
     const double window = static_cast<double>(report.window.count()) / 1000.0;
     details.push_back(str(report.silent.size() == 1 ? "rank " : "ranks ", join(report.silent, ", "),
-                          report.store_failed ? ": the store did not answer" : str(" sent no report within ", window, " s"),
+                          !report.store_failed ? str(" sent no report within ", window, " s")
+                          : report.answered >= std::chrono::milliseconds(100)
+                              ? str(" sent no report within ", seconds_one_decimal(report.answered),
+                                    " s (then the store stopped answering: its host left)")
+                              : std::string(": the store did not answer"),
                           ": not inside any collective of this group (busy, hung, or gone)",
                           report.last_completed > 0 ? str("; #", report.last_completed, " was the last to complete here")
                                                     : std::string()));
@@ -259,17 +280,23 @@ ArrivalReport check_arrivals(const ArrivalStore& store, int rank, int world_size
     std::condition_variable done_cv;
     bool done = false;
     bool failed = false;
+    Clock::time_point answered_until;  // the end of the last poll of every rank that the store answered
     std::vector<std::optional<Arrival>> reported;
   };
   auto shared = std::make_shared<Shared>();
   shared->reported.assign(static_cast<std::size_t>(world_size), std::nullopt);
   shared->reported[static_cast<std::size_t>(rank)] = mine;
-  const auto deadline = Clock::now() + window;
+  const auto start = Clock::now();
+  shared->answered_until = start;
+  const auto window_end = start + window;
+  const auto deadline = window_end + (linger ? kArrivalLingerSlack : std::chrono::milliseconds(0));
   // Detached: if the store hangs, this thread is abandoned (it owns copies of everything it uses).
-  std::thread([shared, store, rank, world_size, mine, deadline, linger] {
+  std::thread([shared, store, rank, world_size, mine, window_end, deadline, linger] {
     bool failed = false;
     try {
       store.set(arrival_key(rank), format_arrival(mine));
+      std::vector<bool> finished_reading(static_cast<std::size_t>(world_size), false);
+      finished_reading[static_cast<std::size_t>(rank)] = true;
       while (true) {
         bool all = true;
         for (int r = 0; r < world_size; ++r) {
@@ -283,12 +310,39 @@ ArrivalReport check_arrivals(const ArrivalStore& store, int rank, int world_size
           shared->reported[static_cast<std::size_t>(r)] = value;
           all = all && value.has_value();
         }
+        // The host waits only for the ranks that reported: a silent one will not read the store.
+        bool readers_finished = true;
+        if (linger) {
+          for (int r = 0; r < world_size; ++r) {
+            const auto index = static_cast<std::size_t>(r);
+            bool reported = false;
+            {
+              std::lock_guard<std::mutex> lock(shared->mutex);
+              reported = shared->reported[index].has_value();
+            }
+            if (!reported || finished_reading[index]) continue;
+            finished_reading[index] = store.get(arrival_done_key(r)).has_value();
+            readers_finished = readers_finished && finished_reading[index];
+          }
+        }
         const auto now = Clock::now();
-        if ((all && !linger) || now >= deadline) break;
+        {
+          std::lock_guard<std::mutex> lock(shared->mutex);
+          shared->answered_until = now;
+        }
+        if (!linger && (all || now >= window_end)) break;
+        if (linger && now >= window_end && (readers_finished || now >= deadline)) break;
         std::this_thread::sleep_for(std::min<Clock::duration>(std::chrono::milliseconds(50), deadline - now));
       }
     } catch (const std::exception&) {
       failed = true;
+    }
+    if (!failed && !linger) {
+      try {
+        store.set(arrival_done_key(rank), "1");  // the host may leave now, as far as this rank goes
+      } catch (const std::exception&) {
+        // The report is complete; the host leaves after its slack instead.
+      }
     }
     std::lock_guard<std::mutex> lock(shared->mutex);
     shared->failed = failed;
@@ -301,6 +355,9 @@ ArrivalReport check_arrivals(const ArrivalStore& store, int rank, int world_size
   ArrivalReport report = classify_arrivals(rank, mine, shared->reported);
   report.window = window;
   report.store_failed = shared->failed || !finished;
+  if (report.store_failed) {
+    report.answered = std::chrono::duration_cast<std::chrono::milliseconds>(shared->answered_until - start);
+  }
   return report;
 }
 

@@ -128,6 +128,7 @@ struct ArrivalReport {
   std::string what;                                  // this rank's collective
   std::chrono::milliseconds window{0};               // how long reports were waited for
   bool store_failed = false;                         // the store did not answer (e.g. rank 0 is gone)
+  std::chrono::milliseconds answered{0};             // with store_failed: how long it answered before
   std::int64_t last_completed = 0;                   // this rank's last completed collective (0: none)
   bool all_arrived() const { return silent.empty() && behind.empty() && mismatched.empty(); }
 };
@@ -149,14 +150,23 @@ struct ArrivalStore {
   std::function<std::optional<std::string>(const std::string& key)> get;  // nullopt: not there (yet)
 };
 
-// Publishes this rank's collective and collects the others' within `window` (polling). See
-// Note [Naming the ranks that did not arrive]. `linger`: stay for the whole window even when every
-// rank has reported (the rank that hosts the store, so that the others can still read it).
-// Returns within window + 1 s whatever the store does.
+// How much later than the store's host another rank may time out in the same collective and still
+// read the store for its whole window: after its window the host waits this long at most for the
+// ranks that reported to finish reading.
+inline constexpr std::chrono::milliseconds kArrivalLingerSlack{1000};
+
+// Publishes this rank's collective and collects the others' within `window` (polling); then says
+// that it finished reading. See Note [Naming the ranks that did not arrive]. `linger` (the rank
+// that hosts the store, so that the others can still read it): stay for the whole window even when
+// every rank has reported, then until each rank that reported finished reading, or
+// kArrivalLingerSlack more. Returns within window (+ the slack when lingering) + 1 s whatever the
+// store does.
 ArrivalReport check_arrivals(const ArrivalStore& store, int rank, int world_size, const Arrival& mine,
                              std::chrono::milliseconds window, bool linger = false);
 
 // The key under which rank publishes its sequence number.
 std::string arrival_key(int rank);
+// The key under which rank says that it finished reading the others' (the host may leave).
+std::string arrival_done_key(int rank);
 
 }  // namespace ddp

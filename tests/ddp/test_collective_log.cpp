@@ -271,12 +271,40 @@ TEST_CASE("check_arrivals publishes this rank's number and waits a bounded time 
     late.join();
     CHECK(report.all_arrived());
   }
-  SECTION("the store's host lingers for the whole window even when everybody reported") {
+  SECTION("the store's host lingers while a rank that reported has not finished reading") {
     map.set(1, 12, "barrier");
     const auto start = std::chrono::steady_clock::now();
     const auto report = ddp::check_arrivals(map.store(), 0, 2, {12, kGrad}, 300ms, /*linger=*/true);
-    CHECK(seconds_since(start) >= 0.29);
+    // window + kArrivalLingerSlack: a rank that timed out up to 1 s later still reads the store.
+    const double took = seconds_since(start);
+    const double slack = std::chrono::duration<double>(ddp::kArrivalLingerSlack).count();
+    CHECK(took >= 0.29 + slack);
+    CHECK(took < 1.3 + slack);
     CHECK(report.mismatched == std::vector<std::pair<int, std::string>>{{1, "barrier"}});
+  }
+  SECTION("the store's host leaves at its window's end once the ranks that reported finished reading") {
+    map.set(1, 12);
+    std::thread reader([&] {
+      std::this_thread::sleep_for(500ms);
+      std::lock_guard<std::mutex> lock(*map.mutex);
+      (*map.keys)[ddp::arrival_done_key(1)] = "1";
+    });
+    const auto start = std::chrono::steady_clock::now();
+    const auto report = ddp::check_arrivals(map.store(), 0, 3, {12, kGrad}, 300ms, /*linger=*/true);
+    const double took = seconds_since(start);
+    reader.join();
+    CHECK(took >= 0.49);  // waited for rank 1, which reported, but not for silent rank 2
+    CHECK(took < 0.9);
+    CHECK(report.silent == std::vector<int>{2});
+    CHECK_FALSE(report.store_failed);
+  }
+  SECTION("a rank that is not the host says when it finished reading") {
+    map.set(0, 12);
+    const auto report = ddp::check_arrivals(map.store(), 1, 2, {12, kGrad}, 3000ms);
+    CHECK(report.all_arrived());
+    std::lock_guard<std::mutex> lock(*map.mutex);
+    CHECK(map.keys->count(ddp::arrival_done_key(1)) == 1);
+    CHECK(map.keys->count(ddp::arrival_done_key(0)) == 0);
   }
   SECTION("a store that throws: every other rank is unknown, and it says so") {
     ddp::ArrivalStore broken{[](const std::string&, const std::string&) { throw std::runtime_error("connection reset"); },
@@ -285,6 +313,23 @@ TEST_CASE("check_arrivals publishes this rank's number and waits a bounded time 
     CHECK(report.store_failed);
     CHECK(report.silent == std::vector<int>{1});
     CHECK_THAT(ddp::describe_arrivals(report), Contains("the store did not answer"));
+  }
+  SECTION("a store whose host leaves during the window: the report says how long it answered") {
+    const auto start = std::chrono::steady_clock::now();
+    const ddp::ArrivalStore inner = map.store();
+    const ddp::ArrivalStore leaving{inner.set, [inner, start](const std::string& key) -> std::optional<std::string> {
+                                      if (seconds_since(start) > 0.4) throw std::runtime_error("Failed to recv");
+                                      return inner.get(key);
+                                    }};
+    const auto report = ddp::check_arrivals(leaving, 1, 2, {3, kGrad}, 2000ms);
+    CHECK(seconds_since(start) < 1.5);
+    CHECK(report.store_failed);
+    CHECK(report.silent == std::vector<int>{0});
+    CHECK(report.answered >= 300ms);
+    CHECK(report.answered <= 500ms);
+    CHECK_THAT(ddp::describe_arrivals(report),
+               Contains("rank(s) 0 did not arrive (rank 0 sent no report within 0.") &&
+                   Contains(" s (then the store stopped answering: its host left): not inside any collective"));
   }
   SECTION("a store that blocks cannot turn the check into a hang") {
     ddp::ArrivalStore stuck{[](const std::string&, const std::string&) { std::this_thread::sleep_for(3s); },

@@ -106,10 +106,12 @@ wait_state() {  # wait_state JOB STATE SECONDS
 }
 
 # 1. sbatch through ddp_launch; USR1, checkpoint, requeue, resume.
+# 8 epochs of 10 steps (0.4 to 0.8 s each here): USR1 must land while training runs; with 2 epochs an
+# idle machine finished them before the signal (1 s after the start, plus Slurm's delivery) arrived.
 out="$work/run/job.out"
 job=$(on 0 env DDP_ROOT="$work/run" DDP_LAUNCH="$launch" DDP_NPROC_PER_NODE=1 DDP_CHECKPOINT_DIR="$work/run/ck" \
   sbatch --parsable -N3 -o "$out" -D "$work/run" "$example" \
-  "$train" --mode ddp --limit 960 --epochs 2 --batch-size 32 --seed 3) || fail "sbatch refused the example"
+  "$train" --mode ddp --limit 960 --epochs 8 --batch-size 32 --seed 3) || fail "sbatch refused the example"
 for _ in $(seq 80); do
   grep -q "starting from scratch" "$out" 2>/dev/null && break
   sleep 0.5
@@ -148,7 +150,7 @@ grep -q "resuming from $work/run/ck/step-$(printf %012d "$step")" "$out" ||
   fail "the requeued job did not resume from the checkpoint of step $step"
 grep -q "starting 1 workers (ranks 2..2 of 3) on node 2 of 3, master host0:" "$out" ||
   fail "ddp_launch on host2 did not take its node from Slurm"
-[[ -f $work/run/ck/step-000000000020/MANIFEST ]] || fail "the resumed job did not train to its end (step 20)"
+[[ -f $work/run/ck/step-000000000080/MANIFEST ]] || fail "the resumed job did not train to its end (step 80)"
 echo "sbatch: 3 nodes through ddp_launch, SIGUSR1 at step $step, requeued, resumed, completed"
 
 # 2. srun starts the training binary directly: no launcher, Slurm's variables.
