@@ -9,6 +9,7 @@
 
 #include "ddp/base/files.h"
 #include "ddp/base/json_text.h"
+#include "ddp/base/store_values.h"
 #include "ddp/base/str.h"
 
 namespace ddp {
@@ -227,16 +228,6 @@ ArrivalReport in_global_ranks(ArrivalReport report, const std::function<int(int)
   return report;
 }
 
-namespace {
-
-std::string seconds_one_decimal(std::chrono::milliseconds ms) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(ms.count()) / 1000.0);
-  return buf;
-}
-
-}  // namespace
-
 std::string describe_arrivals(const ArrivalReport& report) {
   std::vector<int> missing = report.silent;
   for (const auto& [rank, seq] : report.behind) missing.push_back(rank);
@@ -244,11 +235,12 @@ std::string describe_arrivals(const ArrivalReport& report) {
   std::vector<std::string> details;
   for (const auto& [rank, seq] : report.behind) details.push_back(str("rank ", rank, " last entered collective #", seq));
   if (!report.silent.empty()) {
-    const double window = static_cast<double>(report.window.count()) / 1000.0;
+    // Whole tenths: "1.6 s", not "1.634 s".
+    const auto answered = std::chrono::round<std::chrono::duration<std::int64_t, std::deci>>(report.answered);
     details.push_back(str(report.silent.size() == 1 ? "rank " : "ranks ", join(report.silent, ", "),
-                          !report.store_failed ? str(" sent no report within ", window, " s")
+                          !report.store_failed ? str(" sent no report within ", seconds_of(report.window), " s")
                           : report.answered >= std::chrono::milliseconds(100)
-                              ? str(" sent no report within ", seconds_one_decimal(report.answered),
+                              ? str(" sent no report within ", seconds_of(answered),
                                     " s (then the store stopped answering: its host left)")
                               : std::string(": the store did not answer"),
                           ": not inside any collective of this group (busy, hung, or gone)",
@@ -299,31 +291,26 @@ ArrivalReport check_arrivals(const ArrivalStore& store, int rank, int world_size
       finished_reading[static_cast<std::size_t>(rank)] = true;
       while (true) {
         bool all = true;
+        bool readers_finished = true;  // the host waits only for ranks that reported: a silent one reads nothing
         for (int r = 0; r < world_size; ++r) {
+          const auto index = static_cast<std::size_t>(r);
+          bool arrived = false;
           {
             std::lock_guard<std::mutex> lock(shared->mutex);
-            if (shared->reported[static_cast<std::size_t>(r)]) continue;
+            arrived = shared->reported[index].has_value();
           }
-          std::optional<Arrival> value;
-          if (const auto text = store.get(arrival_key(r))) value = parse_arrival(*text);
-          std::lock_guard<std::mutex> lock(shared->mutex);
-          shared->reported[static_cast<std::size_t>(r)] = value;
-          all = all && value.has_value();
-        }
-        // The host waits only for the ranks that reported: a silent one will not read the store.
-        bool readers_finished = true;
-        if (linger) {
-          for (int r = 0; r < world_size; ++r) {
-            const auto index = static_cast<std::size_t>(r);
-            bool reported = false;
-            {
-              std::lock_guard<std::mutex> lock(shared->mutex);
-              reported = shared->reported[index].has_value();
-            }
-            if (!reported || finished_reading[index]) continue;
+          if (!arrived) {
+            std::optional<Arrival> value;
+            if (const auto text = store.get(arrival_key(r))) value = parse_arrival(*text);
+            arrived = value.has_value();
+            std::lock_guard<std::mutex> lock(shared->mutex);
+            shared->reported[index] = std::move(value);
+          }
+          all = all && arrived;
+          if (linger && arrived && !finished_reading[index]) {
             finished_reading[index] = store.get(arrival_done_key(r)).has_value();
-            readers_finished = readers_finished && finished_reading[index];
           }
+          readers_finished = readers_finished && (!arrived || finished_reading[index]);
         }
         const auto now = Clock::now();
         {

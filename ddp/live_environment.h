@@ -11,6 +11,7 @@
 
 #include "ddp/base/environment.h"
 #include "ddp/membership.h"
+#include "ddp/process_group.h"
 
 namespace ddp {
 
@@ -25,6 +26,14 @@ struct LiveJob {
   // Whether the job has workers on other hosts (FaultTolerantOptions::group.spans_hosts: the groups'
   // all-reduces are sliced then, Note [Sliced all-reduce] in ddp/sliced_allreduce.cpp).
   bool spans_hosts = false;
+  // What the job says about its groups (host, spans_hosts), the rest defaulted:
+  // FaultTolerantOptions::group, before the program's own settings such as the timeout.
+  StoreGroupOptions group_options() const {
+    StoreGroupOptions options;
+    options.host = group_host;
+    options.spans_hosts = spans_hosts;
+    return options;
+  }
 };
 
 // nullopt when the launcher did not start this process with --recovery live (DDP_LIVE_STORE unset).

@@ -55,7 +55,6 @@ std::int64_t checked_slice_bytes(std::int64_t bytes, const char* options) {
   return bytes;
 }
 
-
 using detail::mentions_peer_loss;
 using detail::mentions_timeout;
 

@@ -246,9 +246,8 @@ int train(const Args& args) {
   ddp::samplers::DistributedSampler sampler(args.samples, ddp::samplers::DistributedSamplerOptions(1, 0));
   const ddp::FaultTolerant* running = nullptr;  // set once built: on_new_group prints its step
   ddp::FaultTolerantOptions options;
+  options.group = job->group_options();
   options.group.timeout = std::chrono::milliseconds(args.timeout_ms);
-  options.group.host = job->group_host;
-  options.group.spans_hosts = job->spans_hosts;
   bool started = false;
   bool held = false;
   options.on_group_built = [&args, &started, &held](ddp::ProcessGroup& group, const ddp::Membership& m) {

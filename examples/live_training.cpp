@@ -42,8 +42,7 @@ std::unique_ptr<LiveTraining> live_training_from_environment(const TrainOptions&
   live->launcher_world_size = worker.world_size;
   live->local_world_size = worker.local_world_size;
   FaultTolerantOptions ft_options;
-  ft_options.group.host = live->job.group_host;
-  ft_options.group.spans_hosts = live->job.spans_hosts;
+  ft_options.group = live->job.group_options();
   ft_options.group.timeout = kGroupTimeout;
   LiveTraining* self = live.get();  // owns the FaultTolerant, so it outlives the callback
   ft_options.on_new_group = [self](ProcessGroup& group, const Membership& membership) {

@@ -17,6 +17,38 @@
 
 namespace ddp::bench {
 
+namespace {
+
+// One all-reduce size under the group's current algorithm and slice size.
+struct Measured {
+  bool correct = false;  // on every rank
+  double seconds = 0;    // mean time of one all-reduce, of the slowest rank
+  std::string used;      // the algorithm the timed all-reduces took
+};
+
+Measured measure(ProcessGroup& group, int64_t bytes, const BenchOptions& options, std::string& choice) {
+  const int rank = group.rank(), world = group.size();
+  torch::Tensor buffer = torch::full({bytes / 4}, static_cast<float>(rank + 1));
+  group.allreduce(buffer);
+  if (group.recent_collectives().back().algorithm == std::string("hierarchical")) choice = group.algorithm_choice();
+  const float expected = static_cast<float>(world) * static_cast<float>(world + 1) / 2.0f;
+  const double wrong = buffer.ne(expected).sum().item<double>();
+  Measured result;
+  // Every rank must agree: the largest count of wrong elements over the ranks.
+  result.correct = reduce(&group, wrong, c10d::ReduceOp::MAX) == 0;
+  buffer.zero_();  // timed rounds sum zeros: values stay finite whatever the iteration count
+  for (int64_t i = 0; i < options.warmup; ++i) group.allreduce(buffer);
+  group.barrier();
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < options.iters; ++i) group.allreduce(buffer);
+  const double local = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.used = group.recent_collectives().back().algorithm;
+  result.seconds = reduce(&group, local, c10d::ReduceOp::MAX) / static_cast<double>(options.iters);
+  return result;
+}
+
+}  // namespace
+
 int run_allreduce(const BenchOptions& options) {
   const auto group = bench_process_group();
   const int rank = group->rank(), world = group->size();
@@ -26,45 +58,30 @@ int run_allreduce(const BenchOptions& options) {
   bool all_correct = true;
   std::string choice;  // what auto and hierarchical came to (ProcessGroup::algorithm_choice)
   for (int64_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= 2) {
-   // Each algorithm in turn on the same size: side by side, under the same load.
-   for (const std::string& algorithm : options.algorithms) {
-   for (const int64_t slice_bytes : options.slice_bytes) {
-    group->set_collective_algorithm(parse_collective_algorithm(algorithm));
-    if (slice_bytes != BenchOptions::kGroupsSliceBytes) group->set_allreduce_slice_bytes(slice_bytes);
-    const int64_t count = bytes / 4;
-    torch::Tensor buffer = torch::full({count}, static_cast<float>(rank + 1));
-    group->allreduce(buffer);
-    if (group->recent_collectives().back().algorithm == std::string("hierarchical")) choice = group->algorithm_choice();
-    const float expected = static_cast<float>(world) * static_cast<float>(world + 1) / 2.0f;
-    const double wrong = buffer.ne(expected).sum().item<double>();
-    // Every rank must agree: the largest count of wrong elements over the ranks.
-    const bool correct = reduce(group.get(), wrong, c10d::ReduceOp::MAX) == 0;
-    all_correct = all_correct && correct;
-    buffer.zero_();  // timed rounds sum zeros: values stay finite whatever the iteration count
-    for (int64_t i = 0; i < options.warmup; ++i) group->allreduce(buffer);
-    group->barrier();
-    const auto start = std::chrono::steady_clock::now();
-    for (int64_t i = 0; i < options.iters; ++i) group->allreduce(buffer);
-    const double local = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const std::string used = group->recent_collectives().back().algorithm;
-    const double seconds = reduce(group.get(), local, c10d::ReduceOp::MAX) / static_cast<double>(options.iters);
-    if (rank != 0) continue;
-    const double algbw = static_cast<double>(bytes) / seconds / 1e9;
-    table.add_row();
-    table.set("size_bytes", std::to_string(bytes));
-    table.set("count", std::to_string(count));
-    table.set("type", "float");
-    table.set("redop", "sum");
-    table.set("world_size", std::to_string(world));
-    table.set("iters", std::to_string(options.iters));
-    table.set("time_us", seconds * 1e6, 2);
-    table.set("algbw_GBps", algbw, 6);
-    table.set("busbw_GBps", algbw * bus_factor, 6);
-    table.set("correct", correct ? "OK" : "FAIL");
-    table.set("algorithm", algorithm == "auto" ? "auto:" + used : algorithm);
-    table.set("slice_bytes", std::to_string(group->allreduce_slice_bytes()));
-   }
-   }
+    // Each algorithm and slice size in turn on the same size: side by side, under the same load.
+    for (const std::string& algorithm : options.algorithms) {
+      for (const int64_t slice_bytes : options.slice_bytes) {
+        group->set_collective_algorithm(parse_collective_algorithm(algorithm));
+        if (slice_bytes != BenchOptions::kGroupsSliceBytes) group->set_allreduce_slice_bytes(slice_bytes);
+        const Measured m = measure(*group, bytes, options, choice);
+        all_correct = all_correct && m.correct;
+        if (rank != 0) continue;
+        const double algbw = static_cast<double>(bytes) / m.seconds / 1e9;
+        table.add_row();
+        table.set("size_bytes", std::to_string(bytes));
+        table.set("count", std::to_string(bytes / 4));
+        table.set("type", "float");
+        table.set("redop", "sum");
+        table.set("world_size", std::to_string(world));
+        table.set("iters", std::to_string(options.iters));
+        table.set("time_us", m.seconds * 1e6, 2);
+        table.set("algbw_GBps", algbw, 6);
+        table.set("busbw_GBps", algbw * bus_factor, 6);
+        table.set("correct", m.correct ? "OK" : "FAIL");
+        table.set("algorithm", algorithm == "auto" ? "auto:" + m.used : algorithm);
+        table.set("slice_bytes", std::to_string(group->allreduce_slice_bytes()));
+      }
+    }
   }
   if (rank == 0) {
     emit(table, options,
