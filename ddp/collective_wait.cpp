@@ -20,7 +20,9 @@ WaitOutcome wait_abortable(const c10::intrusive_ptr<c10d::Work>& work, std::chro
   using std::chrono::milliseconds;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
-    if (aborted.load()) return WaitOutcome::kAborted;
+    // A work that completed before the abort is reported as completed (See Note [Watching the
+    // round] in ddp/fault_tolerant.cpp).
+    if (aborted.load()) return work->isCompleted() && !work->exception() ? WaitOutcome::kCompleted : WaitOutcome::kAborted;
     const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return WaitOutcome::kTimedOut;
     try {

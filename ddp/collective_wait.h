@@ -16,7 +16,8 @@ bool mentions_peer_loss(const std::string& text);
 
 enum class WaitOutcome { kCompleted, kTimedOut, kAborted };
 // Waits for `work` at most `timeout`, in slices of `slice`, so that `aborted` (set by another thread)
-// ends the wait; a completed work returns from its slice at once. The work's own failure is thrown
+// ends the wait (unless the work already completed without error); a completed work returns from its
+// slice at once. The work's own failure is thrown
 // as c10d throws it.
 WaitOutcome wait_abortable(const c10::intrusive_ptr<c10d::Work>& work, std::chrono::milliseconds timeout,
                            std::chrono::milliseconds slice, const std::atomic<bool>& aborted);

@@ -36,7 +36,70 @@ FaultTolerant::FaultTolerant(c10::intrusive_ptr<c10d::Store> store, std::shared_
   group_ = new_process_group(c10::make_intrusive<c10d::HashStore>(), 0, 1, options_.group);
 }
 
-FaultTolerant::~FaultTolerant() = default;
+FaultTolerant::~FaultTolerant() {
+  {
+    std::lock_guard<std::mutex> lock(watch_mutex_);
+    watch_stopping_ = true;
+    watched_.reset();
+  }
+  watch_wakeup_.notify_all();
+  if (watch_thread_.joinable()) watch_thread_.join();
+  for (auto& releaser : releasers_) releaser.join();
+}
+
+// Note [Watching the round]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// A rank learns that a peer is gone from its collectives: a closed connection fails the wait in
+// progress at once, a silent peer after the group's timeout. Gloo does not always tell: in one run
+// of hosts.live_recovery on a loaded machine (its folder kept by BED_KEEP_FAILED), host 1's worker
+// was SIGKILLed during a step agreement of three ranks; rank 2 failed at once and went on to the
+// next round, but rank 0 sat in the same agreement for its whole 10 s timeout (both of its peers
+// were gone from the group, yet no error reached its wait), and the next round closed without it
+// after the 2 s settle timeout. The job went on without a live member, which then waited for a
+// round nobody came to. The membership knows sooner: the launcher marks a dead worker gone ("left"
+// of the next round), and a member that regroups arrives in the next round ("previous"). Either
+// means the round's group can complete no more collectives. So a watch thread asks
+// MembershipSource::round_abandoned every watch_interval (two store reads) and aborts the group
+// when it answers: the blocked wait ends within ProcessGroup::kAbortPollInterval with PeerLostError, the rank regroups and arrives in time, and the
+// round closes by its count instead of the settle timeout. A planned change (a joiner) triggers it
+// too, but every member has left the round's collectives by then, and a wait whose work completed
+// returns that (ddp/collective_wait.cpp), so a step applied everywhere is not dropped. The watch
+// holds the group only between watch() (once it is built, before the state agreement, which a
+// death can block too) and unwatch() (before release_group() aborts and destroys it), and aborts it
+// under watch_mutex_, so it never aborts a group being destroyed.
+void FaultTolerant::watch(const std::shared_ptr<ProcessGroup>& group, std::uint64_t round) {
+  if (options_.watch_interval.count() <= 0) return;
+  std::lock_guard<std::mutex> lock(watch_mutex_);
+  watched_ = group;
+  watched_round_ = round;
+  if (!watch_thread_.joinable()) watch_thread_ = std::thread([this] { watch_loop(); });
+}
+
+void FaultTolerant::unwatch() {
+  std::lock_guard<std::mutex> lock(watch_mutex_);
+  watched_.reset();
+}
+
+void FaultTolerant::watch_loop() {
+  std::unique_lock<std::mutex> lock(watch_mutex_);
+  while (!watch_stopping_) {
+    watch_wakeup_.wait_for(lock, options_.watch_interval, [this] { return watch_stopping_; });
+    if (watch_stopping_ || !watched_) continue;
+    const std::shared_ptr<ProcessGroup> group = watched_;
+    const std::uint64_t round = watched_round_;
+    lock.unlock();
+    std::string why;
+    try {
+      why = source_->round_abandoned(round);
+    } catch (const std::exception&) {
+      why.clear();  // the store did not answer: the collectives say what happened
+    }
+    lock.lock();
+    if (why.empty() || watched_ != group || watched_round_ != round) continue;
+    group->abort(str(why, " (the membership watch)"));
+    watched_.reset();
+  }
+}
 
 void FaultTolerant::track_model(TrackedModel model) {
   if (model_) throw InvalidArgument("FaultTolerant::track: one DistributedDataParallel model per FaultTolerant");
@@ -88,17 +151,32 @@ bool FaultTolerant::step(const std::function<void()>& compute, const std::functi
 
 void FaultTolerant::recover() { regroup("recover() was called"); }
 
+// Note [Releasing an aborted group]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Releasing a Gloo backend joins its worker threads, and a thread blocked in a collective whose
+// peer went silent returns only at the group's timeout (Gloo's own, the same bound): a rank whose
+// wait ended early (abort(): See Note [Watching the round]) would sit in destroy() until then and
+// miss the next round anyway. So the group's backend, sub-groups and store go to a thread of their
+// own, which drops them whenever Gloo lets go; the rank regroups at once. Closing a backend's
+// connections is what tells the peers blocked in it (See Note [Aborting a group] in
+// ddp/process_group.cpp); a backend still blocked holds its connections until its timeout, as the
+// peers blocked in the same collective do. The destructor joins these threads: at most one group
+// timeout after the last recovery.
 void FaultTolerant::release_group() {
+  unwatch();
   if (model_) model_->abandon();
   if (group_) {
     group_->abort();
-    group_->destroy();
+    if (auto resources = group_->take_resources()) {
+      releasers_.emplace_back([resources = std::move(resources)]() mutable { resources.reset(); });
+    }
   }
 }
 
 void FaultTolerant::regroup(const std::string& why) {
   const Logger& logger = group_->logger();
   if (has_state_) logger.warn(str("live recovery at step ", step_, ": ", why));
+  last_regroup_reason_ = why;
   std::string last_error;
   for (int attempt = 1; attempt <= options_.max_recovery_attempts; ++attempt) {
     release_group();
@@ -119,6 +197,7 @@ void FaultTolerant::regroup(const std::string& why) {
       } catch (const CommunicationError& error) {  // a member left while the group connected
         throw PeerLostError(str("building the group of round ", membership_.round, ": ", error.what()));
       }
+      watch(group_, membership_.round);
       if (options_.on_group_built) options_.on_group_built(*group_, membership_);
       synchronize_state();
       ++regroups_;

@@ -6,11 +6,14 @@
 #include <torch/optim/optimizer.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -36,7 +39,9 @@ class GradScaler;  // ddp/amp/grad_scaler.h
 //      backward of step s. It also checks that all ranks are at the same step, and carries rank 0's
 //      "a process waits to join" (MembershipSource::change_pending) to everybody;
 //   3. apply() (optimizer.step(), scaler.update(): local, no collective) and the step counter.
-// On PeerLostError or TimeoutError from 1 or 2 the step is dropped on this rank, and recovery runs:
+// On PeerLostError or TimeoutError from 1 or 2 the step is dropped on this rank (a watch thread also
+// aborts the group once the membership says that the round is abandoned: See Note [Watching the
+// round] in fault_tolerant.cpp), and recovery runs:
 //   a. the backward in flight is abandoned and the old group aborted and destroyed (Gloo closes
 //      its pairs, so that peers still blocked in it fail at once instead of after their timeout);
 //   b. the next round's membership comes from the MembershipSource (the seam the launcher fills;
@@ -76,8 +81,13 @@ struct FaultTolerantOptions {
   int max_recovery_attempts = 5;
   // Bound of waiting for a round's membership (MembershipSource::next).
   std::chrono::milliseconds membership_timeout = std::chrono::minutes(5);
-  // Each round's group; its timeout bounds every collective: the detection bound of a silent peer.
+  // Each round's group; its timeout bounds every collective: the detection bound of a silent peer
+  // that nobody reports (the watch below ends the wait sooner when someone does).
   StoreGroupOptions group;
+  // How often the watch asks the membership whether the current round is abandoned
+  // (MembershipSource::round_abandoned; See Note [Watching the round] in fault_tolerant.cpp). 0: no
+  // watch (a rank then learns it only from its collectives: a closed connection, or their timeout).
+  std::chrono::milliseconds watch_interval{200};
   // Called once a round's group is built, before the state agreement (e.g. to log the membership).
   std::function<void(ProcessGroup&, const Membership&)> on_group_built;
   // Called once the state is in sync on the new group: re-shard the sampler here.
@@ -139,6 +149,8 @@ class FaultTolerant {
   std::int64_t steps() const { return step_; }
   // Recoveries this process went through (failures and joins).
   int regroups() const { return regroups_; }
+  // Why the last one ran ("start", "a peer was lost at step 7: ...", "a process waits to join").
+  const std::string& last_regroup_reason() const { return last_regroup_reason_; }
 
  private:
   struct TrackedModel {
@@ -150,6 +162,11 @@ class FaultTolerant {
   void track_model(TrackedModel model);
   void regroup(const std::string& why);
   void release_group();
+  // The watch (See Note [Watching the round] in fault_tolerant.cpp): watch() the current group from
+  // the moment it is built, unwatch() before it is aborted and destroyed.
+  void watch(const std::shared_ptr<ProcessGroup>& group, std::uint64_t round);
+  void unwatch();
+  void watch_loop();
   void synchronize_state();
   std::string encode_state() const;
   void load_state(const std::string& bytes, int source);
@@ -162,10 +179,20 @@ class FaultTolerant {
   bool has_state_ = false;  // false until start() received or kept the job's state
   std::int64_t step_ = 0;
   int regroups_ = 0;
+  std::string last_regroup_reason_;
   std::optional<TrackedModel> model_;
   torch::optim::Optimizer* optimizer_ = nullptr;
   amp::GradScaler* scaler_ = nullptr;
   std::vector<std::pair<std::string, std::int64_t*>> counters_;
+  std::mutex watch_mutex_;
+  std::condition_variable watch_wakeup_;
+  std::shared_ptr<ProcessGroup> watched_;  // guarded by watch_mutex_, as the two below
+  std::uint64_t watched_round_ = 0;
+  bool watch_stopping_ = false;
+  std::thread watch_thread_;  // started by the first watch(), joined by the destructor
+  // One thread per released group, each dropping what the group held (See Note [Releasing an
+  // aborted group] in fault_tolerant.cpp); joined by the destructor.
+  std::vector<std::thread> releasers_;
 };
 
 }  // namespace ddp

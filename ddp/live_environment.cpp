@@ -21,12 +21,19 @@ std::optional<LiveJob> live_job_from_environment(const EnvLookup& env, StoreMemb
   store_options.isServer = false;
   store_options.waitWorkers = false;
   store_options.timeout = store_timeout;
+  const auto unreachable = [&](const std::string& why) {
+    return TimeoutError(str("live recovery: could not reach the job's store ", live->store_host, ":", live->store_port,
+                            " within ", seconds_of(store_timeout), " s: ", why));
+  };
+  // See Note [Bounded connect to the master] in ddp/base/route.h: c10d's connect overshoots.
+  if (!wait_until_listening(live->store_host, live->store_port, std::chrono::steady_clock::now() + store_timeout)) {
+    throw unreachable("nothing accepted a connection there (is the launcher of the store's host running?)");
+  }
   c10::intrusive_ptr<c10d::Store> client;
   try {
     client = c10::make_intrusive<c10d::TCPStore>(live->store_host, store_options);
   } catch (const std::exception& e) {
-    throw TimeoutError(str("live recovery: could not reach the job's store ", live->store_host, ":", live->store_port,
-                           " within ", seconds_of(store_timeout), " s: ", e.what()));
+    throw unreachable(first_line(e.what()));
   }
   LiveJob job;
   job.store = c10::make_intrusive<c10d::PrefixStore>(live->prefix, client);

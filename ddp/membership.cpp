@@ -95,6 +95,19 @@ bool StoreMembership::change_pending(std::uint64_t current_round) {
   return store_->check({key(current_round + 1, "count")});
 }
 
+std::string StoreMembership::round_abandoned(std::uint64_t round) {
+  // check() first: a watch that only reads creates no keys.
+  const std::string left = key(round + 1, "left");
+  const std::string moved_on = key(round + 1, "previous");
+  if (store_->check({left}) && counter(*store_, left) > 0) {
+    return str(counter(*store_, left), " member(s) of round ", round, " marked gone");
+  }
+  if (store_->check({moved_on}) && counter(*store_, moved_on) > 0) {
+    return str(counter(*store_, moved_on), " member(s) of round ", round, " went on to round ", round + 1);
+  }
+  return "";
+}
+
 void StoreMembership::mark_left(std::uint64_t round) { store_->add(key(round + 1, "left"), 1); }
 
 Membership StoreMembership::next(std::uint64_t last_round, milliseconds timeout) {

@@ -48,6 +48,11 @@ class MembershipSource {
   // Whether a round after `current_round` has been opened (a process waits to join): cheap, asked
   // by rank 0 once per step.
   virtual bool change_pending(std::uint64_t current_round) = 0;
+  // Why `round`'s group can complete no more collectives, or "" (See Note [Watching the round]
+  // in ddp/fault_tolerant.cpp): a member of it is known to be gone or has gone on to a later round.
+  // Cheap, thread-safe: FaultTolerant asks it from its watch thread while next() may run. The
+  // default knows nothing.
+  virtual std::string round_abandoned(std::uint64_t /*round*/) { return ""; }
 };
 
 struct StoreMembershipOptions {
@@ -80,6 +85,8 @@ class StoreMembership : public MembershipSource {
   StoreMembership(c10::intrusive_ptr<c10d::Store> store, std::string member_id, StoreMembershipOptions options = {});
   Membership next(std::uint64_t last_round, std::chrono::milliseconds timeout) override;
   bool change_pending(std::uint64_t current_round) override;
+  // From round + 1's "left" and "previous" counts (store reads only).
+  std::string round_abandoned(std::uint64_t round) override;
   // Says that a member of `round` is gone and will not come to the next one (what a launcher's agent
   // says when a process of its host died); the next round then closes without waiting for it.
   void mark_left(std::uint64_t round);

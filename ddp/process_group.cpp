@@ -149,50 +149,6 @@ void check_world_size(c10d::Store& store, int rank, int world_size, const JoinWa
   }
 }
 
-// Note [Bounded connect to the master]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// c10d's TCPStore client retries its connect with a back-off that overshoots the timeout (a 3 s
-// timeout gave up after 6.3 s here) and the TCPStore options' timeout is also the store's default
-// for every later get/wait, so it cannot simply be shortened. Ranks other than 0 therefore first
-// wait, with a real deadline, until something accepts connections on MASTER_ADDR:MASTER_PORT; the
-// TCPStore then connects at once. Returns false when the deadline passes first.
-bool wait_until_listening(const std::string& host, int port, std::chrono::steady_clock::time_point deadline) {
-  using std::chrono::steady_clock;
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  auto backoff = std::chrono::milliseconds(20);
-  while (true) {
-    addrinfo* found = nullptr;
-    if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) == 0) {
-      for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-        const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
-        if (fd < 0) continue;
-        bool connected = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
-        if (!connected && errno == EINPROGRESS) {
-          const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady_clock::now());
-          pollfd pfd{fd, POLLOUT, 0};
-          if (::poll(&pfd, 1, static_cast<int>(std::clamp<long long>(left.count(), 0, 1000))) == 1) {
-            int error = 0;
-            socklen_t length = sizeof error;
-            connected = ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 && error == 0;
-          }
-        }
-        ::close(fd);
-        if (connected) {
-          ::freeaddrinfo(found);
-          return true;
-        }
-      }
-      ::freeaddrinfo(found);
-    }
-    const auto now = steady_clock::now();
-    if (now >= deadline) return false;
-    std::this_thread::sleep_for(std::min<steady_clock::duration>(backoff, deadline - now));
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
-  }
-}
-
 // Note [Loopback store]
 // ~~~~~~~~~~~~~~~~~~~~~
 // c10d's TCPStore server listens on every interface whatever host it is given, so a single-node job
@@ -233,7 +189,7 @@ c10::intrusive_ptr<c10d::Store> make_store(const InitMethod& method, const std::
   if (rank == 0) {  // See Note [Loopback store]
     store_options.masterListenFd = listen_on_master_address(host, port, peers_on_other_hosts);
   }
-  // See Note [Bounded connect to the master].
+  // See Note [Bounded connect to the master] in ddp/base/route.h.
   // See Note [Waiting is never silent] in ddp/join_wait.h.
   if (rank != 0 &&
       !wait_with_notices(
@@ -331,17 +287,29 @@ const c10::intrusive_ptr<c10d::Backend>& ProcessGroup::backend() const {
   return backend_;
 }
 
-void ProcessGroup::destroy() {
-  hierarchy_.reset();  // its worker may still use the sub-groups
-  backend_.reset();
-  store_.reset();
+void ProcessGroup::destroy() { take_resources().reset(); }
+
+std::shared_ptr<void> ProcessGroup::take_resources() {
+  if (!backend_ && !hierarchy_ && !store_) return nullptr;
+  struct Resources {
+    std::unique_ptr<HierarchicalCollectives> hierarchy;
+    c10::intrusive_ptr<c10d::Backend> backend;
+    c10::intrusive_ptr<c10d::Store> store;
+    ~Resources() { hierarchy.reset(); }  // first: its worker may still use the sub-groups
+  };
+  auto resources = std::make_shared<Resources>();
+  resources->hierarchy = std::move(hierarchy_);
+  resources->backend = std::move(backend_);
+  resources->store = std::move(store_);
+  return resources;
 }
 
 // Note [Aborting a group]
 // ~~~~~~~~~~~~~~~~~~~~~~~~
 // abort() sets the flag that every blocking wait of the group polls (kAbortPollInterval). That is
 // all Gloo needs: its collectives are waited for on the host, and the owner's destroy() then lets
-// Gloo close the pairs, so the peers fail at once. c10d's ProcessGroupGloo keeps Backend::abort(), a
+// Gloo close the pairs, so the peers fail at once (FaultTolerant destroys an aborted group on a
+// thread of its own: See Note [Releasing an aborted group] in ddp/fault_tolerant.cpp). c10d's ProcessGroupGloo keeps Backend::abort(), a
 // no-op (torch 2.13 and 2.14: only its send and recv works override abort), so it is not called. An
 // NCCL collective on CUDA tensors is waited for stream-ordered (Note [Which waits block the host] in
 // ddp/cuda_support.h): the host does not block in it, but a kernel whose peer is gone spins on the
@@ -349,8 +317,13 @@ void ProcessGroup::destroy() {
 // communicators (ncclCommAbort): the kernel ends, the stream drains, and the group's later work fails
 // instead of hanging until the watchdog's timeout. It is called once, from whichever thread aborts
 // first; the owner must not destroy() the group concurrently (it destroys it after abort()).
-void ProcessGroup::abort() {
-  if (aborted_.exchange(true)) return;
+void ProcessGroup::abort(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(abort_mutex_);
+    if (aborted_.load()) return;
+    abort_reason_ = reason;
+    aborted_.store(true);
+  }
   if (info_.backend_name == "nccl" && backend_) backend_->abort();
 }
 
@@ -379,7 +352,9 @@ void ProcessGroup::wait_collective(std::int64_t seq, const c10::intrusive_ptr<c1
     } else {
       const auto outcome = detail::wait_abortable(work, timeout, kAbortPollInterval, aborted_);
       if (outcome == detail::WaitOutcome::kAborted) {
-        throw PeerLostError(str(what, " #", seq, " on rank ", global_rank(info_.rank), ": the process group was aborted"));
+        std::lock_guard<std::mutex> lock(abort_mutex_);
+        throw PeerLostError(str(what, " #", seq, " on rank ", global_rank(info_.rank), ": the process group was aborted",
+                                abort_reason_.empty() ? "" : ": ", abort_reason_));
       }
       if (outcome == detail::WaitOutcome::kTimedOut) fail_collective(seq, what, timeout, nullptr);
     }

@@ -173,13 +173,20 @@ class ProcessGroup {
 
   // Releases the backend and the store (idempotent). Using the group afterwards throws.
   void destroy();
+  // destroy(), except that what the group held is handed to the caller instead of released here:
+  // releasing a Gloo backend joins its threads, and one blocked in a collective whose peer is silent
+  // returns only at the group's timeout. The caller drops the result where waiting is harmless
+  // (FaultTolerant: on a thread of its own; See Note [Releasing an aborted group] in
+  // ddp/fault_tolerant.cpp). Null when already destroyed.
+  std::shared_ptr<void> take_resources();
   // Makes every wait of this group, now and later, fail at once with ddp::PeerLostError (thread-
   // safe: another thread may call it while a rank is blocked in a collective, which then returns
   // within kAbortPollInterval). The owner then calls destroy(): Gloo closes its pairs once the
   // backend and the works holding them are released, and the peers' collectives fail with
   // PeerLostError instead of waiting for their timeout. See Note [Live recovery] in ddp/fault_tolerant.h.
   // An NCCL group's communicators are aborted too (See Note [Aborting a group] in process_group.cpp).
-  void abort();
+  // `reason` (the first abort's) ends the message of the waits it fails.
+  void abort(const std::string& reason = "");
   bool aborted() const { return aborted_.load(); }
   // How often a blocked wait looks at abort().
   static constexpr std::chrono::milliseconds kAbortPollInterval{100};
@@ -219,6 +226,8 @@ class ProcessGroup {
   Logger logger_;
   int main_first_calls_ = 0;
   std::atomic<bool> aborted_{false};
+  mutable std::mutex abort_mutex_;
+  std::string abort_reason_;  // guarded by abort_mutex_
   mutable CollectiveLog collectives_;
   CollectiveAlgorithm algorithm_ = CollectiveAlgorithm::kAuto;
   mutable std::mutex hierarchy_mutex_;

@@ -4,11 +4,14 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
+#include "ddp/base/route.h"
 #include "ddp/base/store_values.h"
 #include "ddp/base/str.h"
 #include "launcher/rdzv_plugin_api.h"
@@ -52,13 +55,21 @@ inline std::string claim(c10d::TCPStore& store, const std::string& key, const st
   return ddp::bytes_to_text(store.compareSet(key, ddp::to_bytes(current), ddp::to_bytes(mine)));
 }
 
+// A client first waits, with a real deadline, for the store to accept connections: c10d's own
+// connect retries overshoot the timeout about twofold (See Note [Bounded connect to the master] in
+// ddp/base/route.h). Throws when nothing accepted a connection within --rdzv_timeout.
 inline c10::intrusive_ptr<c10d::TCPStore> open_store(const ddp_rdzv_request& req) {
+  const auto timeout = std::chrono::milliseconds(static_cast<long long>(req.timeout_s * 1000));
+  if (req.listen_fd < 0 &&
+      !ddp::wait_until_listening(req.endpoint_host, req.endpoint_port, std::chrono::steady_clock::now() + timeout)) {
+    throw std::runtime_error("nothing accepted a connection there");
+  }
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<std::uint16_t>(req.endpoint_port);
   opts.isServer = req.listen_fd >= 0;
   if (opts.isServer) opts.masterListenFd = req.listen_fd;
   opts.waitWorkers = false;
-  opts.timeout = std::chrono::milliseconds(static_cast<long long>(req.timeout_s * 1000));
+  opts.timeout = timeout;
   return c10::make_intrusive<c10d::TCPStore>(req.endpoint_host, opts);
 }
 

@@ -5,11 +5,14 @@
 #include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include "ddp/base/error.h"
 #include "ddp/base/str.h"
@@ -191,6 +194,43 @@ int listen_on_address(const std::string& address, int port) {
   ::close(fd);
   errno = error;
   return -1;
+}
+
+bool wait_until_listening(const std::string& host, int port, std::chrono::steady_clock::time_point deadline) {
+  using std::chrono::steady_clock;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  auto backoff = std::chrono::milliseconds(20);
+  while (true) {
+    addrinfo* found = nullptr;
+    if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) == 0) {
+      for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+        const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) continue;
+        bool connected = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+        if (!connected && errno == EINPROGRESS) {
+          const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady_clock::now());
+          pollfd pfd{fd, POLLOUT, 0};
+          if (::poll(&pfd, 1, static_cast<int>(std::clamp<long long>(left.count(), 0, 1000))) == 1) {
+            int error = 0;
+            socklen_t length = sizeof error;
+            connected = ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 && error == 0;
+          }
+        }
+        ::close(fd);
+        if (connected) {
+          ::freeaddrinfo(found);
+          return true;
+        }
+      }
+      ::freeaddrinfo(found);
+    }
+    const auto now = steady_clock::now();
+    if (now >= deadline) return false;
+    std::this_thread::sleep_for(std::min<steady_clock::duration>(backoff, deadline - now));
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+  }
 }
 
 }  // namespace ddp

@@ -2,6 +2,7 @@
 // Which address of this host a rank advertises to its peers, and where the master's store listens.
 // Torch-free: the ddp library (the Gloo device, the TCPStore's socket) and ddp_launch (the
 // rendezvous' advertised address and serving socket) share it. See Note [Advertised address].
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -79,5 +80,16 @@ std::string store_listen_address(const RouteFacts& facts, bool peers_on_other_ho
 // A socket listening on the numeric address:port, SO_REUSEADDR as c10d's store sets it.
 // Returns the fd, or -1 with errno set (EADDRNOTAVAIL: not an address of this host).
 int listen_on_address(const std::string& address, int port);
+
+// Note [Bounded connect to the master]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// c10d's TCPStore client retries its connect with a back-off that overshoots the timeout (a 3 s
+// timeout gave up after 6.3 s here) and the TCPStore options' timeout is also the store's default
+// for every later get/wait, so it cannot simply be shortened. Ranks other than 0 therefore first
+// wait, with a real deadline, until something accepts connections on MASTER_ADDR:MASTER_PORT; the
+// TCPStore then connects at once. ddp_launch's rendezvous plugin does the same before it opens
+// the rendezvous store as a client (a 30 s --rdzv_timeout gave up after more than 60 s). Returns
+// false when the deadline passes first.
+bool wait_until_listening(const std::string& host, int port, std::chrono::steady_clock::time_point deadline);
 
 }  // namespace ddp

@@ -102,6 +102,10 @@ struct Plan {
   // Goes silent before this step (a partition: its connections stay open) until the others are done.
   std::optional<std::int64_t> hang_at_step;
   bool leave_during_first_recovery = false;   // leaves once its first recovery's group is built
+  // A rank that leaves or hangs is marked gone (mark_left: what its launcher says); false: nobody
+  // reports it (a partition that the launchers have not noticed yet).
+  bool marked_gone = true;
+  std::optional<std::chrono::milliseconds> group_timeout;  // this rank's, instead of Scenario::group_timeout
   bool joiner = false;  // starts as a joiner (See Scenario::hold_for_joiner_at)
 };
 struct Outcome {
@@ -116,6 +120,7 @@ struct Outcome {
   double scale = 0;                   // the GradScaler's scale at the end
   std::int64_t growth_tracker = -1;
   std::vector<std::int64_t> samples;  // the sampler's indices of the applied steps (Scenario::sampler)
+  std::string last_regroup_reason;
 };
 
 struct Scenario {
@@ -135,6 +140,9 @@ struct Scenario {
   bool sampler = false;
   // Bound of every collective: the detection bound of a silent peer.
   std::chrono::milliseconds group_timeout = ddp::testing::kRankTimeout;
+  std::chrono::milliseconds settle_timeout = 20s;  // every lost rank is marked gone, unless a Plan says not
+  // FaultTolerantOptions::watch_interval (0: no watch).
+  std::optional<std::chrono::milliseconds> watch_interval;
 };
 
 std::vector<Outcome> run(const Scenario& scenario) {
@@ -164,13 +172,14 @@ std::vector<Outcome> run(const Scenario& scenario) {
         membership_options.initial_size = scenario.initial_world;
         membership_options.initial_rank = t < scenario.initial_world ? t : -1;
         membership_options.joining = t >= scenario.initial_world;
-        membership_options.settle_timeout = 20s;  // every lost rank here is marked gone
+        membership_options.settle_timeout = scenario.settle_timeout;
         auto membership = std::make_shared<ddp::StoreMembership>(store, "thread-" + std::to_string(t),
                                                                  membership_options);
         ddp::FaultTolerantOptions options;
         options.min_world_size = scenario.min_world_size;
         options.membership_timeout = 20s;
-        options.group.timeout = scenario.group_timeout;
+        options.group.timeout = plan.group_timeout.value_or(scenario.group_timeout);
+        if (scenario.watch_interval) options.watch_interval = *scenario.watch_interval;
         // See Scenario::sampler: the sampler follows each new group (FaultTolerantOptions::on_new_group).
         std::optional<ddp::samplers::DistributedSampler> sampler;
         std::int64_t consumed = 0;  // samples of the epoch the applied steps trained on, all ranks
@@ -207,7 +216,7 @@ std::vector<Outcome> run(const Scenario& scenario) {
         if (scenario.scaler) ft.track(scaler);
         if (scenario.sampler) ft.track("consumed", consumed);
         const auto leave = [&] {
-          membership->mark_left(ft.membership().round);
+          if (plan.marked_gone) membership->mark_left(ft.membership().round);
           ft.group()->abort();
           ft.group()->destroy();
           out.left = true;
@@ -217,8 +226,9 @@ std::vector<Outcome> run(const Scenario& scenario) {
         while (ft.steps() < scenario.total_steps) {
           if (plan.leave_at_step && ft.steps() == *plan.leave_at_step) return leave();
           if (plan.hang_at_step && ft.steps() == *plan.hang_at_step) {
-            // The launcher knows a partitioned host is gone; its connections stay open here.
-            membership->mark_left(ft.membership().round);
+            // The launcher knows a partitioned host is gone (unless the plan says not); its
+            // connections stay open here.
+            if (plan.marked_gone) membership->mark_left(ft.membership().round);
             const auto deadline = std::chrono::steady_clock::now() + 60s;
             while (finished.load() < scenario.initial_world - 1 && std::chrono::steady_clock::now() < deadline) {
               std::this_thread::sleep_for(1ms);
@@ -266,6 +276,7 @@ std::vector<Outcome> run(const Scenario& scenario) {
         out.final_params = flat(*net);
         out.steps = ft.steps();
         out.regroups = ft.regroups();
+        out.last_regroup_reason = ft.last_regroup_reason();
         if (powersgd) out.hook_iterations = powersgd->iteration();
         out.scale = scaler.get_scale();
         out.growth_tracker = scaler.growth_tracker();
@@ -344,9 +355,52 @@ TEST_CASE("a silent peer (a partition): detected by the group's timeout, then th
   scenario.total_steps = 3;
   scenario.plans[2].hang_at_step = 1;
   scenario.group_timeout = 3s;
+  scenario.watch_interval = 0ms;  // the timeout's path (the watch would see the mark first)
   const auto outcomes = run(scenario);
   CHECK(outcomes[2].left);
   check_survivors(outcomes, {3, 2, 2});
+}
+
+// The watch (See Note [Watching the round] in ddp/fault_tolerant.cpp). A silent peer that its
+// launcher marked gone: the survivors' watch aborts the collective they wait in, long before the
+// group's timeout (60 s); their recovery says so.
+TEST_CASE("a silent peer marked gone: the watch ends the survivors' wait, not the group's timeout", "[live]") {
+  Scenario scenario;
+  scenario.initial_world = 3;
+  scenario.total_steps = 3;
+  scenario.plans[2].hang_at_step = 1;
+  scenario.group_timeout = 60s;
+  const auto outcomes = run(scenario);
+  CHECK(outcomes[2].left);
+  check_survivors(outcomes, {3, 2, 2});
+  for (int t : {0, 1}) {
+    INFO("thread " << t);
+    CHECK_THAT(outcomes[static_cast<std::size_t>(t)].last_regroup_reason,
+               Catch::Contains("the process group was aborted: 1 member(s) of round 1 marked gone (the membership watch)"));
+  }
+}
+
+// What hosts.live_recovery met once under load (Note [Watching the round]): one survivor regrouped (here: its timeout is
+// short), another still waits in the round's collective (its timeout is long) and nobody marked the
+// silent peer gone, so the next round closes after the settle timeout with whoever arrived. The
+// watch sees a member arrive in the next round and aborts the waiting rank's group, which arrives in
+// time: both go on at world size 2. Without the watch rank 0 misses round 2 and thread 1 trains alone
+// (world size 1) until rank 0 joins (the world sizes differ from {3, 2, 2, 2}).
+TEST_CASE("a member that went on to the next round: the watch ends the others' wait", "[live]") {
+  Scenario scenario;
+  scenario.initial_world = 3;
+  scenario.total_steps = 4;
+  scenario.settle_timeout = 4s;
+  scenario.group_timeout = 60s;
+  scenario.plans[2].hang_at_step = 1;
+  scenario.plans[2].marked_gone = false;
+  scenario.plans[1].group_timeout = 1s;
+  const auto outcomes = run(scenario);
+  CHECK(outcomes[2].left);
+  check_survivors(outcomes, {3, 2, 2, 2});
+  CHECK_THAT(outcomes[0].last_regroup_reason,
+             Catch::Contains("1 member(s) of round 1 went on to round 2 (the membership watch)"));
+  CHECK_THAT(outcomes[1].last_regroup_reason, Catch::Contains("timed out"));
 }
 
 TEST_CASE("a failure during recovery: recovery retries with the next round", "[live]") {

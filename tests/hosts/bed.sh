@@ -4,7 +4,8 @@
 #                                     (a TOOL --no-data: the test needs no data set);
 #                                     sets name (the bed) and work (a scratch folder)
 #   bed_fail LABEL MESSAGE            prints FAIL (LABEL): MESSAGE and the tail of every $work/host*.log,
-#                                     exits 1
+#                                     exits 1; with BED_KEEP_FAILED=DIR set, copies $work into DIR first
+#                                     (to read a failed run's files)
 #   bed_wait_for SECONDS FILE TEXT    waits until FILE holds TEXT; fails (through the caller's `fail`)
 #                                     after SECONDS
 # A bed of a run that was SIGKILLed (a CTest timeout) is removed by the next run of the same test.
@@ -47,6 +48,9 @@ bed_fail() {
     echo "---- $log"
     tail -n 30 "$log"
   done
+  if [[ -n ${BED_KEEP_FAILED:-} ]]; then
+    mkdir -p "$BED_KEEP_FAILED" && cp -r "$work" "$BED_KEEP_FAILED/" && echo "kept $work in $BED_KEEP_FAILED"
+  fi
   exit 1
 }
 

@@ -11,8 +11,8 @@
 #     computed here from the records (not by the sampler's code): ceil(m / R) * R - m repeats of the
 #     epoch order's first samples; only the last epoch may be cut off; at least one padded sample;
 #   - the batches and the parameters equal those of DEMO --reference SCHEDULE (one process), the
-#     parameters within 1e-5 relative (1e-6 absolute): the all-reduce sums in another order; and a
-#     reference one step off does not match (the comparison can fail).
+#     parameters within 1e-5 of their scale (same_params); and a reference one step off does not
+#     match (the comparison can fail).
 # Sets live_schedule (WORLD:STEPS runs) and live_samples_checked (a summary).
 #   live_start_hosts START K...   runs `START K` for each host K, the first one's launcher (it serves the
 #                                 rendezvous store on port 29400) listening before the others start
@@ -120,7 +120,7 @@ live_check_training() {
     (($(wc -l <"$work/params.$pid") == $(wc -l <"$work/reference"))) ||
       fail "worker $pid and the reference have different parameter counts"
     same_params "$work/params.$pid" "$work/reference" ||
-      fail "worker $pid's parameters differ from the reference's (schedule $schedule): $(paste "$work/params.$pid" "$work/reference" | head -3)"
+      fail "worker $pid's parameters differ from the reference's (schedule $schedule): $(worst_params "$work/params.$pid" "$work/reference")"
   done
   # The comparison can fail: the reference of a schedule one step off differs.
   off_by_one=$(awk 'BEGIN { FS = OFS = "," } { split($1, a, ":"); $1 = a[1] ":" a[2] + 1; print }' <<<"$schedule")
@@ -131,11 +131,21 @@ live_check_training() {
   live_samples_checked=$(cat "$work/samples.out")
 }
 
-same_params() {  # same_params A B: equal within 1e-5 relative (1e-6 absolute)
+# same_params A B: every value of A within 1e-5 x (the largest |value| of B) of B's. Why not per value:
+# the live run's all-reduce sums the ranks' gradients in another order than the reference does, and
+# after 260 steps of momentum SGD the rounding has grown to ~6e-7 absolute on values of every size (a
+# reference that only sums its ranks in reverse order: 5.96e-7 and 6.00e-7 at most, on parameters up to
+# 1.4, schedules 3:10,2:16,3:1,2:3,3:230 and 3:10,2:21,3:1,2:4,3:224), which is 1e-4 relative on the
+# small ones; the bound is ~1.4e-5 there. A reference one step off is 7e-3 to 0.28 away.
+same_params() {
   paste "$1" "$2" | awk '
-    { d = $1 - $2; d = d < 0 ? -d : d; a = $1 < 0 ? -$1 : $1; b = $2 < 0 ? -$2 : $2; m = a > b ? a : b }
-    d > 1e-5 * m && d > 1e-6 { bad++ }
-    END { exit !(NR > 0 && bad == 0) }'
+    { d = $1 - $2; diff[NR] = d < 0 ? -d : d; b = $2 < 0 ? -$2 : $2; if (b > scale) scale = b }
+    END { if (NR == 0 || scale == 0) exit 1; for (i = 1; i <= NR; i++) if (diff[i] > 1e-5 * scale) exit 1 }'
+}
+
+worst_params() {  # worst_params A B: the 3 lines ("line N: a b") that differ most
+  paste "$1" "$2" | awk '{ d = $1 - $2; printf "%.9g line %d: %s %s\n", d < 0 ? -d : d, NR, $1, $2 }' |
+    sort -g -r | head -3 | cut -d " " -f 2- | paste -s -d ";" -
 }
 
 live_start_hosts() {

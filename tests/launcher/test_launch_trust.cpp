@@ -1,6 +1,9 @@
 // Process tests of what ddp_launch trusts (issue 21): log folders another user prepared, stale error
 // files, the rendezvous store's address, foreign clients of the store, and c10d's error output.
 // See Note [Log folders] (launcher/log_layout.cpp) and see Note [Rendezvous token] (launcher/rdzv_records.cpp).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -196,6 +199,29 @@ TEST_CASE("another user's links in a sticky shared folder: a root job's logs nev
 
 namespace {
 
+// One row of /proc/net/tcp or tcp6: addresses as "HEXADDR:HEXPORT", the state ("0A": LISTEN,
+// "01": ESTABLISHED), the socket's inode.
+struct TcpSocket {
+  std::string local, remote, state, inode;
+};
+std::vector<TcpSocket> tcp_sockets() {
+  std::vector<TcpSocket> sockets;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::istringstream lines(read_text(table));
+    std::string line;
+    std::getline(lines, line);  // header
+    while (std::getline(lines, line)) {
+      std::istringstream fields(line);
+      TcpSocket socket;
+      std::string slot, queues, timer, retransmits, uid, timeout;
+      fields >> slot >> socket.local >> socket.remote >> socket.state >> queues >> timer >> retransmits >> uid >>
+          timeout >> socket.inode;
+      sockets.push_back(socket);
+    }
+  }
+  return sockets;
+}
+
 // Whether a socket listens on 0.0.0.0/:: (every interface) or on 127.0.0.1 at `port`, from /proc/net.
 struct Listening {
   bool any = false;
@@ -206,24 +232,17 @@ Listening listening_on(int port) {
   Listening found;
   char hex_port[8];
   std::snprintf(hex_port, sizeof hex_port, "%04X", port);
-  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
-    std::istringstream lines(read_text(table));
-    std::string line;
-    std::getline(lines, line);  // header
-    while (std::getline(lines, line)) {
-      std::istringstream fields(line);
-      std::string slot, local, remote, state;
-      fields >> slot >> local >> remote >> state;
-      if (state != "0A" || local.substr(local.find(':') + 1) != hex_port) continue;  // 0A: LISTEN
-      const std::string addr = local.substr(0, local.find(':'));
-      if (addr.find_first_not_of('0') == std::string::npos) {
-        found.any = true;
-      } else if (addr == "0100007F" || addr == "00000000000000000000000001000000" ||
-                 addr == "0000000000000000FFFF00000100007F") {
-        found.loopback = true;
-      } else {
-        found.other = true;
-      }
+  for (const TcpSocket& socket : tcp_sockets()) {
+    const std::string& local = socket.local;
+    if (socket.state != "0A" || local.substr(local.find(':') + 1) != hex_port) continue;
+    const std::string addr = local.substr(0, local.find(':'));
+    if (addr.find_first_not_of('0') == std::string::npos) {
+      found.any = true;
+    } else if (addr == "0100007F" || addr == "00000000000000000000000001000000" ||
+               addr == "0000000000000000FFFF00000100007F") {
+      found.loopback = true;
+    } else {
+      found.other = true;
     }
   }
   return found;
@@ -242,6 +261,29 @@ bool wait_listening(int port, std::chrono::milliseconds timeout) {
     const Listening l = listening_on(port);
     if (l.loopback || l.any || l.other) return true;
     std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+// Whether process `pid` holds an established TCP connection to 127.0.0.1:port (its sockets' inodes
+// from /proc/PID/fd, the connections from /proc/net/tcp and tcp6).
+bool connected_to(pid_t pid, int port) {
+  std::set<std::string> inodes;
+  const std::string fds = "/proc/" + std::to_string(pid) + "/fd";
+  for (const std::string& fd : list_dir(fds)) {
+    char target[128];
+    const ssize_t n = ::readlink((fds + "/" + fd).c_str(), target, sizeof target - 1);
+    if (n <= 0) continue;
+    const std::string link(target, static_cast<std::size_t>(n));
+    if (link.rfind("socket:[", 0) == 0) inodes.insert(link.substr(8, link.size() - 9));
+  }
+  char remote_port[8];
+  std::snprintf(remote_port, sizeof remote_port, ":%04X", port);
+  // c10d's client socket is IPv6 with a v4-mapped address: both forms.
+  const std::set<std::string> remotes = {"0100007F" + std::string(remote_port),
+                                         "0000000000000000FFFF00000100007F" + std::string(remote_port)};
+  for (const TcpSocket& socket : tcp_sockets()) {
+    if (socket.state == "01" && remotes.count(socket.remote) != 0 && inodes.count(socket.inode) != 0) return true;
   }
   return false;
 }
@@ -326,7 +368,15 @@ TEST_CASE("a store that goes away mid-rendezvous: one line, no c10d backtrace", 
   Child server(node());
   REQUIRE(wait_listening(port, 20s));
   Child client(node());
-  std::this_thread::sleep_for(500ms);  // the client has joined and waits for the third node
+  // The client has connected (under ASan its start alone can take longer than a fixed sleep; killed
+  // before it connects, the server is a store that never came up: the next test), then has joined
+  // and waits for the third node.
+  const auto connect_deadline = std::chrono::steady_clock::now() + 20s;
+  while (!connected_to(client.pid(), port) && std::chrono::steady_clock::now() < connect_deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  REQUIRE(connected_to(client.pid(), port));
+  std::this_thread::sleep_for(300ms);
   server.signal(SIGKILL);
   REQUIRE(server.wait(5s));
   const auto outcome = client.wait(40s);
@@ -337,6 +387,35 @@ TEST_CASE("a store that goes away mid-rendezvous: one line, no c10d backtrace", 
   CHECK(outcome->err.find("Exception raised from") == std::string::npos);
   CHECK(std::count(outcome->err.begin(), outcome->err.end(), '\n') == 2);  // "waiting for 3 nodes", the error
   CHECK_THAT(outcome->err, Catch::Contains("ddp_launch: error: rendezvous 'gone' at " + endpoint));
+  CHECK(list_dir(dir.path()).empty());
+}
+
+TEST_CASE("a store that never comes up: the client gives up at --rdzv_timeout", "[process][rdzv]") {
+  // A socket bound to the endpoint without listening: the launcher cannot serve the store there
+  // (EADDRINUSE), so it is a client, and every connect is refused. c10d's own connect retries gave
+  // up after twice the timeout (10 s -> 22 s; a 30 s one outlasted the test above's 40 s wait);
+  // the launcher waits for the store with its own deadline (Note [Bounded connect to the master]).
+  TempDir dir;
+  const int holder = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(holder >= 0);
+  sockaddr_in where{};
+  where.sin_family = AF_INET;
+  where.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(holder, reinterpret_cast<sockaddr*>(&where), sizeof where) == 0);
+  socklen_t length = sizeof where;
+  REQUIRE(::getsockname(holder, reinterpret_cast<sockaddr*>(&where), &length) == 0);
+  const std::string endpoint = "127.0.0.1:" + std::to_string(ntohs(where.sin_port));
+  Child client({launcher_path(), "--nnodes", "2", "--rdzv_endpoint", endpoint, "--rdzv_id", "never", "--rdzv_timeout",
+                "10", worker_path(), "--out", dir.path()});
+  const auto outcome = client.wait(18s);
+  ::close(holder);
+  REQUIRE(outcome);
+  INFO(outcome->err);
+  CHECK(outcome->exit_code == 1);
+  CHECK(outcome->err.find("frame #") == std::string::npos);
+  CHECK_THAT(outcome->err, Catch::Contains("ddp_launch: error: rendezvous 'never': could not reach the store at " +
+                                           endpoint + " within 10 s (--rdzv_timeout)"));
+  CHECK_THAT(outcome->err, Catch::Contains("nothing accepted a connection there"));
   CHECK(list_dir(dir.path()).empty());
 }
 
