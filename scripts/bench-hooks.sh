@@ -4,6 +4,8 @@
 #   scripts/bench-hooks.sh OUT_DIR
 # Settings from the environment (defaults in brackets):
 #   HOSTS ["2 4"]  RATES ["1gbit 100mbit"]  MODELS ["resnet18 lenet"; none: busbw only]
+#   DELAY [1ms]: one-way delay on every host's link (a round trip between two hosts: twice it);
+#   0 adds none
 #   HOOKS ["allreduce fp16 powersgd:1 powersgd:2 powersgd:4"]  WARMUP [3]  ITERS [4]
 #   BATCH_resnet18 [16]  BATCH_lenet [64]  ALLREDUCE_BYTES ["8388608 67108864"]  PYTHON_SIDE [1]
 #   TORCH_TRIES [3]: tries of each PyTorch run before it is recorded as failed
@@ -16,8 +18,9 @@
 #   the cores when there are fewer) and the one-host baseline on the first core, so N hosts have N
 #   times one host's compute as separate machines do; auto pins a host count that fits in the cores
 #   (on 2 cores: 2 hosts, not 4) and always the baseline; 0 pins nothing.
-# For every rate and host count: one cluster with every host's link shaped to the rate (tbf; the
-# kernel has no sch_netem here, so no delay is added), 1 worker per host; busbw of allreduce_bench
+# For every rate and host count: one cluster with every host's link shaped to the rate and DELAY
+# (netem; where the kernel has no sch_netem, tbf and link_delay: tests/hosts/link_delay.cpp, Note [A
+# delay line without netem]), 1 worker per host; busbw of allreduce_bench
 # (unsliced and as the library chooses) and of PyTorch's dist.all_reduce (benchmarks/allreduce_reference.py);
 # then per model and hook ddp_bench --mode ddp (C++) and benchmarks/hooks_reference.py under
 # torchrun (PyTorch's DDP with PyTorch's hook). One host's figure (ddp_bench --mode single, no
@@ -43,6 +46,9 @@ python_side=${PYTHON_SIDE:-1}
 torch_tries=${TORCH_TRIES:-3}
 rounds=${ROUNDS:-1}
 ar_iters=${AR_ITERS:-3}
+delay=${DELAY:-1ms}
+[[ $delay == 0 || $delay =~ ^[0-9]+(\.[0-9]+)?(us|ms|s)$ ]] ||
+  { echo "bench-hooks.sh: DELAY must be 0 or a time with its unit (e.g. 1ms, 500us), got '$delay'" >&2; exit 2; }
 [[ $rounds =~ ^[1-9][0-9]*$ && $ar_iters =~ ^[1-9][0-9]*$ ]] ||
   { echo "bench-hooks.sh: ROUNDS and AR_ITERS must be positive integers, got '$rounds' and '$ar_iters'" >&2; exit 2; }
 cluster=$DDP_ROOT/scripts/netns-cluster.sh
@@ -56,12 +62,15 @@ reason=$("$cluster" check) || {
   echo "bench-hooks.sh: $reason" >&2
   exit 2
 }
-for b in ddp_launch ddp_bench allreduce_bench; do
+for b in ddp_launch ddp_bench allreduce_bench link_delay; do
   [[ -x $bin/$b ]] || {
-    echo "bench-hooks.sh: $bin/$b is missing: DDP_BUILD_TARGETS=\"ddp_launch ddp_bench allreduce_bench\" scripts/build.sh" >&2
+    echo "bench-hooks.sh: $bin/$b is missing: DDP_BUILD_TARGETS=\"ddp_launch ddp_bench allreduce_bench link_delay\" scripts/build.sh" >&2
     exit 2
   }
 done
+export DDP_LINK_DELAY=$bin/link_delay  # netns-cluster.sh's delay line where the kernel has no sch_netem
+delay_args=()
+[[ $delay == 0 ]] || delay_args=(--delay "$delay")
 [[ -x $torchrun ]] || python_side=0
 mkdir -p "$out"
 csv=$out/hooks.csv
@@ -152,8 +161,8 @@ port=29700
 for rate in $rates; do
   for n in $hosts_list; do
     name="bk$$${rate//[^a-z0-9]/}h$n"
-    "$cluster" up "$name" "$n" --rate "$rate"
-    echo "cluster $name: $n hosts, links at $rate, $([[ -n $(pinned "$n" 0) ]] && echo "host K pinned to core K" || echo "not pinned") ($(load))"
+    "$cluster" up "$name" "$n" --rate "$rate" "${delay_args[@]}"
+    echo "cluster $name: $n hosts, links at $rate, delay $delay, $([[ -n $(pinned "$n" 0) ]] && echo "host K pinned to core K" || echo "not pinned") ($(load))"
     port=$((port + 1))
     for ((round = first_round; round < first_round + rounds; round++)); do
       for bytes in $allreduce_bytes; do

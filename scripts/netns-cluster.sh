@@ -10,13 +10,17 @@
 # namespace NAME-sw of its own: nothing is added to this machine's namespace, there is no default
 # route and no uplink, so traffic never leaves the machine. Each host has a UTS namespace with the
 # hostname hostK and an /etc/hosts as on a stock Debian host (hostK -> 127.0.1.1) plus every other
-# host's name and address. --rate/--delay/--loss shape every host's link with tc netem (e.g. 100mbit,
-# 20ms, 1%; delay and loss need the kernel's sch_netem, a rate alone uses tbf); --shape
-# K:RATE:DELAY:LOSS shapes one host's (empty fields: unshaped). NAME (letters and digits) is unique
-# per test run: the tests use a prefix and their pid, so runs go in parallel.
+# host's name and address. --rate/--delay/--loss shape every host's link (e.g. 100mbit, 1ms, 1%): with
+# tc netem where the kernel has sch_netem; else the rate with tbf and the delay and loss on the
+# host's incoming packets by link_delay (tests/hosts/link_delay.cpp, Note [A delay line without
+# netem]; found at $DDP_LINK_DELAY or build/bin/link_delay, with iptables); a rate alone uses tbf.
+# --shape K:RATE:DELAY:LOSS shapes one host's (empty fields: unshaped). NAME (letters and digits) is
+# unique per test run: the tests use a prefix and their pid, so runs go in parallel.
 set -euo pipefail
 
 subnet=198.18.0
+script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+run_root=/run/netns-cluster  # per host: the delay line's pid file and log
 
 die() {
   echo "netns-cluster.sh: $*" >&2
@@ -70,20 +74,72 @@ tbf_burst() {  # tbf_burst RATE: bytes, for tc's rate units (bit, kbit, mbit, gb
   }'
 }
 
-shape() {  # shape NAME K RATE DELAY LOSS: tbf for a rate alone, netem for delay or loss
+shape() {  # shape NAME K RATE DELAY LOSS: tbf for a rate alone, netem (or tbf and link_delay) for delay or loss
   local ns="$1-h$2"
+  stop_delay_line "$ns"
   if [[ -n $4 || -n $5 ]]; then
     local args=()
     [[ -n $3 ]] && args+=(rate "$3")
     [[ -n $4 ]] && args+=(delay "$4")
     [[ -n $5 ]] && args+=(loss "$5")
-    ip netns exec "$ns" tc qdisc replace dev eth0 root netem "${args[@]}" ||
-      die "host $2: tc netem failed (the kernel needs sch_netem for --delay/--loss)"
+    ip netns exec "$ns" tc qdisc replace dev eth0 root netem "${args[@]}" 2>/dev/null && return
+    # No sch_netem in this kernel: see Note [A delay line without netem] (tests/hosts/link_delay.cpp).
+    [[ -z $3 ]] || shape_rate "$ns" "$2" "$3"
+    start_delay_line "$ns" "$2" "$4" "$5"
   elif [[ -n $3 ]]; then
-    # See Note [tbf burst].
-    ip netns exec "$ns" tc qdisc replace dev eth0 root tbf rate "$3" burst "$(tbf_burst "$3")" latency 400ms ||
-      die "host $2: tc tbf rate $3 failed"
+    shape_rate "$ns" "$2" "$3"
   fi
+}
+
+shape_rate() {  # shape_rate NS K RATE
+  # See Note [tbf burst].
+  ip netns exec "$1" tc qdisc replace dev eth0 root tbf rate "$3" burst "$(tbf_burst "$3")" latency 400ms ||
+    die "host $2: tc tbf rate $3 failed"
+}
+
+iptables_command() {  # the kernel's x_tables NFQUEUE target: iptables-legacy where both exist
+  command -v iptables-legacy || command -v iptables ||
+    die "--delay/--loss without sch_netem need iptables (Debian's iptables package; scripts/setup.sh installs it)"
+}
+
+start_delay_line() {  # start_delay_line NS K DELAY LOSS
+  local ns=$1 k=$2 tool=${DDP_LINK_DELAY:-$script_dir/../build/bin/link_delay} iptables
+  [[ -x $tool ]] || die "host $k: this kernel has no sch_netem, and --delay/--loss then need link_delay" \
+    "(not at $tool: build it with scripts/build.sh, or set DDP_LINK_DELAY to it)"
+  iptables=$(iptables_command)
+  local dir=$run_root/$ns args=()
+  mkdir -p "$dir"
+  rm -f "$dir/link_delay.pid"
+  [[ -n $3 ]] && args+=(--delay "$3")
+  [[ -n $4 ]] && args+=(--loss "$4")
+  ip netns exec "$ns" setsid "$tool" "${args[@]}" --seed "$((k + 1))" --ready-file "$dir/link_delay.pid" \
+    </dev/null >"$dir/link_delay.log" 2>&1 &
+  local pid=$! waited
+  for ((waited = 0; waited < 100; waited++)); do  # 5 s at most
+    [[ -s $dir/link_delay.pid ]] && break
+    kill -0 "$pid" 2>/dev/null || die "host $k: $(head -n 1 "$dir/link_delay.log")"
+    sleep 0.05
+  done
+  [[ -s $dir/link_delay.pid ]] || die "host $k: link_delay did not bind its queue within 5 s ($dir/link_delay.log)"
+  # --queue-bypass: packets pass undelayed rather than dropped when no link_delay is bound.
+  ip netns exec "$ns" "$iptables" -w 5 -A INPUT -i eth0 -j NFQUEUE --queue-num 0 --queue-bypass ||
+    die "host $k: iptables could not send eth0's incoming packets to NFQUEUE 0"
+}
+
+stop_delay_line() {  # stop_delay_line NS: the host's link_delay and its rule, where there are
+  local ns=$1 dir=$run_root/$1 pid
+  [[ -s $dir/link_delay.pid ]] || return 0
+  pid=$(<"$dir/link_delay.pid")
+  ip netns exec "$ns" "$(iptables_command)" -w 5 -D INPUT -i eth0 -j NFQUEUE --queue-num 0 --queue-bypass \
+    2>/dev/null || true
+  kill -TERM "$pid" 2>/dev/null || true
+  local waited state
+  for ((waited = 0; waited < 40; waited++)); do  # 2 s at most; a zombie has let its queue go
+    state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || break
+    [[ $state == Z ]] && break
+    sleep 0.05
+  done
+  rm -f "$dir/link_delay.pid"
 }
 
 up() {
@@ -141,7 +197,7 @@ down() {
     # Processes still inside would keep the namespace's network alive: end them first.
     for pid in $(ip netns pids "$ns" 2>/dev/null || true); do kill -KILL "$pid" 2>/dev/null || true; done
     ip netns del "$ns" 2>/dev/null || true
-    rm -rf "/etc/netns/$ns"
+    rm -rf "/etc/netns/$ns" "${run_root:?}/$ns"
   done
 }
 

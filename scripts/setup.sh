@@ -15,6 +15,7 @@ debian_packages=(g++ cmake ninja-build pkg-config libcxxopts-dev libspdlog-dev c
                  libcpp-httplib-dev prometheus  # ddp_launch --metrics_port and its test (docs/observability.md)
                  libssl-dev                    # the rendezvous plugin's HMAC proofs (docs/launcher.md)
                  iproute2                      # scripts/netns-cluster.sh, the hosts tests (docs/hosts.md)
+                 iptables                      # netns-cluster.sh --delay/--loss without sch_netem (link_delay)
                  openssh-server openssh-client pdsh clustershell  # --hostfile's tests: an sshd per namespace host
                  slurmctld slurmd slurm-client munge openmpi-bin  # hosts.slurm_cluster, hosts.mpirun (docs/launcher.md)
                  gnuplot-nox                    # scripts/plot_bench.sh and its test

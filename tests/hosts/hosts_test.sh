@@ -208,6 +208,20 @@ fault_job() {
 
 host0=$("$cluster" addr "$name" 0)
 port=29500
+# A TCP echo on port 7000 of the address given, and its client: the least of 20 round trips, in ms.
+echo_server='import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((sys.argv[1], 7000)); s.listen()
+c = s.accept()[0]; c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+while (d := c.recv(64)): c.sendall(d)'
+echo_client='import socket, sys, time
+for attempt in range(50):
+    try: c = socket.create_connection((sys.argv[1], 7000), timeout=2); break
+    except ConnectionRefusedError: time.sleep(0.1)
+c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1); best = 1e9
+for i in range(20):
+    t = time.perf_counter(); c.sendall(b"x"); c.recv(64); best = min(best, time.perf_counter() - t)
+print("%.3f" % (best * 1e3))'
+
 case $scenario in
   bed)
     # The bed itself: names, Debian's /etc/hosts, no way out, shaping, and nothing left after down.
@@ -224,6 +238,32 @@ case $scenario in
     [[ $("$cluster" exec "${name}b" 1 tc qdisc show dev eth0) == *"tbf"*"rate 10Mbit"* ]] || fail "host 1 is not shaped"
     "$cluster" down "${name}b"
     [[ -z $(ip netns list | grep "^${name}b-") && ! -e /etc/netns/${name}b-h0 ]] || fail "down left something behind"
+    ;;
+  delay)
+    # --delay and --loss (netem, or tbf and link_delay where the kernel has no sch_netem): 5 ms on
+    # each host's link is a round trip of 10 ms at least; 100% loss lets nothing through; down
+    # leaves no delay line behind; a bad delay is one line and nothing made.
+    "$cluster" down "$name"  # this scenario makes its own hosts
+    "$cluster" up "${name}b" 2 --delay 5ms || fail "up with --delay 5ms failed"
+    "$cluster" exec "${name}b" 1 timeout -s KILL 20 python3 -c "$echo_server" "$("$cluster" addr "${name}b" 1)" &
+    pids+=($!)
+    rtt=$("$cluster" exec "${name}b" 0 timeout -s KILL 20 python3 -c "$echo_client" "$("$cluster" addr "${name}b" 1)") ||
+      fail "no round trip between host 0 and host 1 with --delay 5ms"
+    echo "round trip with 5 ms on each link: $rtt ms at least (10 expected)"
+    awk -v rtt="$rtt" 'BEGIN { exit !(rtt >= 10) }' || fail "round trip $rtt ms: under the 10 ms of two 5 ms links"
+    "$cluster" down "${name}b"
+    [[ -z $(pgrep -f "link_delay.*/${name}b-h" || true) ]] || fail "down left a delay line running"
+    [[ -z $(ip netns list | grep "^${name}b-") && ! -e /run/netns-cluster/${name}b-h0 ]] || fail "down left something behind"
+    "$cluster" up "${name}b" 2 --shape 1:::100% || fail "up with 100% loss on host 1 failed"
+    "$cluster" exec "${name}b" 1 timeout -s KILL 20 python3 -c "$echo_server" "$("$cluster" addr "${name}b" 1)" &
+    pids+=($!)
+    sleep 0.5
+    "$cluster" exec "${name}b" 0 timeout -s KILL 3 python3 -c "$echo_client" "$("$cluster" addr "${name}b" 1)" \
+      >/dev/null 2>&1 && fail "a connection reached host 1 through 100% loss"
+    "$cluster" down "${name}b"
+    out=$("$cluster" up "${name}b" 2 --delay 5 2>&1) && fail "up accepted --delay 5 (no unit)"
+    [[ $(wc -l <<<"$out") == 1 && $out == *"--delay"* ]] || fail "a bad --delay gave: $out"
+    [[ -z $(ip netns list | grep "^${name}b-") ]] || fail "a failed up left hosts behind"
     ;;
   static_equivalence)
     # Static rendezvous, master given as host0's address, 3 hosts x 2 workers: DDP's parameters equal
