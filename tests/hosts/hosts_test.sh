@@ -261,6 +261,13 @@ case $scenario in
     "$cluster" exec "${name}b" 0 timeout -s KILL 3 python3 -c "$echo_client" "$("$cluster" addr "${name}b" 1)" \
       >/dev/null 2>&1 && fail "a connection reached host 1 through 100% loss"
     "$cluster" down "${name}b"
+    # link_delay itself (where netns-cluster.sh uses it): each bad option is one line and exit 2.
+    if [[ -x ${DDP_LINK_DELAY:-} ]]; then
+      for bad in "--delay 5" "--delay 1ms --loss 150%" "--delay 1ms --queue 70000" "--delay 1ms --bogus" "--loss"; do
+        out=$("$DDP_LINK_DELAY" $bad 2>&1) && fail "link_delay accepted $bad"
+        [[ $? == 2 && $(wc -l <<<"$out") == 1 && $out == "link_delay: "* ]] || fail "link_delay $bad gave: $out"
+      done
+    fi
     out=$("$cluster" up "${name}b" 2 --delay 5 2>&1) && fail "up accepted --delay 5 (no unit)"
     [[ $(wc -l <<<"$out") == 1 && $out == *"--delay"* ]] || fail "a bad --delay gave: $out"
     [[ -z $(ip netns list | grep "^${name}b-") ]] || fail "a failed up left hosts behind"

@@ -126,6 +126,9 @@ Options parse_options(int argc, char** argv) {
       std::printf("usage: link_delay --delay D [--loss P%%] [--seed N] [--queue N] [--ready-file PATH]\n");
       std::exit(0);
     }
+    const bool known = flag == "--delay" || flag == "--loss" || flag == "--seed" || flag == "--queue" ||
+                       flag == "--ready-file";
+    if (!known) throw UsageError("unknown option " + flag + " (link_delay --help)");
     if (i + 1 >= argc) throw UsageError(flag + " needs a value (link_delay --help)");
     const std::string value = argv[++i];
     if (flag == "--delay") {
@@ -137,10 +140,8 @@ Options parse_options(int argc, char** argv) {
       options.seed = parse_count(flag, value, ~0ULL);
     } else if (flag == "--queue") {
       options.queue = static_cast<std::uint16_t>(parse_count(flag, value, 65535));
-    } else if (flag == "--ready-file") {
+    } else {  // --ready-file
       options.ready_file = value;
-    } else {
-      throw UsageError("unknown option " + flag + " (link_delay --help)");
     }
   }
   if (!have_delay && options.loss == 0) throw UsageError("nothing to do: give --delay and/or --loss");
