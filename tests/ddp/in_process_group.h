@@ -26,8 +26,8 @@ namespace ddp::testing {
 inline constexpr std::chrono::milliseconds kRankTimeout{30000};
 
 // Runs body(group) for ranks 0..world_size-1, each on its own thread, and returns each rank's
-// result (index = rank). Once every thread has ended, the lowest rank's exception, if any, is
-// rethrown as ddp::Error naming the rank.
+// result (index = rank). Once every thread has ended, the failed ranks' exceptions, if any, are
+// thrown as one ddp::Error naming each rank, lowest first.
 // `host_of_rank` (optional) names rank r's host: several faked hosts for the topology of the
 // hierarchical collectives (see Note [Host topology] in ddp/topology.h).
 template <class Result>
@@ -54,14 +54,18 @@ std::vector<Result> run_ranks(int world_size, const std::function<Result(Process
     });
   }
   for (auto& thread : threads) thread.join();
+  // Every failed rank's message: the first to fail is not always the lowest rank, and a rank whose
+  // peer failed reports only "Connection closed by peer".
+  std::string failures;
   for (int rank = 0; rank < world_size; ++rank) {
     if (!errors[static_cast<std::size_t>(rank)]) continue;
     try {
       std::rethrow_exception(errors[static_cast<std::size_t>(rank)]);
     } catch (const std::exception& error) {
-      throw Error(str("rank ", rank, " of ", world_size, ": ", error.what()));
+      failures += str(failures.empty() ? "" : "; ", "rank ", rank, " of ", world_size, ": ", error.what());
     }
   }
+  if (!failures.empty()) throw Error(failures);
   return results;
 }
 
