@@ -83,6 +83,8 @@ TEST_CASE("allreduce_slices: min(ceil(bytes / slice), numel) slices in order, si
 // test keeps tens of slices in flight, uneven sizes and the unsliced small tensors (35 runs beside
 // five passes of the ddp and launch tests: no failure).
 TEST_CASE("sliced all-reduce: exact results across world sizes, sizes, dtypes and ops", "[sliced]") {
+  // 32-64 elements a slice, up to 32 slices in flight. See Note [Slices in flight in one process].
+  constexpr std::int64_t kSliceBytes = 256;
   for (const int world : {2, 3, 4}) {
     for (const torch::Dtype dtype : {torch::kFloat, torch::kDouble}) {
       CAPTURE(world, dtype);
@@ -95,8 +97,7 @@ TEST_CASE("sliced all-reduce: exact results across world sizes, sizes, dtypes an
       };
       const auto seen = ddp::testing::run_ranks<Seen>(world, [&](ddp::ProcessGroup& group) {
         Seen s;
-        // 32-64 elements a slice, up to 32 slices in flight. See Note [Slices in flight in one process].
-        group.set_allreduce_slice_bytes(256);
+        group.set_allreduce_slice_bytes(kSliceBytes);
         for (const std::int64_t numel : {0, 1, 3, 4, 5, 64, 1001}) {
           for (const c10d::ReduceOp::RedOpType op : {c10d::ReduceOp::SUM, c10d::ReduceOp::MAX}) {
             const std::string name = std::to_string(numel) + (op == c10d::ReduceOp::MAX ? " max" : " sum");
@@ -112,7 +113,7 @@ TEST_CASE("sliced all-reduce: exact results across world sizes, sizes, dtypes an
             auto work = group.allreduce_async(async, op, "test async");
             const bool sliced = dynamic_cast<ddp::SlicedWork*>(work.get()) != nullptr;
             (sliced ? s.sliced : s.unsliced) += 1;
-            if (sliced != (numel * static_cast<std::int64_t>(c10::elementSize(dtype)) > 256)) {
+            if (sliced != (numel * static_cast<std::int64_t>(c10::elementSize(dtype)) > kSliceBytes)) {
               s.wrong.push_back("sliced or not against the size: " + name);
             }
             group.wait(work, "test async");

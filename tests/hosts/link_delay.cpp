@@ -50,6 +50,8 @@
 #include <cstring>
 #include <deque>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -120,29 +122,29 @@ unsigned long long parse_count(const std::string& flag, const std::string& text,
 Options parse_options(int argc, char** argv) {
   Options options;
   bool have_delay = false;
+  // Every option takes a value: an unknown one is refused before its value is looked for.
+  const std::map<std::string, std::function<void(const std::string&)>> setters = {
+      {"--delay",
+       [&](const std::string& value) {
+         options.delay = parse_duration(value);
+         have_delay = true;
+       }},
+      {"--loss", [&](const std::string& value) { options.loss = parse_loss(value); }},
+      {"--seed", [&](const std::string& value) { options.seed = parse_count("--seed", value, ~0ULL); }},
+      {"--queue",
+       [&](const std::string& value) { options.queue = static_cast<std::uint16_t>(parse_count("--queue", value, 65535)); }},
+      {"--ready-file", [&](const std::string& value) { options.ready_file = value; }},
+  };
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") {
       std::printf("usage: link_delay --delay D [--loss P%%] [--seed N] [--queue N] [--ready-file PATH]\n");
       std::exit(0);
     }
-    const bool known = flag == "--delay" || flag == "--loss" || flag == "--seed" || flag == "--queue" ||
-                       flag == "--ready-file";
-    if (!known) throw UsageError("unknown option " + flag + " (link_delay --help)");
+    const auto setter = setters.find(flag);
+    if (setter == setters.end()) throw UsageError("unknown option " + flag + " (link_delay --help)");
     if (i + 1 >= argc) throw UsageError(flag + " needs a value (link_delay --help)");
-    const std::string value = argv[++i];
-    if (flag == "--delay") {
-      options.delay = parse_duration(value);
-      have_delay = true;
-    } else if (flag == "--loss") {
-      options.loss = parse_loss(value);
-    } else if (flag == "--seed") {
-      options.seed = parse_count(flag, value, ~0ULL);
-    } else if (flag == "--queue") {
-      options.queue = static_cast<std::uint16_t>(parse_count(flag, value, 65535));
-    } else {  // --ready-file
-      options.ready_file = value;
-    }
+    setter->second(argv[++i]);
   }
   if (!have_delay && options.loss == 0) throw UsageError("nothing to do: give --delay and/or --loss");
   return options;
