@@ -372,16 +372,12 @@ ParseResult parse_launch_args(int argc, const char* const* argv, const Environme
 // (torchrun's recipe for one-node jobs) is the same: one node needs no rendezvous store.
 
 // --nnodes MIN:MAX needs the c10d rendezvous (the static one has a fixed node count), or a host
-// list, which gives every host one; what it does not support yet is refused in one line.
-static void check_elastic(const LaunchConfig& c, bool dynamic, const std::string& nnodes) {
+// list, which gives every host one.
+static void check_elastic(bool dynamic, const std::string& nnodes) {
   if (!dynamic) {
     throw UsageError(ddp::str("--nnodes ", nnodes, " (elastic membership) needs the c10d rendezvous: add "
                               "--rdzv_endpoint HOST:PORT (and the same --rdzv_id on every node); the static "
                               "rendezvous (--node_rank, --master_addr) has a fixed node count"));
-  }
-  if (c.hang_timeout_s > 0 || c.metrics_port > 0) {
-    throw UsageError(ddp::str("--nnodes ", nnodes, ": --hang_timeout and --metrics_port are not supported with "
-                              "elastic membership yet; give one node count, or drop them"));
   }
 }
 
@@ -596,7 +592,7 @@ static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSn
   if (given("duplicate_stderr_filters")) c.duplicate_stderr_filters = parse_duplicate_filters(text("duplicate_stderr_filters"));
   c.hang_timeout_s = parse_seconds_flag("--hang_timeout", text("hang_timeout"));
   c.metrics_port = parse_int_flag("--metrics_port", text("metrics_port"), 0, 65535);
-  if (c.elastic) check_elastic(c, rdzv || given("hostfile") || given("hosts"), text("nnodes"));
+  if (c.elastic) check_elastic(rdzv || given("hostfile") || given("hosts"), text("nnodes"));
   // --hosts/--hostfile with a range: every host joins the first host's c10d rendezvous.
   c.recovery = parse_recovery_flag(text("recovery"), c.elastic && (rdzv || given("hostfile") || given("hosts")));  // See Note [Live recovery with ddp_launch]
   c.metrics_addr = text("metrics_addr");

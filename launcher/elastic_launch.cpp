@@ -65,56 +65,79 @@ class NewcomerWatch {
   bool store_lost_ = false;
 };
 
-}  // namespace
+class ElasticRounds : public PolicyWithContext {
+ public:
+  explicit ElasticRounds(const AgentContext& context)
+      : PolicyWithContext(context),
+        rules_(round_rules(context.config)),
+        rendezvous_(context.config, context.local.nproc) {}
 
-SupervisorResult run_elastic(const LaunchConfig& c, const LocalWorkers& local, const RunContext& run,
-                             const SupervisorOptions& base) {
-  const rdzv::RoundRules rules = round_rules(c);
-  ElasticRendezvous rendezvous(c, local.nproc);
-  int after_round = -1;
-  int expected = 0;
-  while (true) {
+  AgentRound next_round() override {
     spdlog::info("rendezvous '{}' at {}:{}: joining a round of {} to {} nodes (last call {} s, timeout {} s)",
-                 c.rdzv_id, c.rdzv_host, c.rdzv_port, rules.min_nodes, rules.max_nodes, rules.last_call_s,
-                 rules.timeout_s);
-    const ElasticMembership m = rendezvous.next_round(after_round, expected);
-    const NodeAssignment& node = m.node;
-    spdlog::info("round {}: starting {} workers (ranks {}..{} of {}) on node {} of {}, master {}:{}, run id {}",
-                 m.round, local.nproc, global_rank(node, 0), global_rank(node, local.nproc - 1),
-                 node.nnodes * local.nproc, node.node_rank, node.nnodes, node.master_addr, node.master_port,
-                 node.run_id);
+                 config_.rdzv_id, config_.rdzv_host, config_.rdzv_port, rules_.min_nodes, rules_.max_nodes,
+                 rules_.last_call_s, rules_.timeout_s);
+    membership_ = rendezvous_.next_round(after_round_, expected_);
+    AgentRound round;
+    round.number = membership_.round;
+    round.elastic = true;
+    round.node = membership_.node;
     // The round's job channel relays failures and losses (See Note [Coordinated restarts]); its
     // rounds never restart: a new membership round does.
-    NodeAssignment channel_node = node;
+    NodeAssignment channel_node = round.node;
     channel_node.max_restarts = 0;
-    std::unique_ptr<JobChannel> channel = open_job_channel(c, channel_node, local.nproc, base.host_name);
-    const bool restarts_left = m.round < c.max_restarts;
-    NewcomerWatch newcomers(rendezvous, rules, m, restarts_left);
-    SupervisorOptions options = base;
+    round.channel = open_job_channel(config_, channel_node, local_.nproc, host_name_, &rendezvous_.directory(),
+                                     ddp::str("job_channel/r", round.number));
+    return round;
+  }
+
+  GroupFactory supervise_round(const AgentRound& round, SupervisorOptions& options) override {
+    newcomers_ = std::make_unique<NewcomerWatch>(rendezvous_, rules_, membership_, restarts_left());
     options.max_restarts = 0;
-    options.link = channel ? channel->link() : nullptr;
-    options.membership_change = [&] { return newcomers.poll(); };
-    const GroupFactory make_group = [&](int) { return prepare_attempt(c, node, local, run, m.round); };
-    SupervisorResult result = supervise(options, make_group);
-    result.attempts = m.round + 1;
+    options.membership_change = [this] { return newcomers_->poll(); };
+    return [this, node = round.node, number = round.number](int) {
+      return prepare_attempt(config_, node, local_, run_, number);
+    };
+  }
+
+  bool next_round_follows(AgentRound& round, SupervisorResult& result) override {
+    const NewcomerWatch& newcomers = *newcomers_;
+    result.attempts = round.number + 1;
     const bool changed = newcomers.waiting() > 0 || result.stopped_by.has_value();
-    if (channel) channel->set_job_succeeded(result.exit_code == 0 && !changed);
-    const int lost = channel ? channel->link()->lost_nodes() : 0;
-    channel.reset();
-    const std::string why = result.stopped_by ? *result.stopped_by
+    if (round.channel) round.channel->set_job_succeeded(result.exit_code == 0 && !changed);
+    const int lost = round.channel ? round.channel->link()->lost_nodes() : 0;
+    round.channel.reset();
+    const std::string why = result.stopped_by       ? *result.stopped_by
                             : newcomers.waiting() > 0 ? newcomers.reason()
                                                       : std::string("this node's group failed");
-    if ((result.exit_code == 0 && !changed) || result.launcher_signal) return result;
+    if ((result.exit_code == 0 && !changed) || result.launcher_signal) return false;
     if (result.exit_code == 0) result.exit_code = 1;
-    if (!restarts_left) {
-      spdlog::error("round {} ended ({}), and --max_restarts {} is used up: ending", m.round, why, c.max_restarts);
-      return result;
+    if (!restarts_left()) {
+      spdlog::error("round {} ended ({}), and --max_restarts {} is used up: ending", round.number, why,
+                    config_.max_restarts);
+      return false;
     }
-    expected = rdzv::expected_next_round(rules, node.nnodes, lost, newcomers.waiting());
-    spdlog::warn("round {} ended ({}): joining round {} with the nodes that remain, restart {} of {}", m.round, why,
-                 m.round + 1, m.round + 1, c.max_restarts);
-    after_round = m.round;
+    expected_ = rdzv::expected_next_round(rules_, round.node.nnodes, lost, newcomers.waiting());
+    spdlog::warn("round {} ended ({}): joining round {} with the nodes that remain, restart {} of {}", round.number,
+                 why, round.number + 1, round.number + 1, config_.max_restarts);
+    after_round_ = round.number;
+    return true;
   }
+
+ private:
+  bool restarts_left() const { return membership_.round < config_.max_restarts; }
+
+  rdzv::RoundRules rules_;
+  ElasticRendezvous rendezvous_;
+  ElasticMembership membership_;
+  std::unique_ptr<NewcomerWatch> newcomers_;
+  int after_round_ = -1;
+  int expected_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<RecoveryPolicy> make_elastic_rounds(const AgentContext& context) {
+  return std::make_unique<ElasticRounds>(context);
 }
 
 }  // namespace ddp::launcher

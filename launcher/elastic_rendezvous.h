@@ -3,10 +3,11 @@
 // membership, and ask whether newcomers wait for the one after. The store work is in the plugin
 // (libddp_launch_rdzv.so, loaded only here: the launcher's common path never loads LibTorch).
 // See Note [Elastic rounds] in launcher/rdzv_rounds.cpp.
+#include <memory>
 #include <string>
 
 #include "launcher/config.h"
-#include "launcher/rdzv_plugin_api.h"
+#include "launcher/rdzv_client.h"
 #include "launcher/rdzv_rounds.h"
 #include "launcher/worker_env.h"
 
@@ -44,20 +45,18 @@ class ElasticRendezvous {
   bool serves_store();
   // Where the store listens when this node serves it (numeric, "0.0.0.0" for every interface).
   const std::string& served_address();
+  // The store's directory of the launchers' channels (See Note [One port per job]); opens the store.
+  EndpointDirectory& directory();
 
  private:
   void open();
 
   const LaunchConfig& config_;
   int nproc_;
-  void* handle_ = nullptr;
+  std::unique_ptr<PluginStore> store_;
   std::string advertise_;
   bool serves_ = false;
   std::string served_address_;
-  ddp_rdzv_round_fn round_ = nullptr;
-  ddp_rdzv_waiting_fn waiting_ = nullptr;
-  ddp_rdzv_release_fn release_ = nullptr;
-  ddp_rdzv_mark_gone_fn mark_gone_ = nullptr;
 };
 
 }  // namespace ddp::launcher

@@ -14,6 +14,7 @@
 #include "ddp/base/str.h"
 #include "launcher/job_coordinator.h"
 #include "launcher/job_link.h"
+#include "launcher/net.h"
 
 // Note [Coordinated restarts]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -24,10 +25,12 @@
 // re-enters the rendezvous; the others poll num_nodes_waiting() every --monitor_interval). Here:
 // - One channel for both rendezvous kinds: node 0's launcher runs a coordinator (a thread, plain
 //   TCP, no LibTorch: a static job must not load it, and the c10d plugin's store would mean a
-//   second protocol) on the job's master address, port --master_port + 1 (with --rdzv_endpoint the
-//   rank-0 node picks a master port whose next port is free too). Every launcher, node 0's
+//   second protocol) on the job's master address: on --master_port in a static job, on a port the
+//   OS picked and published in the rendezvous store otherwise (See Note [One port per job] in
+//   launcher/rendezvous.h). Every launcher, node 0's
 //   included, connects to it as its workers start (never delaying them: the workers' own store is
-//   the join barrier of each round) and says which host it is and which ranks it runs; the
+//   the join barrier of each round; only a static job's launchers wait for the welcome, which names
+//   the workers' store port) and says which host it is and which ranks it runs; the
 //   coordinator sends that table to everyone, so every launcher can name any rank's host.
 // - A group that fails tells the coordinator (`failed`), which tells every launcher (`stop`): the
 //   others SIGTERM their groups at once instead of waiting for a collective to time out. Each
@@ -57,8 +60,6 @@
 //   not a launcher's line closes the connection.
 
 namespace ddp::launcher {
-
-int job_channel_port(int master_port) { return master_port + 1; }
 
 int start_connect(const std::string& host, int port) {
   addrinfo hints{};
@@ -158,8 +159,16 @@ std::optional<int> parse_line_int(const std::string& text) {
 }
 
 JobChannel::JobChannel(std::unique_ptr<JobCoordinator> coordinator, std::unique_ptr<JobLink> link,
-                       double success_linger_s)
-    : coordinator_(std::move(coordinator)), link_(std::move(link)), success_linger_s_(success_linger_s) {}
+                       double success_linger_s, int store_port)
+    : coordinator_(std::move(coordinator)),
+      link_(std::move(link)),
+      success_linger_s_(success_linger_s),
+      store_port_(store_port) {}
+
+int JobChannel::workers_store_port(double timeout_s) {
+  if (store_port_ == 0) store_port_ = link_->wait_for_store_port(timeout_s);
+  return store_port_;
+}
 
 JobChannel::~JobChannel() {
   link_.reset();  // goodbye first: node 0's own link must not count as lost
@@ -168,17 +177,22 @@ JobChannel::~JobChannel() {
 }
 
 std::unique_ptr<JobChannel> open_job_channel(const LaunchConfig& config, const NodeAssignment& node,
-                                             int nproc_per_node, const std::string& host_name) {
+                                             int nproc_per_node, const std::string& host_name,
+                                             EndpointDirectory* directory, const std::string& name) {
   if (node.nnodes <= 1) return nullptr;
-  const int port = job_channel_port(node.master_port);
+  Endpoint coordinator_at{node.master_addr, node.master_port};
   std::unique_ptr<JobCoordinator> coordinator;
+  int store_port = 0;
   if (node.node_rank == 0) {
     // Where the workers' store listens (See Note [Loopback store] in ddp/process_group.cpp).
     const std::string address = store_listen_address(look_up_route(node.master_addr), true);
-    const int fd = listen_on_address(address, port);
+    const int fd = listen_on_address(address, directory != nullptr ? 0 : node.master_port);
     if (fd < 0) {
-      throw UsageError(ddp::str("port ", port, " on ", address, " (the launchers' job channel: --master_port + 1) ",
-                                "cannot be bound: ", std::strerror(errno), "; pick another --master_port"));
+      throw UsageError(directory != nullptr
+                           ? ddp::str("the launchers' job channel cannot listen on ", address, ": ", std::strerror(errno))
+                           : ddp::str("port ", node.master_port, " on ", address, " (--master_port: node 0's launcher ",
+                                      "listens there) cannot be bound: ", std::strerror(errno),
+                                      "; pick another --master_port"));
     }
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
     ::fcntl(fd, F_SETFD, FD_CLOEXEC);
@@ -186,19 +200,29 @@ std::unique_ptr<JobChannel> open_job_channel(const LaunchConfig& config, const N
     options.nnodes = node.nnodes;
     options.max_restarts = node.max_restarts;
     options.join_timeout_s = config.rdzv_timeout_s;
+    if (directory != nullptr) {
+      coordinator_at.port = bound_port(fd);
+      directory->publish(name, coordinator_at);
+    } else {
+      store_port = options.store_port = pick_free_port(node.master_addr);
+    }
     coordinator = std::make_unique<JobCoordinator>(fd, options);
+  } else if (directory != nullptr) {
+    coordinator_at = directory->lookup(name, config.rdzv_timeout_s);
   }
   JobLinkOptions options;
-  options.coordinator_host = node.master_addr;
-  options.coordinator_port = port;
+  options.coordinator_host = coordinator_at.addr;
+  options.coordinator_port = coordinator_at.port;
   options.nnodes = node.nnodes;
   options.node_rank = node.node_rank;
   options.first_rank = node.node_rank * nproc_per_node;
   options.nproc = nproc_per_node;
   options.host_name = host_name;
   options.connect_timeout_s = config.rdzv_timeout_s;
+  // A rendezvous store's job needs no port from the coordinator: its workers' store is the rank-0 node's.
+  if (directory != nullptr) store_port = node.master_port;
   return std::make_unique<JobChannel>(std::move(coordinator), std::make_unique<JobLink>(std::move(options)),
-                                      config.rdzv_timeout_s);
+                                      config.rdzv_timeout_s, store_port);
 }
 
 }  // namespace ddp::launcher

@@ -10,15 +10,13 @@
 #include <vector>
 
 #include "launcher/config.h"
+#include "launcher/rendezvous.h"
 #include "launcher/worker_env.h"
 
 namespace ddp::launcher {
 
 class JobCoordinator;
 class JobLink;
-
-// The coordinator's port: the job's master port + 1 (See Note [Coordinated restarts]).
-int job_channel_port(int master_port);
 
 // One connection carrying '\n'-terminated lines, non-blocking both ways.
 class LineConnection {
@@ -64,7 +62,8 @@ std::optional<int> parse_line_int(const std::string& text);
 // then the coordinator lingers, bounded, until the other launchers have heard the end).
 class JobChannel {
  public:
-  JobChannel(std::unique_ptr<JobCoordinator> coordinator, std::unique_ptr<JobLink> link, double success_linger_s);
+  JobChannel(std::unique_ptr<JobCoordinator> coordinator, std::unique_ptr<JobLink> link, double success_linger_s,
+             int store_port);
   ~JobChannel();
   JobChannel(const JobChannel&) = delete;
   JobChannel& operator=(const JobChannel&) = delete;
@@ -72,17 +71,26 @@ class JobChannel {
   // How long node 0's launcher waits at the end for the other launchers to leave: the job
   // succeeded, so they are ending too (--rdzv_timeout), or it failed (1 s).
   void set_job_succeeded(bool succeeded) { succeeded_ = succeeded; }
+  // A static job: the port of node 0's workers' store (MASTER_PORT of every worker), known at once
+  // on node 0, else from the coordinator's welcome (waits at most timeout_s; See Note [One port
+  // per job] in launcher/rendezvous.h).
+  int workers_store_port(double timeout_s);
 
  private:
   std::unique_ptr<JobCoordinator> coordinator_;
   std::unique_ptr<JobLink> link_;
   double success_linger_s_;
   bool succeeded_ = false;
+  int store_port_;
 };
 
 // The job channel of a multi-node job (nullptr with --nnodes 1). Node 0 binds the coordinator's
-// port before any worker starts (UsageError when it is in use), every node starts connecting.
+// port before any worker starts, every node starts connecting (See Note [One port per job] in
+// launcher/rendezvous.h): with a rendezvous store (`directory`), on a port the OS picks, published
+// as `name`; without one (a static job), on --master_port (UsageError when it is in use), the
+// workers' store then on a free port of node 0 (workers_store_port()).
 std::unique_ptr<JobChannel> open_job_channel(const LaunchConfig& config, const NodeAssignment& node,
-                                             int nproc_per_node, const std::string& host_name);
+                                             int nproc_per_node, const std::string& host_name,
+                                             EndpointDirectory* directory, const std::string& name);
 
 }  // namespace ddp::launcher

@@ -56,16 +56,21 @@ class CoordinatorLoop {
     }
     const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                           std::chrono::duration<double>(linger_s.load()));
-    while (Clock::now() < until && any_member_connected()) step(50);
+    while (Clock::now() < until && any_member_pending()) step(50);
     for (auto& c : connections_) c.link.close();
     ::close(listen_fd_);
   }
 
  private:
-  bool any_member_connected() const {
+  // Whether another launcher is still connected or has not connected yet: a launcher slower to start
+  // than node 0's whole job (See Note [Coordinated restarts]; with a rendezvous store it first looks
+  // the channel up there, which lives until this linger ends) is waited for too.
+  bool any_member_pending() const {
+    for (size_t node = 1; node < nodes_.size(); ++node) {
+      if (!nodes_[node].known) return true;
+    }
     for (const auto& c : connections_) {
-      // Node 0's own link closed before this; a connection without its hello yet is a launcher that
-      // connected late (See Note [Coordinated restarts]): it is waited for too.
+      // Node 0's own link closed before this.
       if (c.link.is_open() && c.node != 0) return true;
     }
     return false;
@@ -187,6 +192,7 @@ class CoordinatorLoop {
       if (other.known) c.link.send(other.line);
     }
     broadcast(n.line, *node);
+    if (options_.store_port > 0) c.link.send(ddp::str("store ", options_.store_port));
     c.link.send(ddp::str("round ", round_));
     // A launcher slower to start than node 0's whole job: the job's end, so that this coordinator
     // going away with node 0's launcher is not taken for node 0's loss.

@@ -12,6 +12,9 @@ struct JobCoordinatorOptions {
   int max_restarts = 0;
   // How long a round waits, after its first failure, for every node to report its group's end.
   double join_timeout_s = 600;
+  // A static job's workers' store port on node 0, told in each welcome (0: none; See Note [One
+  // port per job] in launcher/rendezvous.h).
+  int store_port = 0;
 };
 
 class JobCoordinator {

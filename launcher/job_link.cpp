@@ -10,6 +10,7 @@
 #include <csignal>
 #include <spdlog/spdlog.h>
 
+#include "ddp/base/error.h"
 #include "ddp/base/str.h"
 #include "launcher/failure_report.h"
 #include "launcher/worker_process.h"
@@ -138,6 +139,8 @@ void JobLink::on_line(const std::string& line) {
       }
       begin = end + 1;
     }
+  } else if (word == "store") {  // store PORT
+    if (const auto port = parse_line_int(rest); port && *port > 0 && *port <= 65535) store_port_ = *port;
   } else if (word == "verdict") {  // verdict ROUND restart|done
     const auto [round, kind] = split_word(rest);
     if (const auto r = parse_line_int(round)) verdicts_[*r] = kind;
@@ -226,6 +229,28 @@ RoundVerdict JobLink::finish_round(int round, const std::string& kind, double ti
         return RoundVerdict::kSignalled;
       }
     }
+  }
+}
+
+int JobLink::wait_for_store_port(double timeout_s) {
+  const auto until =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  const std::string where =
+      ddp::str("node 0's launcher at ", options_.coordinator_host, ":", options_.coordinator_port);
+  while (true) {
+    pump();
+    if (store_port_ != 0) return store_port_;
+    if (coordinator_gone_) {
+      throw ddp::TimeoutError(ddp::str(where, " closed the connection after this node's hello (does another ",
+                                       "launcher have --node_rank ", options_.node_rank, "?)"));
+    }
+    if (Clock::now() >= until) {
+      throw ddp::TimeoutError(ddp::str(hello_sent_ ? "no welcome from " : "could not reach ", where, " within ",
+                                       timeout_s, " s (--rdzv_timeout): start node 0 with the same --nnodes, ",
+                                       "--master_addr and --master_port (its launcher listens there)"));
+    }
+    pollfd p{link_.fd(), poll_events(), 0};
+    ::poll(&p, link_.is_open() ? 1 : 0, 50);
   }
 }
 

@@ -68,6 +68,10 @@ class JobLink {
   int lost_nodes() const { return static_cast<int>(lost_.size()); }
   // Whether the link has ever reached the coordinator.
   bool connected_once() const { return hello_sent_; }
+  // A static job: waits, at most timeout_s, for the coordinator's welcome and returns the port of
+  // node 0's workers' store that it names (See Note [One port per job] in launcher/rendezvous.h).
+  // Throws ddp::TimeoutError with one line when node 0's launcher did not answer in time.
+  int wait_for_store_port(double timeout_s);
 
   // What the summary says about the rest of the job: the lost nodes, the stop that came from
   // elsewhere, the coordinator's notes.
@@ -112,6 +116,7 @@ class JobLink {
   Clock::time_point last_ping_;
   std::vector<std::string> news_;
   std::map<int, bool> lost_;  // node -> lost
+  int store_port_ = 0;
 };
 
 }  // namespace ddp::launcher

@@ -19,6 +19,7 @@
 #include "launcher/live_respawn.h"
 #include "launcher/live_watch.h"
 #include "launcher/log_layout.h"
+#include "launcher/net.h"
 
 namespace ddp::launcher {
 
@@ -68,6 +69,7 @@ std::string live_store_prefix(const LaunchConfig& c) { return "ddp/live/" + c.rd
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr char kLiveWatchName[] = "live_watch";
 
 // While the workers run: admits the launchers waiting to join (a host started later) into the next
 // rendezvous round, without stopping anything here (polled by the attempt at most every 250 ms, one
@@ -137,18 +139,17 @@ struct LiveWatch {
   int lost_nodes() const { return server ? server->lost_nodes() : client ? client->lost_nodes() : 0; }
 };
 
-// The serving launcher binds the channel's port before the first round, on the address the store
-// listens on: a taken port is refused.
-int bind_live_watch_port(const LaunchConfig& c, const std::string& address) {
-  const int port = live_watch_port(c.rdzv_port);
-  const int fd = listen_on_address(address, port);
+// The serving launcher listens on a port the OS picks, on the address the store listens on, and
+// publishes it before the first round (See Note [One port per job] in launcher/rendezvous.h).
+int listen_for_live_watch(ElasticRendezvous& rendezvous, const LaunchConfig& c) {
+  const int fd = listen_on_address(rendezvous.served_address(), 0);
   if (fd < 0) {
-    throw UsageError(ddp::str("port ", port, " on ", c.rdzv_host, " (the live job's liveness channel: the "
-                              "--rdzv_endpoint port + 1) cannot be bound: ", std::strerror(errno),
-                              "; pick another --rdzv_endpoint port"));
+    throw ddp::Error(ddp::str("the live job's liveness channel cannot listen on ", rendezvous.served_address(), ": ",
+                              std::strerror(errno)));
   }
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  rendezvous.directory().publish(kLiveWatchName, {c.rdzv_host, bound_port(fd)});
   return fd;
 }
 
@@ -162,71 +163,102 @@ std::string describe_mark(int marked) {
 
 }  // namespace
 
-SupervisorResult run_live(const LaunchConfig& c, const LocalWorkers& local, const RunContext& run,
-                          const SupervisorOptions& base) {
-  const rdzv::RoundRules rules = round_rules(c);
-  ElasticRendezvous rendezvous(c, local.nproc);  // serves the store on one host: kept to the end
-  const std::string prefix = live_store_prefix(c);
-  LiveWatch watch;
-  const int watch_fd = rendezvous.serves_store() ? bind_live_watch_port(c, rendezvous.served_address()) : -1;
-  spdlog::info("rendezvous '{}' at {}:{}: joining a round of {} to {} nodes (--recovery live)", c.rdzv_id, c.rdzv_host,
-               c.rdzv_port, rules.min_nodes, rules.max_nodes);
-  const ElasticMembership m = rendezvous.next_round(-1, 0);
-  const NodeAssignment& node = m.node;
-  spdlog::info("round {}: starting {} workers (ranks {}..{} of {}) on node {} of {}{}; --recovery live: a lost host "
-               "does not stop them",
-               m.round, local.nproc, global_rank(node, 0), global_rank(node, local.nproc - 1),
-               node.nnodes * local.nproc, node.node_rank, node.nnodes, m.round > 0 ? ", joining the running job" : "");
-  const std::string node_key = live_node_key(m.round, node.node_rank);
-  const int first_round_workers = m.round == 0 ? local.nproc : 0;
-  const double silence_s = c.live_keep_alive_s * c.live_keep_alive_max_attempt;
-  if (watch_fd >= 0) {
-    spdlog::info("watching the live job's launchers on port {} (a lost one: at once when its connection closes, "
-                 "after {} s of silence otherwise)",
-                 live_watch_port(c.rdzv_port), silence_s);
-    watch.server = std::make_unique<LiveWatchServer>(watch_fd, silence_s, [&](const LostNode& lost) {
-      const int marked = rendezvous.mark_node_gone(prefix, lost.node_key, lost.first_round_workers);
-      spdlog::warn("lost node {} ({}): {}; {}", lost.node_key, lost.host, lost.why, describe_mark(marked));
-    });
-  } else {
-    watch.client = std::make_unique<LiveWatchClient>(
-        c.rdzv_host, live_watch_port(c.rdzv_port),
-        ddp::str(node_key, " ", first_round_workers, " ", base.host_name), c.live_keep_alive_s);
+namespace {
+
+class LiveRecovery : public PolicyWithContext {
+ public:
+  explicit LiveRecovery(const AgentContext& context)
+      : PolicyWithContext(context),
+        rules_(round_rules(context.config)),
+        rendezvous_(context.config, context.local.nproc),  // serves the store on one host: kept to the end
+        prefix_(live_store_prefix(context.config)),
+        respawns_(context.local.nproc, context.config.max_restarts, 0) {}
+
+  AgentRound next_round() override {
+    const LaunchConfig& c = config_;
+    const int watch_fd = rendezvous_.serves_store() ? listen_for_live_watch(rendezvous_, c) : -1;
+    spdlog::info("rendezvous '{}' at {}:{}: joining a round of {} to {} nodes (--recovery live)", c.rdzv_id,
+                 c.rdzv_host, c.rdzv_port, rules_.min_nodes, rules_.max_nodes);
+    first_ = rendezvous_.next_round(-1, 0);
+    node_key_ = live_node_key(first_.round, first_.node.node_rank);
+    const int first_round_workers = first_.round == 0 ? local_.nproc : 0;
+    const double silence_s = c.live_keep_alive_s * c.live_keep_alive_max_attempt;
+    if (watch_fd >= 0) {
+      spdlog::info("watching the live job's launchers on port {} (a lost one: at once when its connection closes, "
+                   "after {} s of silence otherwise)",
+                   bound_port(watch_fd), silence_s);
+      watch_.server = std::make_unique<LiveWatchServer>(watch_fd, silence_s, [this](const LostNode& lost) {
+        const int marked = rendezvous_.mark_node_gone(prefix_, lost.node_key, lost.first_round_workers);
+        spdlog::warn("lost node {} ({}): {}; {}", lost.node_key, lost.host, lost.why, describe_mark(marked));
+      });
+    } else {
+      const Endpoint server = rendezvous_.directory().lookup(kLiveWatchName, c.rdzv_timeout_s);
+      watch_.client = std::make_unique<LiveWatchClient>(
+          server.addr, server.port, ddp::str(node_key_, " ", first_round_workers, " ", host_name_), c.live_keep_alive_s);
+    }
+    admission_ = std::make_unique<LiveAdmission>(rendezvous_, rules_, first_, [this] { return watch_.lost_nodes(); });
+    respawns_ = LiveRespawnPolicy(local_.nproc, c.max_restarts, first_.round);
+    AgentRound round;
+    round.number = first_.round;
+    round.elastic = true;
+    round.node = first_.node;
+    round.node.max_restarts = c.max_restarts;
+    round.node.live_node_key = node_key_;
+    round.start_note = ddp::str(first_.round > 0 ? ", joining the running job" : "",
+                                "; --recovery live: a lost host does not stop them");
+    return round;
   }
-  LiveAdmission admission(rendezvous, rules, m, [&] { return watch.lost_nodes(); });
-  SupervisorOptions options = base;
-  options.max_restarts = c.max_restarts;
-  options.membership_change = [&] { return admission.poll(); };
-  // TORCHELASTIC_RESTART_COUNT: the round this node joined, so that a worker of a later round (> 0)
-  // joins the training as a joiner. The group starts once: a dead worker is restarted alone.
-  NodeAssignment live_node = node;
-  live_node.max_restarts = c.max_restarts;
-  live_node.live_node_key = node_key;
-  const GroupFactory make_group = [&](int) { return prepare_attempt(c, live_node, local, run, m.round); };
-  LiveRespawnPolicy respawns(local.nproc, c.max_restarts, m.round);
-  options.respawn_worker = [&](int local_rank) -> std::optional<WorkerLaunch> {
-    const bool first_round = respawns.in_first_round(local_rank);
-    const std::optional<int> restart = respawns.next(local_rank);
+
+  GroupFactory supervise_round(const AgentRound& round, SupervisorOptions& options) override {
+    options.max_restarts = config_.max_restarts;
+    options.membership_change = [this] { return admission_->poll(); };
+    // TORCHELASTIC_RESTART_COUNT: the round this node joined, so that a worker of a later round (> 0)
+    // joins the training as a joiner. The group starts once: a dead worker is restarted alone.
+    options.respawn_worker = [this, node = round.node](int local_rank) { return respawn(node, local_rank); };
+    return [this, node = round.node](int) { return prepare_attempt(config_, node, local_, run_, first_.round); };
+  }
+
+  bool next_round_follows(AgentRound&, SupervisorResult& result) override {
+    if (watch_.client) watch_.client->set_succeeded(result.exit_code == 0);
+    return false;
+  }
+
+ private:
+  std::optional<WorkerLaunch> respawn(const NodeAssignment& node, int local_rank) {
+    const bool first_round = respawns_.in_first_round(local_rank);
+    const std::optional<int> restart = respawns_.next(local_rank);
     if (!restart) {
       spdlog::error("local rank {} failed and this node's --max_restarts {} is used up: stopping its workers",
-                    local_rank, c.max_restarts);
+                    local_rank, config_.max_restarts);
       return std::nullopt;
     }
     // See Note [Restarting one live worker] in launcher/live_respawn.h: the dead one is marked gone
     // first, so that the survivors close their next round without waiting the settle timeout.
-    const std::string worker_key = ddp::str(node_key, "/local", local_rank);
-    const int marked = rendezvous.mark_node_gone(prefix, worker_key, first_round ? 1 : 0);
+    const std::string worker_key = ddp::str(node_key_, "/local", local_rank);
+    const int marked = rendezvous_.mark_node_gone(prefix_, worker_key, first_round ? 1 : 0);
     if (marked > 0) {
       spdlog::info("marked {} gone in the training's membership; restart {} of {} on this node", worker_key,
-                   respawns.restarts_used(), c.max_restarts);
+                   respawns_.restarts_used(), config_.max_restarts);
     } else {
       spdlog::warn("did not mark {} gone in the training's membership: {}", worker_key, describe_mark(marked));
     }
-    return prepare_worker(c, live_node, local, run, *restart, local_rank);
-  };
-  SupervisorResult result = supervise(options, make_group);
-  if (watch.client) watch.client->set_succeeded(result.exit_code == 0);
-  return result;
+    return prepare_worker(config_, node, local_, run_, *restart, local_rank);
+  }
+
+  rdzv::RoundRules rules_;
+  ElasticRendezvous rendezvous_;
+  std::string prefix_;
+  ElasticMembership first_;
+  std::string node_key_;
+  LiveWatch watch_;
+  std::unique_ptr<LiveAdmission> admission_;
+  LiveRespawnPolicy respawns_;
+};
+
+}  // namespace
+
+std::unique_ptr<RecoveryPolicy> make_live_recovery(const AgentContext& context) {
+  return std::make_unique<LiveRecovery>(context);
 }
 
 }  // namespace ddp::launcher

@@ -1,12 +1,11 @@
 #pragma once
 // A node of an elastic job with --recovery live: one rendezvous round, then the workers recover from
 // a lost host in place (ddp::FaultTolerant). See Note [Live recovery with ddp_launch] in
-// launcher/live_launch.cpp.
+// launcher/live_launch.cpp; the agent's loop: Note [One node agent] in launcher/agent.cpp.
+#include <memory>
 #include <string>
 
-#include "launcher/config.h"
-#include "launcher/plan.h"
-#include "launcher/supervisor.h"
+#include "launcher/agent.h"
 
 namespace ddp::launcher {
 
@@ -14,10 +13,9 @@ namespace ddp::launcher {
 // "ddp/live/<rdzv_id>/").
 std::string live_store_prefix(const LaunchConfig& config);
 
-// Joins the job's first round, then supervises this node's workers until they succeed, restarts
-// (of a worker that died here: it comes back as a joiner) are used up, or the launcher is signalled.
-// A lost host elsewhere stops nothing here.
-SupervisorResult run_live(const LaunchConfig& config, const LocalWorkers& local, const RunContext& run,
-                          const SupervisorOptions& base);
+// Joins the job's first round, then this node's workers run until they succeed, restarts (of a
+// worker that died here: it comes back alone, as a joiner) are used up, or the launcher is
+// signalled. A lost host elsewhere stops nothing here.
+std::unique_ptr<RecoveryPolicy> make_live_recovery(const AgentContext& context);
 
 }  // namespace ddp::launcher

@@ -26,8 +26,9 @@
 // The launchers already know who is alive, as in restart mode (See Note [Coordinated restarts]),
 // so they tell the training:
 //   - The launcher that serves the rendezvous store (its host must stay anyway: the store's loss
-//     ends the job) listens on the rendezvous port + 1 (bound before the first round: a taken
-//     port is refused with one line); every other launcher of the job connects to it once its
+//     ends the job) listens on a port the OS picked, published in the store before the first
+//     round (See Note [One port per job] in launcher/rendezvous.h); every other launcher of the
+//     job looks it up and connects to it once its
 //     first round closed (retrying every 250 ms), says "hello <node key> <workers in the
 //     training's first round> <host>", and pings every --rdzv_conf keep_alive_interval (default
 //     1 s). Plain TCP lines over the job channel's pieces (LineConnection, start_connect), no
@@ -81,8 +82,6 @@ void end_thread(int (&wake)[2], std::thread& thread) {
 }
 
 }  // namespace
-
-int live_watch_port(int rdzv_port) { return rdzv_port + 1; }
 
 std::string live_node_key(int rendezvous_round, int node_rank) {
   return rendezvous_round == 0 ? ddp::str("node", node_rank) : ddp::str("node", node_rank, ".r", rendezvous_round);

@@ -15,9 +15,6 @@
 
 namespace ddp::launcher {
 
-// The channel's port: the rendezvous port (--rdzv_endpoint) + 1, on the store's host.
-int live_watch_port(int rdzv_port);
-
 // A launcher's name in the training's member ids ("<node key>/local<L>/attempt<K>"): "node<N>" for
 // a node of the job's first rendezvous round, "node<N>.r<R>" for one that joined in round R > 0
 // (node ranks repeat across rounds; the keys do not).

@@ -9,22 +9,16 @@
 
 #include "ddp/base/env_names.h"
 #include "ddp/base/report_files.h"
-#include "launcher/agent_socket.h"
+#include "launcher/agent.h"
 #include "launcher/config.h"
-#include "launcher/elastic_launch.h"
-#include "launcher/live_launch.h"
 #include "launcher/gpu_select.h"
-#include "launcher/job_channel.h"
 #include "launcher/line_splitter.h"
 #include "launcher/log_layout.h"
-#include "launcher/metrics_server.h"
 #include "launcher/net.h"
-#include "launcher/progress_board.h"
+#include "launcher/remote_command.h"
 #include "launcher/remote_launch.h"
 #include "launcher/plan.h"
-#include "launcher/rendezvous.h"
 #include "launcher/resources.h"
-#include "launcher/supervisor.h"
 
 #ifndef DDP_LAUNCH_VERSION
 #define DDP_LAUNCH_VERSION "unknown"
@@ -32,16 +26,6 @@
 
 namespace ddp::launcher {
 namespace {
-
-std::string shell_quote(const std::string& s) {
-  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@%") ==
-                        std::string::npos) {
-    return s;
-  }
-  std::string out = "'";
-  for (char ch : s) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return out + "'";
-}
 
 // Whether a worker wrote its last collectives (ddp library, collectives-rank<R>.json) below dir:
 // without --log_dir they go next to the error file, in the temporary folder, which is then kept.
@@ -64,7 +48,7 @@ void print_dry_run(const LaunchConfig& c, const NodeAssignment& node, const Loca
               "nothing is started\n",
               local.nproc, dynamic ? "<assigned at rendezvous>" : std::to_string(node.node_rank).c_str(), nodes.c_str(),
               world.c_str(), dynamic ? "<rank 0 node>" : node.master_addr.c_str(),
-              dynamic || node.master_port == 0 ? "<free port>" : std::to_string(node.master_port).c_str(),
+              dynamic || c.master_port == 0 ? "<free port>" : std::to_string(c.master_port).c_str(),
               c.run_id.c_str());
   // Everything else the flags decided, so that two command lines with the same meaning print the
   // same dry run (tests compare torchrun's spellings with ddp_launch's).
@@ -80,14 +64,14 @@ void print_dry_run(const LaunchConfig& c, const NodeAssignment& node, const Loca
     return std::string(console ? (file.empty() ? "console" : "console and file") : (file.empty() ? "nowhere" : "file"));
   };
   std::string cmd;
-  for (const auto& a : c.program_args) cmd += (cmd.empty() ? "" : " ") + shell_quote(a);
+  for (const auto& a : c.program_args) cmd += (cmd.empty() ? "" : " ") + quote_for_shell(a);
   for (const WorkerLaunch& w : plan_workers(c, node, local, run, 0)) {
     const std::string prefix = rank_prefix(w.rank);
     std::printf("%scommand: %s (executable: %s)\n", prefix.c_str(), cmd.c_str(), c.program_path.c_str());
     std::string vars;
     for (const auto& [k, v] : w.launcher_set) {
       const bool free_port = k == ddp::env::kMasterPort && v == "0";  // chosen at start (Note [Free port on one node])
-      vars += " " + k + "=" + (free_port ? std::string("<free port>") : shell_quote(v));
+      vars += " " + k + "=" + (free_port ? std::string("<free port>") : quote_for_shell(v));
     }
     std::printf("%senv:%s (plus the launcher's environment)\n", prefix.c_str(), vars.c_str());
     if (!w.cpus.empty()) std::printf("%scpus: %s\n", prefix.c_str(), format_cpu_list(w.cpus).c_str());
@@ -136,42 +120,7 @@ class RunFolder {
   std::string path_;
 };
 
-// What the flags say about supervision, for a fixed job and for each round of an elastic one.
-SupervisorOptions supervisor_options(const LaunchConfig& c) {
-  SupervisorOptions options;
-  options.program_path = c.program_path;
-  options.program_args = c.program_args;
-  options.monitor_interval_s = c.monitor_interval_s;
-  options.shutdown_grace_s = c.shutdown_grace_s;
-  options.max_restarts = c.max_restarts;
-  options.host_name = this_host_name();
-  options.forwarded_signals = c.forwarded_signals;
-  options.duplicate_stdout_filters = c.duplicate_stdout_filters;
-  options.duplicate_stderr_filters = c.duplicate_stderr_filters;
-  options.round_timeout_s = c.rdzv_timeout_s;
-  return options;
-}
-
-// The end of a launcher's run: from here on SIGTERM is ignored (See Note [SIGTERM after the
-// workers]); the summary of a failure.
-int finish_run(const SupervisorResult& result, const std::string& host_name) {
-  ::signal(SIGTERM, SIG_IGN);
-  if (result.exit_code != 0) std::fputs(format_failure_summary(result, host_name).c_str(), stderr);
-  return result.exit_code;
-}
-
-// Note [SIGTERM after the workers]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// SIGTERM asks a launcher to stop its workers. Once they are stopped, the launcher only finishes
-// (its summary, the job channel's goodbye, node 0's bounded linger for the others) and must report
-// its exit code rather than die of the signal:
-// - --watch_stdin: another host's failure may have stopped the workers first; ssh would turn a
-//   death by signal into exit code 255 and the summary would be lost.
-// - Slurm (`srun --kill-on-bad-exit`, scripts/ddp_sbatch_example.sh): on SIGUSR1 every launcher
-//   exits 138, and srun takes the first one's 138 for a bad exit and terminates the step (SIGTERM),
-//   reaching the others while they finish; one killed by it made srun exit 143 instead of 138, so
-//   the job failed instead of requeueing itself (hosts.slurm_cluster, under load).
-// Every wait after this point is bounded, and SIGKILL (Slurm's, after KillWait) still ends it.
+// The launcher on one node: its workers planned, then the agent (See Note [One node agent]).
 int run(const LaunchConfig& c, const EnvironmentSnapshot& env) {
   MachineResources machine = MachineResources::of_this_machine();
   LocalWorkers local;
@@ -182,40 +131,16 @@ int run(const LaunchConfig& c, const EnvironmentSnapshot& env) {
   for (const auto& note : c.notes) spdlog::info("{}", note);
   for (const auto& warning : c.warnings) spdlog::warn("{}", warning);
 
-  const std::unique_ptr<RendezvousHandler> rendezvous = make_rendezvous_handler(c, local.nproc);
   RunContext run;
   run.inherited = env.vars;
   run.inherited.erase("DDP_RDZV_TOKEN");  // the launchers' secret (See Note [Rendezvous token]), not the workers'
   if (c.dry_run) {
-    const bool dynamic = rendezvous->is_dynamic();
-    const NodeAssignment node = assignment_from_flags(c, local.nproc);  // binds and probes nothing
+    NodeAssignment node = assignment_from_flags(c, local.nproc);  // binds and probes nothing
+    if (node.nnodes > 1) node.master_port = 0;  // the workers' store: a free port (See Note [One port per job])
     run.run_folder = "<per-run folder>";
-    print_dry_run(c, node, local, run, dynamic);
+    print_dry_run(c, node, local, run, !c.rdzv_host.empty());
     return 0;
   }
-
-  // Made before the rendezvous: a --log_dir that cannot hold the run fails before other nodes wait.
-  RunFolder folder(c, env);
-  run.run_folder = folder.path();
-  if (c.elastic) {  // See Note [Elastic rounds] in launcher/rdzv_rounds.cpp
-    if (writes_log_files(c, local.nproc)) folder.keep();
-    if (c.recovery == Recovery::kLive) return finish_run(run_live(c, local, run, supervisor_options(c)), this_host_name());
-    return finish_run(run_elastic(c, local, run, supervisor_options(c)), this_host_name());
-  }
-  if (rendezvous->is_dynamic()) {
-    spdlog::info("rendezvous '{}' at {}:{}: waiting for {} nodes (timeout {} s)", c.rdzv_id, c.rdzv_host, c.rdzv_port,
-                 c.nnodes, c.rdzv_timeout_s);
-  }
-  const NodeAssignment node = rendezvous->next_rendezvous();
-
-  // Heartbeats and metrics (docs/observability.md): only when asked for, so that by default no
-  // socket is opened and workers send nothing.
-  std::unique_ptr<AgentSocket> agent;
-  ProgressBoard board(node.node_rank, node.nnodes * local.nproc);
-  std::unique_ptr<MetricsServer> metrics;
-  if (c.hang_timeout_s > 0 || c.metrics_port > 0) agent = AgentSocket::open(env.get("TMPDIR").value_or("/tmp"));
-  if (c.metrics_port > 0) metrics = std::make_unique<MetricsServer>(c.metrics_addr, c.metrics_port, board);
-  if (agent) run.agent_socket = agent->path();
 
   if (!local.cpu_slices.empty()) {
     std::string bound;
@@ -229,24 +154,11 @@ int run(const LaunchConfig& c, const EnvironmentSnapshot& env) {
                  "set OMP_NUM_THREADS to tune it",
                  local.nproc);
   }
-  spdlog::info("starting {} workers (ranks {}..{} of {}) on node {} of {}, master {}:{}, run id {}", local.nproc,
-               global_rank(node, 0), global_rank(node, local.nproc - 1), node.nnodes * local.nproc, node.node_rank,
-               node.nnodes, node.master_addr, node.master_port, node.run_id);
+  // Made before the rendezvous: a --log_dir that cannot hold the run fails before other nodes wait.
+  RunFolder folder(c, env);
+  run.run_folder = folder.path();
   if (writes_log_files(c, local.nproc)) folder.keep();
-  // Multi-node: the launchers' job channel (See Note [Coordinated restarts] in launcher/job_channel.cpp).
-  const std::unique_ptr<JobChannel> channel = open_job_channel(c, node, local.nproc, this_host_name());
-
-  const GroupFactory make_group = [&](int attempt) {
-    return prepare_attempt(c, node, local, run, attempt);
-  };
-  SupervisorOptions options = supervisor_options(c);
-  options.agent = agent.get();
-  options.progress = agent ? &board : nullptr;
-  options.hang_timeout_s = c.hang_timeout_s;
-  options.link = channel ? channel->link() : nullptr;
-  const SupervisorResult result = supervise(options, make_group);
-  if (channel) channel->set_job_succeeded(result.exit_code == 0);
-  return finish_run(result, options.host_name);
+  return run_agent(c, env, local, run);
 }
 
 }  // namespace

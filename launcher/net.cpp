@@ -27,6 +27,8 @@ bool resolve(const std::string& host, int port, int socktype, AddrList& out) {
   return ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &out.head) == 0;
 }
 
+}  // namespace
+
 int bound_port(int fd) {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
@@ -34,8 +36,6 @@ int bound_port(int fd) {
   if (ss.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
   return ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
 }
-
-}  // namespace
 
 BindProbe probe_bind(const std::string& host, int port) {
   AddrList addrs;
@@ -84,14 +84,6 @@ int pick_free_port(const std::string& host) {
   }
   throw UsageError(ddp::str("--master_port 0: cannot bind a port on '", host,
                             "' (not an address of this machine?)"));
-}
-
-int pick_free_port_pair(const std::string& host) {
-  int port = pick_free_port(host);
-  for (int tries = 0; tries < 20 && probe_bind(host, port + 1) != BindProbe::kFree; ++tries) {
-    port = pick_free_port(host);
-  }
-  return port;
 }
 
 std::string this_host_name() {

@@ -18,10 +18,8 @@ int listen_on(const std::string& host, int port);
 // no local address to bind.
 int pick_free_port(const std::string& host);
 
-// A port P that was free on host a moment ago with P + 1 free too: a multi-node job's master port,
-// whose next port is the launchers' job channel (See Note [Coordinated restarts] in
-// launcher/job_channel.cpp). Gives up after a few tries and returns the last P found.
-int pick_free_port_pair(const std::string& host);
+// The port a bound socket has (the one the OS picked for port 0); -1 when it cannot be read.
+int bound_port(int fd);
 
 // gethostname(), for the failure summary.
 std::string this_host_name();

@@ -16,6 +16,12 @@ ProgressBoard::ProgressBoard(int node_rank, int world_size) : worker_uid_(::gete
   job_.world_size = world_size;
 }
 
+void ProgressBoard::set_membership(int node_rank, int world_size) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  job_.node_rank = node_rank;
+  job_.world_size = world_size;
+}
+
 void ProgressBoard::begin_attempt(int attempt, const std::vector<WorkerIdentity>& workers) {
   std::lock_guard<std::mutex> lock(mutex_);
   job_.restarts = attempt;

@@ -79,6 +79,8 @@ class ProgressBoard {
  public:
   ProgressBoard(int node_rank, int world_size);
 
+  // A new rendezvous round's place of this node (an elastic job's rounds change both).
+  void set_membership(int node_rank, int world_size);
   // A new attempt's workers (restart count `attempt`): forgets the previous attempt's progress.
   void begin_attempt(int attempt, const std::vector<WorkerIdentity>& workers);
   // Takes a datagram received at `now`. Only a message whose sender credentials name the worker of

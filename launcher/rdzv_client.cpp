@@ -4,7 +4,6 @@
 #include "ddp/base/route.h"
 #include "launcher/net.h"
 #include "launcher/plugin_loader.h"
-#include "launcher/rdzv_plugin_api.h"
 
 #ifndef DDP_RDZV_PLUGIN_NAME
 #define DDP_RDZV_PLUGIN_NAME "libddp_launch_rdzv.so"
@@ -18,39 +17,84 @@ class StoreRendezvous : public RendezvousHandler {
   StoreRendezvous(const LaunchConfig& config, int nproc)
       : config_(config), node_(assignment_from_flags(config, nproc)) {}
 
-  ~StoreRendezvous() override {
-    if (handle_ != nullptr) release_(handle_);
-  }
-
   NodeAssignment next_rendezvous() override {
-    SharedLibrary plugin = SharedLibrary::load_plugin(DDP_RDZV_PLUGIN_NAME, "--rdzv_endpoint");
-    plugin.keep_loaded();  // LibTorch does not support being unloaded
-    const auto join = plugin.symbol<ddp_rdzv_join_fn>(DDP_RDZV_JOIN_SYMBOL);
-    release_ = plugin.symbol<ddp_rdzv_release_fn>(DDP_RDZV_RELEASE_SYMBOL);
-
     const StoreEndpoint endpoint = open_store_endpoint(config_);
-    const int port = pick_free_port_pair(endpoint.advertise);
+    const int port = pick_free_port(endpoint.advertise);
     ddp_rdzv_request req{config_.rdzv_host.c_str(), config_.rdzv_port, config_.rdzv_id.c_str(), config_.nnodes,
                          endpoint.listen_fd, endpoint.advertise.c_str(), port, config_.rdzv_timeout_s, config_.rdzv_token.c_str(),
                          config_.keep_c10_logs ? 0 : 1};
-    ddp_rdzv_result result{};
-    handle_ = join(&req, &result);
-    if (handle_ == nullptr) throw ddp::TimeoutError(result.error);
+    store_ = std::make_unique<PluginStore>();  // loaded here, never for a dry run
+    const ddp_rdzv_result result = store_->join(req);
     node_.node_rank = result.node_rank;
     node_.master_addr = result.master_addr;
     node_.master_port = result.master_port;
     return node_;
   }
   bool is_dynamic() const override { return true; }
+  EndpointDirectory* directory() override { return store_.get(); }
 
  private:
   const LaunchConfig& config_;
   NodeAssignment node_;
-  void* handle_ = nullptr;
-  ddp_rdzv_release_fn release_ = nullptr;
+  std::unique_ptr<PluginStore> store_;
 };
 
 }  // namespace
+
+PluginStore::PluginStore() {
+  SharedLibrary plugin = SharedLibrary::load_plugin(DDP_RDZV_PLUGIN_NAME, "--rdzv_endpoint");
+  plugin.keep_loaded();  // LibTorch does not support being unloaded
+  join_ = plugin.symbol<ddp_rdzv_join_fn>(DDP_RDZV_JOIN_SYMBOL);
+  open_ = plugin.symbol<ddp_rdzv_open_fn>(DDP_RDZV_OPEN_SYMBOL);
+  round_ = plugin.symbol<ddp_rdzv_round_fn>(DDP_RDZV_ROUND_SYMBOL);
+  waiting_ = plugin.symbol<ddp_rdzv_waiting_fn>(DDP_RDZV_WAITING_SYMBOL);
+  release_ = plugin.symbol<ddp_rdzv_release_fn>(DDP_RDZV_RELEASE_SYMBOL);
+  mark_gone_ = plugin.symbol<ddp_rdzv_mark_gone_fn>(DDP_RDZV_MARK_GONE_SYMBOL);
+  publish_ = plugin.symbol<ddp_rdzv_publish_fn>(DDP_RDZV_PUBLISH_SYMBOL);
+  lookup_ = plugin.symbol<ddp_rdzv_lookup_fn>(DDP_RDZV_LOOKUP_SYMBOL);
+}
+
+PluginStore::~PluginStore() {
+  if (handle_ != nullptr) release_(handle_);
+}
+
+ddp_rdzv_result PluginStore::join(const ddp_rdzv_request& request) {
+  ddp_rdzv_result result{};
+  handle_ = join_(&request, &result);
+  if (handle_ == nullptr) throw ddp::TimeoutError(result.error);
+  return result;
+}
+
+void PluginStore::open(const ddp_rdzv_request& request) {
+  ddp_rdzv_result result{};
+  handle_ = open_(&request, &result);
+  if (handle_ == nullptr) throw ddp::TimeoutError(result.error);
+}
+
+ddp_rdzv_round_result PluginStore::round(const ddp_rdzv_round_request& request) {
+  ddp_rdzv_round_result result{};
+  if (round_(handle_, &request, &result) != 0) throw ddp::TimeoutError(result.error);
+  return result;
+}
+
+int PluginStore::waiting(int round) { return handle_ == nullptr ? -1 : waiting_(handle_, round); }
+
+int PluginStore::mark_gone(const std::string& prefix, const std::string& node_key, int first_round_workers) {
+  return handle_ == nullptr ? -1 : mark_gone_(handle_, prefix.c_str(), node_key.c_str(), first_round_workers);
+}
+
+void PluginStore::publish(const std::string& name, const Endpoint& endpoint) {
+  ddp_rdzv_endpoint out{};
+  if (publish_(handle_, name.c_str(), endpoint.addr.c_str(), endpoint.port, &out) != 0) {
+    throw ddp::TimeoutError(out.error);
+  }
+}
+
+Endpoint PluginStore::lookup(const std::string& name, double timeout_s) {
+  ddp_rdzv_endpoint out{};
+  if (lookup_(handle_, name.c_str(), timeout_s, &out) != 0) throw ddp::TimeoutError(out.error);
+  return {out.addr, out.port};
+}
 
 StoreEndpoint open_store_endpoint(const LaunchConfig& config) {
   // Advertise, as rank 0's node, the address that routes to the endpoint, and serve the store when

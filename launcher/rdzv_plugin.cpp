@@ -207,6 +207,7 @@ extern "C" __attribute__((visibility("default"))) void* ddp_rdzv_join(const ddp_
   handle->nnodes = req->nnodes;
   handle->timeout_s = req->timeout_s;
   handle->is_server = req->listen_fd >= 0;
+  handle->where = where;
   try {
     handle->store = open_store(*req);
   } catch (const std::exception& e) {
@@ -240,4 +241,52 @@ extern "C" __attribute__((visibility("default"))) void ddp_rdzv_release(void* op
   } catch (const std::exception&) {
     // The store is going away either way.
   }
+}
+
+extern "C" __attribute__((visibility("default"))) int ddp_rdzv_publish(void* opaque, const char* name,
+                                                                       const char* addr, int port,
+                                                                       ddp_rdzv_endpoint* out) {
+  std::memset(out, 0, sizeof *out);
+  auto& handle = *static_cast<Handle*>(opaque);
+  const std::string id = rdzv::endpoint_id(handle.run_id, name);
+  try {
+    handle.store->set(rdzv::master_key(id),
+                      to_bytes(rdzv::make_master_record(rdzv::Token(handle.token), id, {addr, port})));
+    return 0;
+  } catch (const std::exception& e) {
+    ddp::launcher::rdzv_plugin::set_error(out->error, sizeof out->error,
+                                          "rendezvous '" + handle.run_id + "' at " + handle.where +
+                                              ": could not publish " + name + ": " + one_line(e));
+    return -1;
+  }
+}
+
+extern "C" __attribute__((visibility("default"))) int ddp_rdzv_lookup(void* opaque, const char* name,
+                                                                      double timeout_s, ddp_rdzv_endpoint* out) {
+  std::memset(out, 0, sizeof *out);
+  auto& handle = *static_cast<Handle*>(opaque);
+  const rdzv::Token token(handle.token);
+  const std::string id = rdzv::endpoint_id(handle.run_id, name);
+  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
+  std::string problem = "nothing was published there";
+  try {
+    while (true) {
+      if (const auto value = try_get(*handle.store, rdzv::master_key(id))) {
+        if (auto endpoint = rdzv::parse_master_record(token, id, *value, problem)) {
+          std::snprintf(out->addr, sizeof out->addr, "%s", endpoint->addr.c_str());
+          out->port = endpoint->port;
+          return 0;
+        }
+      }
+      if (Clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  } catch (const std::exception& e) {
+    problem = one_line(e);
+  }
+  ddp::launcher::rdzv_plugin::set_error(out->error, sizeof out->error,
+                                        "rendezvous '" + handle.run_id + "' at " + handle.where + ": no " + name +
+                                            " within " + std::to_string(static_cast<int>(timeout_s)) +
+                                            " s (--rdzv_timeout): " + problem);
+  return -1;
 }

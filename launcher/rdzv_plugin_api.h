@@ -81,6 +81,24 @@ typedef int (*ddp_rdzv_waiting_fn)(void* handle, int round);
 // training now, -2 when another launcher marked them first, -1 when the store is unreachable.
 typedef int (*ddp_rdzv_mark_gone_fn)(void* handle, const char* prefix, const char* node_key, int first_round_workers);
 
+// The launchers' own channels (the job channel, the live job's liveness channel) listen on ports
+// the OS picked (bind to port 0); the launcher that listens publishes where, the others look it up:
+// one port per job, the rendezvous endpoint's (See Note [One port per job] in launcher/rendezvous.h).
+struct ddp_rdzv_endpoint {
+  char addr[256];
+  int port;
+  char error[1024];  // on failure: one line saying what went wrong
+};
+// Publishes addr:port under the job's `name` (a word: "job_channel/r3"), proved with the job's
+// token. 0, or -1 with out->error set.
+typedef int (*ddp_rdzv_publish_fn)(void* handle, const char* name, const char* addr, int port,
+                                   struct ddp_rdzv_endpoint* out);
+// Waits, at most timeout_s, for the endpoint published under `name`: 0 with out filled, or -1 with
+// out->error set (not published in time, or a record no launcher of this job wrote).
+typedef int (*ddp_rdzv_lookup_fn)(void* handle, const char* name, double timeout_s, struct ddp_rdzv_endpoint* out);
+
+#define DDP_RDZV_PUBLISH_SYMBOL "ddp_rdzv_publish"
+#define DDP_RDZV_LOOKUP_SYMBOL "ddp_rdzv_lookup"
 #define DDP_RDZV_MARK_GONE_SYMBOL "ddp_rdzv_mark_gone"
 #define DDP_RDZV_OPEN_SYMBOL "ddp_rdzv_open"
 #define DDP_RDZV_ROUND_SYMBOL "ddp_rdzv_round"

@@ -85,6 +85,7 @@ std::string slot_key(const std::string& run_id, int slot) {
 }
 std::string master_key(const std::string& run_id) { return "ddp_rdzv/" + run_id + "/master"; }
 std::string done_key(const std::string& run_id) { return "ddp_rdzv/" + run_id + "/done"; }
+std::string endpoint_id(const std::string& run_id, const std::string& name) { return run_id + "/endpoint/" + name; }
 
 std::string Token::proof(const std::string& message) const {
   const std::string key = secret_.empty() ? std::string(kPublicKey) : secret_;

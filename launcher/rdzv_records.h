@@ -12,6 +12,9 @@ namespace ddp::launcher::rdzv {
 std::string slot_key(const std::string& run_id, int slot);
 std::string master_key(const std::string& run_id);
 std::string done_key(const std::string& run_id);
+// A launcher's published endpoint `name` (ddp_rdzv_publish) is recorded as the master of rendezvous
+// "<run_id>/endpoint/<name>": master_key and the master record's proof, under that id.
+std::string endpoint_id(const std::string& run_id, const std::string& name);
 
 // The job's secret, as the launchers present it (DDP_RDZV_TOKEN; empty: no secret, see the Note).
 class Token {

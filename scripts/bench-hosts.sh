@@ -434,7 +434,7 @@ for ((run = 1; run <= runs; run++)); do
       modes=(c10d static)
       [[ $tool == ddp ]] || modes=(c10d)
       for mode in "${modes[@]}"; do
-        port=$((port + 2))  # ddp_launch's job channel takes the master port + 1
+        port=$((port + 1))
         value=$(restart "$tool" "$mode" "$port" || echo failed)
         echo "run $run: $tool $mode: a worker's failure to training again after a coordinated restart: $value s"
         results["$tool restart $mode"]+="$value "

@@ -16,7 +16,6 @@
 # Sets live_schedule (WORLD:STEPS runs) and live_samples_checked (a summary).
 #   live_start_hosts START K...   runs `START K` for each host K, the first one's launcher (it serves the
 #                                 rendezvous store on port 29400) listening before the others start
-#                                 (on $live_listen_port if set: e.g. the liveness channel's 29401)
 live_check_training() {
   local log=$1 steps=$2 samples=$3 batch=$4 demo=$5 schedule pid off_by_one
   shift 5
@@ -155,8 +154,8 @@ live_start_hosts() {
     "$start" "$k"
     [[ $k == "$1" ]] || continue
     deadline=$((SECONDS + 20))
-    until [[ -n $("$cluster" exec "$name" "$k" ss -Hltn "sport = :${live_listen_port:-29400}") ]]; do
-      ((SECONDS < deadline)) || fail "nothing listened on port ${live_listen_port:-29400} on host $k within 20 s"
+    until [[ -n $("$cluster" exec "$name" "$k" ss -Hltn "sport = :29400") ]]; do
+      ((SECONDS < deadline)) || fail "nothing listened on port 29400 on host $k within 20 s"
       sleep 0.1
     done
   done

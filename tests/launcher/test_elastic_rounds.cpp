@@ -174,8 +174,11 @@ TEST_CASE("--nnodes MIN:MAX on the command line", "[launcher][elastic][config]")
   CHECK_THAT(usage_error({"--nnodes", "3:2", "--rdzv_endpoint", "h", "/bin/true"}), Catch::Contains("MIN is above MAX"));
   CHECK_THAT(usage_error({"--nnodes", "2:3", "--rdzv_endpoint", "h", "--rdzv_conf", "last_call_timeout=x", "/bin/true"}),
              Catch::Contains("last_call_timeout"));
-  CHECK_THAT(usage_error({"--nnodes", "2:3", "--rdzv_endpoint", "h", "--hang_timeout", "5", "/bin/true"}),
-             Catch::Contains("not supported with elastic membership"));
+  // Every launcher feature in every mode (See Note [One node agent]): nothing refused with a range.
+  const auto watched = parse({"--nnodes", "2:3", "--rdzv_endpoint", "h", "--hang_timeout", "5", "--metrics_port", "9100",
+                              "/bin/true"});
+  CHECK(watched.hang_timeout_s == 5);
+  CHECK(watched.metrics_port == 9100);
 }
 
 TEST_CASE("each host of an elastic host list joins the rounds, with no fixed node rank", "[launcher][elastic]") {

@@ -106,7 +106,7 @@ TEST_CASE("every variable reaches the workers, static rendezvous, nnodes x nproc
   for (auto [nnodes, nproc] : std::vector<std::pair<int, int>>{{1, 1}, {1, 3}, {2, 2}, {3, 1}}) {
     INFO(nnodes << " nodes x " << nproc << " workers");
     TempDir dir;
-    const int port = nnodes == 1 ? 0 : pick_free_port_pair("127.0.0.1");
+    const int port = nnodes == 1 ? 0 : pick_free_port("127.0.0.1");
     std::vector<std::vector<std::string>> nodes;
     for (int node = 0; node < nnodes; ++node) {
       nodes.push_back(with_worker({"--nnodes", std::to_string(nnodes), "--node_rank", std::to_string(node),
@@ -417,7 +417,10 @@ TEST_CASE("--dry_run prints commands and environments and starts nothing", "[pro
   CHECK(list_dir(dir.path()).empty());
   CHECK_THAT(outcome.out, Catch::Contains("[rank 3]: command: " + worker_path() + " --out " + dir.path() + " 'a b'"));
   CHECK_THAT(outcome.out, Catch::Contains("RANK=2 LOCAL_RANK=0 WORLD_SIZE=4"));
-  CHECK_THAT(outcome.out, Catch::Contains("MASTER_ADDR=10.9.8.7 MASTER_PORT=29500"));
+  // Node 0's launcher listens on the master port; the workers' store takes a free port there (See
+  // Note [One port per job]).
+  CHECK_THAT(outcome.out, Catch::Contains("master 10.9.8.7:29500"));
+  CHECK_THAT(outcome.out, Catch::Contains("MASTER_ADDR=10.9.8.7 MASTER_PORT=<free port>"));
 }
 
 TEST_CASE("Slurm's variables reach the real binary", "[process][slurm]") {
@@ -597,10 +600,12 @@ TEST_CASE("--cpu_bind exclusive pins each worker, its threads and its restarts t
   CHECK_FALSE(std::filesystem::exists(marker));
 }
 
-TEST_CASE("node 0 whose job channel port (--master_port + 1) is taken says so, exit 2", "[process][bad_input]") {
-  // See Note [Coordinated restarts] in launcher/job_channel.cpp.
+TEST_CASE("a static job needs only --master_port: its neighbour taken changes nothing", "[process]") {
+  // See Note [One port per job] in launcher/rendezvous.h: node 0's launcher listens on --master_port,
+  // the workers' store on a port the OS picked, told to node 1 in the coordinator's welcome.
   TempDir dir;
-  int busy = -1, master_port = 0;
+  // A listening socket whose lower neighbour is free: that neighbour is --master_port.
+  int busy = -1, taken = 0, master_port = 0;
   for (int tries = 0; tries < 20 && master_port == 0; ++tries) {
     busy = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
@@ -610,24 +615,47 @@ TEST_CASE("node 0 whose job channel port (--master_port + 1) is taken says so, e
     REQUIRE(::listen(busy, 1) == 0);
     socklen_t len = sizeof addr;
     ::getsockname(busy, reinterpret_cast<sockaddr*>(&addr), &len);
-    const int port = ntohs(addr.sin_port) - 1;
-    if (ddp::launcher::probe_bind("127.0.0.1", port) == ddp::launcher::BindProbe::kFree) {
-      master_port = port;
+    taken = ntohs(addr.sin_port);
+    if (ddp::launcher::probe_bind("127.0.0.1", taken - 1) == ddp::launcher::BindProbe::kFree) {
+      master_port = taken - 1;
     } else {
       ::close(busy);
     }
   }
   REQUIRE(master_port != 0);
+  std::vector<std::vector<std::string>> nodes;
+  for (int node = 0; node < 2; ++node) {
+    nodes.push_back(with_worker({"--nnodes", "2", "--node_rank", std::to_string(node), "--nproc_per_node", "1",
+                                 "--master_addr", "127.0.0.1", "--master_port", std::to_string(master_port)},
+                                {"--out", dir.path()}));
+  }
+  for (const auto& outcome : run_nodes(nodes, 60s)) {
+    INFO(outcome.err);
+    CHECK(outcome.exit_code == 0);
+  }
+  ::close(busy);
+  // Both workers saw node 0's store port: neither --master_port nor a fixed offset of it.
+  std::set<std::string> ports;
+  for (int rank = 0; rank < 2; ++rank) {
+    REQUIRE(wait_for_files(dir.path(), "rank" + std::to_string(rank) + ".", 1, 5s));
+    ports.insert(read_record(record_path(dir, rank)).env.at("MASTER_PORT"));
+  }
+  REQUIRE(ports.size() == 1);
+  CHECK(*ports.begin() != std::to_string(master_port));
+  CHECK(*ports.begin() != std::to_string(taken));
+}
+
+TEST_CASE("node 1 of a static job whose node 0 never comes says so within --rdzv_timeout, exit 1", "[process][bad_input]") {
+  TempDir dir;
+  const int port = ddp::launcher::pick_free_port("127.0.0.1");
   const auto outcome =
-      run_launcher(with_worker({"--nnodes", "2", "--node_rank", "0", "--master_addr", "127.0.0.1", "--master_port",
-                                std::to_string(master_port)},
+      run_launcher(with_worker({"--nnodes", "2", "--node_rank", "1", "--master_addr", "127.0.0.1", "--master_port",
+                                std::to_string(port), "--rdzv_timeout", "2"},
                                {"--out", dir.path()}),
                    {}, std::chrono::seconds(30));
-  ::close(busy);
   INFO(outcome.err);
-  CHECK(outcome.exit_code == 2);
-  CHECK_THAT(outcome.err, Catch::Contains("port " + std::to_string(master_port + 1) +
-                                          " on 127.0.0.1 (the launchers' job channel: --master_port + 1) cannot be "
-                                          "bound: Address already in use; pick another --master_port"));
+  CHECK(outcome.exit_code == 1);
+  CHECK_THAT(outcome.err, Catch::Contains("could not reach node 0's launcher at 127.0.0.1:" + std::to_string(port) +
+                                          " within 2 s (--rdzv_timeout)"));
   CHECK(list_dir(dir.path()).empty());  // no worker started
 }

@@ -55,7 +55,7 @@ void check_workers(const TempDir& dir, const std::string& run_id) {
 
 TEST_CASE("a non-elastic PyTorchJob's pods: ddp_launch BINARY starts the right workers", "[process][env]") {
   TempDir dir;
-  const std::string port = std::to_string(pick_free_port_pair("127.0.0.1"));
+  const std::string port = std::to_string(pick_free_port("127.0.0.1"));
   std::vector<std::map<std::string, std::string>> pods;
   for (int pod = 0; pod < 2; ++pod) {
     // What the operator sets in pod `pod` of a job with 2 replicas (Master + Worker), nprocPerNode 2.

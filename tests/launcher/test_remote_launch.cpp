@@ -22,7 +22,7 @@ const std::string kFakeSsh = "sh -c 'exec /bin/sh -c \"$2\"' fake_ssh";
 
 std::vector<std::string> job_args(const std::string& hosts, std::vector<std::string> worker_args) {
   std::vector<std::string> args{"--hosts", hosts, "--ssh_cmd", kFakeSsh, "--master_addr", "127.0.0.1",
-                                "--master_port", std::to_string(pick_free_port_pair("127.0.0.1")), "--shutdown_grace",
+                                "--master_port", std::to_string(pick_free_port("127.0.0.1")), "--shutdown_grace",
                                 "5", worker_path()};
   args.insert(args.end(), worker_args.begin(), worker_args.end());
   return args;
@@ -149,7 +149,7 @@ TEST_CASE("hosts: the root cause is the earliest failure, not the first ssh to e
       "sleep 0.3; fi; exit $rc' fake_ssh";
   const LaunchOutcome outcome =
       run_launcher({"--hosts", "a:2,b:2", "--ssh_cmd", late_ssh, "--master_addr", "127.0.0.1", "--master_port",
-                    std::to_string(pick_free_port_pair("127.0.0.1")), "--shutdown_grace", "5", worker},
+                    std::to_string(pick_free_port("127.0.0.1")), "--shutdown_grace", "5", worker},
                    {}, 60s);
   INFO(outcome.err);
   CHECK(outcome.exit_code == 5);
