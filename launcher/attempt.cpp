@@ -61,6 +61,7 @@ struct Worker {
   bool running = false;
   bool unreaped = false;  // given up on after SIGKILL (See Note [Unreapable workers])
   std::optional<size_t> hang_failure;  // index in Attempt::failures when the watchdog stopped it
+  std::optional<std::string> hang_killed;  // --recovery live: the watchdog killed it alone (its line)
   OutputStream out;
   OutputStream err;
 };
@@ -168,6 +169,21 @@ class Attempt {
     if (options_.hang_timeout_s <= 0 || options_.progress == nullptr || stopping_) return;
     const auto stuck = options_.progress->stuck(Clock::now(), options_.hang_timeout_s);
     if (stuck.empty()) return;
+    if (options_.respawn_worker) {
+      // --recovery live: a stuck worker is a dead one that has not noticed. It alone is killed
+      // (SIGKILL: it does not step, and its peers recover without it) and restarted as a dead
+      // worker is (See Note [Restarting one live worker] in launcher/live_respawn.h).
+      for (const auto& s : stuck) {
+        for (auto& w : workers_) {
+          if (w.launch.rank != s.worker.rank || !w.running || w.hang_killed) continue;
+          w.hang_killed = describe_stuck(s);
+          spdlog::error("{} (--hang_timeout {} s): killing it, to restart it alone (--recovery live)", *w.hang_killed,
+                        options_.hang_timeout_s);
+          signal_group(w.pid, SIGKILL);
+        }
+      }
+      return;
+    }
     for (const auto& s : stuck) {
       std::string line = describe_stuck(s);
       if (options_.link != nullptr) line += options_.link->describe_behind(attempt_, local_steps());
@@ -349,6 +365,7 @@ class Attempt {
       } else {
         exit.exit_code = WEXITSTATUS(status);
       }
+      exit.hang = w.hang_killed;
       if (!exit.signal && exit.exit_code == 0) continue;
       exit.error = read_error_file(exit.error_file);
       if (exit.error) exit.error_written = file_mtime(exit.error_file);

@@ -8,7 +8,10 @@
 //   --sleep R:SECONDS       rank R sleeps ("*" for every rank)
 //   --exit R:CODE           rank R exits with CODE
 //   --signal R:SIG          rank R kills itself with signal SIG
-//   --fail-attempts N       --exit/--signal/--error-message only while TORCHELASTIC_RESTART_COUNT < N
+//   --steps R:N             rank R sends heartbeats for steps 1..N through DDP_AGENT_SOCKET, 50 ms apart
+//                           (8 samples and a loss each), as DDP and ProgressReporter do
+//   --hang-at R:STEP        rank R stops its heartbeats before STEP and sleeps 600 s
+//   --fail-attempts N       --exit/--signal/--error-message/--hang-at only while TORCHELASTIC_RESTART_COUNT < N
 // Unknown arguments are ignored (so tests can check that argv arrives verbatim).
 #include <signal.h>
 #include <unistd.h>
@@ -21,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "ddp/agent_channel.h"
 #include "ddp/base/env_names.h"
 #include "ddp/base/error_file.h"
 #include "ddp/base/files.h"
@@ -106,6 +110,29 @@ int main(int argc, char** argv) {
         error.timestamp = static_cast<long long>(std::time(nullptr));
         if (const std::string path = env_or(ddp::env::kErrorFile, ""); !path.empty()) ddp::write_error_file(path, error);
       }
+    }
+  }
+  for (const auto& spec : value_of("--steps")) {
+    if (!for_me(spec, v)) continue;
+    long long hang_at = -1;
+    std::string at;
+    for (const auto& hang : value_of("--hang-at")) {
+      if (may_fail && for_me(hang, at)) hang_at = std::atoll(at.c_str());
+    }
+    ddp::AgentChannel channel = ddp::AgentChannel::from_environment(ddp::process_environment());
+    for (long long step = 1; step <= std::atoll(v.c_str()); ++step) {
+      if (step == hang_at) sleep_seconds(600);
+      ddp::AgentMessage m;
+      m.flags = ddp::AgentMessage::kHasStep | ddp::AgentMessage::kHasSamples | ddp::AgentMessage::kHasLoss;
+      m.rank = g_rank;
+      m.pid = static_cast<std::int32_t>(getpid());
+      m.step = step;
+      m.samples = 8 * step;
+      m.step_time_s = 0.05;
+      m.loss = 1.0 / static_cast<double>(step);
+      m.timestamp_s = static_cast<double>(std::time(nullptr));
+      channel.send(m);
+      sleep_seconds(0.05);
     }
   }
   for (const auto& spec : value_of("--sleep")) {
