@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "benchmarks/harness.h"
-#include "launcher/net.h"
+#include "launcher/channel/net.h"
 
 extern char** environ;
 

@@ -1,7 +1,7 @@
 #pragma once
 // A program started by `ddp_launch --recovery live` finds its job's membership here: the store
 // client and the StoreMembership to pass to ddp::FaultTolerant. See Note [Live recovery with
-// ddp_launch] in launcher/live_launch.cpp.
+// ddp_launch] in launcher/agent/live_recovery.cpp.
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>

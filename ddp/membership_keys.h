@@ -86,7 +86,7 @@ inline std::string worker_key_of(const std::string& member_id) {
 // to it adds that member to "left" (exactly once per member and round, whether it was marked
 // alone, with its whole node, or both, in any order or at the same time). `scope` is a node key
 // ("node<N>", "node<N>.r<R>": every worker of the node) or one worker's key ("<node key>/local<L>":
-// that worker alone, See Note [Restarting one live worker] in launcher/live_respawn.cpp). Who: the
+// that worker alone, See Note [Restarting one live worker] in launcher/agent/live_respawn.cpp). Who: the
 // scope's members of the last closed round (none when that round closed without them already,
 // e.g. after the settle timeout: nothing to mark), or before any round closed its share of the
 // launcher's first round (`first_round_workers` local ranks of a node; for one worker, 1 when it was

@@ -1,7 +1,7 @@
 // Live recovery with ddp_launch: a small model trained under ddp::FaultTolerant, its membership from
 // the launcher (ddp::live_job_from_environment). A lost host costs the survivors the step in flight,
 // not their processes; a restarted worker heals from a survivor. See Note [Live recovery with
-// ddp_launch] in launcher/live_launch.cpp.
+// ddp_launch] in launcher/agent/live_recovery.cpp.
 //   ddp_launch --nnodes 2:3 --rdzv_endpoint host0:29400 --rdzv_id job --recovery live
 //       build/bin/live_recovery_demo --steps 200   (one command line, on every host)
 // It trains on a fixed data set (--samples, made from a fixed seed) through ddp::DistributedSampler,

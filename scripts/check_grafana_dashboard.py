@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Checks scripts/grafana-dashboard.json: valid JSON, every panel has a query, and every ddp_* name
-in a query is a series that ddp_launch serves (the names in launcher/progress_board.cpp).
+in a query is a series that ddp_launch serves (the names in launcher/observe/progress_board.cpp).
 
-    check_grafana_dashboard.py DASHBOARD.json launcher/progress_board.cpp
+    check_grafana_dashboard.py DASHBOARD.json launcher/observe/progress_board.cpp
 """
 import json
 import re

@@ -6,7 +6,7 @@
 # share this machine's file system):
 #   (1) undisturbed at world size 3;
 #   (2) host2's launcher SIGKILLed in the middle of epoch 2: hosts 0 and 1 re-rendezvous at world
-#       size 2 (See Note [Elastic rounds] in launcher/rdzv_rounds.cpp), restart their workers, which
+#       size 2 (See Note [Elastic rounds] in launcher/rendezvous/rounds.cpp), restart their workers, which
 #       resume from the latest checkpoint and re-shard the rest of the epoch (See Note [Re-sharding at
 #       a new world size] in samplers/reshard.cpp).
 # Prints both final test accuracies; fails when they differ by more than 1 point.

@@ -2,7 +2,7 @@
 // The wire format of the local channel from a worker to its launcher (ddp_launch --hang_timeout /
 // --metrics_port): small fixed-format datagrams on a Unix-domain socket whose path the launcher puts
 // in DDP_AGENT_SOCKET. Both ends include this; the worker's sender is ddp/agent_channel.h (libddp),
-// the launcher's receiver launcher/agent_socket.h. Torch-free. See Note [Agent channel].
+// the launcher's receiver launcher/observe/agent_socket.h. Torch-free. See Note [Agent channel].
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -17,7 +17,7 @@ namespace ddp {
 // a training loop may add samples and loss with ProgressReporter (ddp/agent_channel.h). Without
 // DDP_AGENT_SOCKET nothing is opened and nothing is sent. (DDP sends at the start of each
 // synchronizing forward: see Note [Heartbeat at forward] in distributed_data_parallel.cpp.) The
-// launcher (launcher/agent_socket.h) creates the socket in a private folder (0700), so only the
+// launcher (launcher/observe/agent_socket.h) creates the socket in a private folder (0700), so only the
 // job's user can write to it; it checks rank and pid of each message against the workers it
 // started and drops anything else. The format is fixed-size, native byte order (both ends are on
 // one machine) and versioned by kAgentMagic. The wire format is torch-free and shared (ddp/base);

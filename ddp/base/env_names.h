@@ -1,7 +1,7 @@
 #pragma once
 // The names of the environment variables of the launcher-worker contract: what ddp_launch (and
 // torchrun, and srun) set for a worker, and what a worker reads. The writer is
-// launcher/worker_env.cpp, the reader and validator ddp/base/environment.cpp; nothing else spells
+// launcher/agent/worker_env.cpp, the reader and validator ddp/base/environment.cpp; nothing else spells
 // these names. See Note [Worker environment contract].
 namespace ddp::env {
 
@@ -47,7 +47,7 @@ inline constexpr char kJoinTimeout[] = "DDP_JOIN_TIMEOUT";
 // all-reduce] in ddp/sliced_allreduce.cpp. InitOptions::allreduce_slice_bytes wins over it.
 inline constexpr char kAllreduceSliceBytes[] = "DDP_ALLREDUCE_SLICE_BYTES";
 // ddp_launch --recovery live: where the job's membership lives (See Note [Live recovery with
-// ddp_launch] in launcher/live_launch.cpp): the rendezvous store "HOST:PORT", the job's key prefix in
+// ddp_launch] in launcher/agent/live_recovery.cpp): the rendezvous store "HOST:PORT", the job's key prefix in
 // it, and this worker's member id (stable for the process's life, unique in the job).
 inline constexpr char kLiveStore[] = "DDP_LIVE_STORE";
 inline constexpr char kLivePrefix[] = "DDP_LIVE_PREFIX";

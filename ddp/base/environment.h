@@ -120,7 +120,7 @@ struct AgentEnvironment {
 // absolute) or RANK is malformed.
 std::optional<AgentEnvironment> parse_agent_environment(const EnvLookup& env);
 
-// ddp_launch --recovery live (See Note [Live recovery with ddp_launch] in launcher/live_launch.cpp):
+// ddp_launch --recovery live (See Note [Live recovery with ddp_launch] in launcher/agent/live_recovery.cpp):
 // where the job's membership lives.
 struct LiveRecoveryEnvironment {
   std::string store_host;  // the rendezvous store (DDP_LIVE_STORE "HOST:PORT")

@@ -1,5 +1,5 @@
 // ddp_launch --recovery live: the flag's checks and the launcher-worker variables of the job's
-// membership (See Note [Live recovery with ddp_launch] in launcher/live_launch.cpp).
+// membership (See Note [Live recovery with ddp_launch] in launcher/agent/live_recovery.cpp).
 #include <catch2/catch.hpp>
 #include <map>
 #include <string>
@@ -8,8 +8,8 @@
 #include "ddp/base/env_names.h"
 #include "ddp/base/environment.h"
 #include "ddp/base/error.h"
-#include "launcher/config.h"
-#include "launcher/worker_env.h"
+#include "launcher/config/config.h"
+#include "launcher/agent/worker_env.h"
 
 namespace {
 

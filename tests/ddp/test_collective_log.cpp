@@ -16,7 +16,7 @@
 #include "ddp/collective_log.h"
 #include "ddp/base/environment.h"
 #include "ddp/process_group.h"
-#include "launcher/net.h"
+#include "launcher/channel/net.h"
 #include "tests/support/temp_dir.h"
 
 using Catch::Matchers::Contains;

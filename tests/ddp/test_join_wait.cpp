@@ -17,7 +17,7 @@
 #include "ddp/base/error.h"
 #include "ddp/join_wait.h"
 #include "ddp/process_group.h"
-#include "launcher/net.h"
+#include "launcher/channel/net.h"
 #include "tests/support/temp_dir.h"
 
 using namespace std::chrono_literals;

@@ -1,6 +1,6 @@
 // ddp::live_job_from_environment (ddp/live_environment.h): what a worker of `ddp_launch --recovery
 // live` builds from its environment, against a real TCPStore (See Note [Live recovery with
-// ddp_launch] in launcher/live_launch.cpp).
+// ddp_launch] in launcher/agent/live_recovery.cpp).
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <catch2/catch.hpp>

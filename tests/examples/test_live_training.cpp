@@ -11,7 +11,7 @@
 #include <set>
 #include <string>
 
-#include "launcher/net.h"
+#include "launcher/channel/net.h"
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
 
@@ -47,7 +47,7 @@ TEST_CASE("a worker killed mid-epoch under ddp_launch --recovery live: survivors
   // 600 samples, 48 per step at any world size (--batch-policy global): 16 per rank at 3, 24 at 2. The
   // last rank dies in step 4 (offset 144); the survivors run step 4 again at world size 2 (to 192) and
   // hold it until the restarted worker asks to join; the rest, 408, is split among 3 ranks.
-  // One launcher of three workers (See Note [Restarting one live worker] in launcher/live_respawn.h):
+  // One launcher of three workers (See Note [Restarting one live worker] in launcher/agent/live_respawn.h):
   // the dead one is restarted alone, its node-mates keep their processes.
   const std::string launch =
       "timeout -k 5 80 " + kBinDir + "/ddp_launch --nnodes 1:2 --nproc_per_node 3 --rdzv_endpoint 127.0.0.1:" +

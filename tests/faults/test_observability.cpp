@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "ddp/agent_channel.h"
-#include "launcher/net.h"
+#include "launcher/channel/net.h"
 #include "tests/faults/fault_job.h"
 #include "tests/launcher/process_harness.h"
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Elastic membership on network-namespace hosts (--nnodes MIN:MAX, See Note [Elastic rounds] in
-# launcher/rdzv_rounds.cpp):
+# launcher/rendezvous/rounds.cpp):
 #   elastic_test.sh SCENARIO NETNS_CLUSTER DDP_LAUNCH FAULT_WORKER
 #   down: 3 hosts (--nnodes 2:3), host2's launcher SIGKILLed mid-training: hosts 0 and 1 go on in
 #         round 1 at world size 2, resume from the last checkpoint and exit 0.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ddp_launch --recovery live: a whole host lost is marked gone by the launchers (See Note [Lost hosts
-# in a live job] in launcher/live_watch.cpp), on network-namespace hosts:
+# in a live job] in launcher/channel/live_watch.cpp), on network-namespace hosts:
 #   live_hosts_test.sh NETNS_CLUSTER DDP_LAUNCH LIVE_RECOVERY_DEMO
 # 3 hosts x 1 worker (--nnodes 2:3, so the job is at MAX), the demo with a settle timeout of 60 s, so
 # that only the launchers' mark explains a round closed before it:
@@ -39,7 +39,7 @@ start() {  # start K: host K's launcher in the background (killed after 45 s), o
   pids[$k]=$!
 }
 
-# One port per job (See Note [One port per job] in launcher/rendezvous.h): the rendezvous port's
+# One port per job (See Note [One port per job] in launcher/rendezvous/rendezvous.h): the rendezvous port's
 # neighbour, taken on the store's host, changes nothing; the liveness channel listens on a port the
 # OS picked, published in the store, and the other launchers find it there.
 "$cluster" exec "$name" 0 timeout -s KILL 60 python3 -c "

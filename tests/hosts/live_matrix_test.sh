@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ddp_launch --recovery live on 3 network-namespace hosts x 2 workers (world sizes 6, 4, 2), with the checks of issue 22
-# that need the whole job (See Note [Live recovery with ddp_launch] in launcher/live_launch.cpp):
+# that need the whole job (See Note [Live recovery with ddp_launch] in launcher/agent/live_recovery.cpp):
 #   live_matrix_test.sh NETNS_CLUSTER DDP_LAUNCH LIVE_RECOVERY_DEMO twice|during_recovery
 # twice: host 2 SIGKILLed mid-epoch (the survivors re-shard the rest of the epoch at world size 2 and
 #   train at least one step), then host 1 SIGKILLed: host 0's two workers go on and finish; the

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ddp_launch --recovery live on network-namespace hosts (See Note [Live recovery with ddp_launch] in
-# launcher/live_launch.cpp):
+# launcher/agent/live_recovery.cpp):
 #   live_test.sh NETNS_CLUSTER DDP_LAUNCH LIVE_RECOVERY_DEMO [down|partition]
 # partition: 3 hosts, host2's link goes down at step 10: nothing closes, the survivors' collectives
 # time out (--timeout-ms 2000), they regroup without host2 after the settle timeout, finish at world

@@ -7,7 +7,7 @@
 
 #include "ddp/base/environment.h"
 #include "ddp/base/error.h"
-#include "launcher/config.h"
+#include "launcher/config/config.h"
 
 namespace ddp::launcher::testing {
 

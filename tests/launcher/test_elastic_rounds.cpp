@@ -1,4 +1,4 @@
-// Unit tests of the elastic rounds (launcher/rdzv_rounds.h, See Note [Elastic rounds]): when a
+// Unit tests of the elastic rounds (launcher/rendezvous/rounds.h, See Note [Elastic rounds]): when a
 // round closes, who is in it, its proved member list, and --nnodes MIN:MAX on the command line.
 // No processes but the supervisor test's sleeping workers: the plugin drives the same functions
 // against the store.
@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "config_support.h"
-#include "launcher/rdzv_records.h"
-#include "launcher/rdzv_rounds.h"
-#include "launcher/hostlist.h"
-#include "launcher/remote_command.h"
-#include "launcher/supervisor.h"
+#include "launcher/rendezvous/records.h"
+#include "launcher/rendezvous/rounds.h"
+#include "launcher/hosts/hostlist.h"
+#include "launcher/hosts/remote_command.h"
+#include "launcher/agent/supervisor.h"
 
 using namespace ddp::launcher;
 using namespace ddp::launcher::rdzv;

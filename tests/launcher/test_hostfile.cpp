@@ -1,5 +1,5 @@
-// Unit tests of the host list (launcher/hostfile.h) and of each host's command line
-// (launcher/remote_command.h): the parsers, and the quoting run through a real /bin/sh.
+// Unit tests of the host list (launcher/hosts/hostfile.h) and of each host's command line
+// (launcher/hosts/remote_command.h): the parsers, and the quoting run through a real /bin/sh.
 #include <catch2/catch.hpp>
 
 #include <sys/wait.h>
@@ -9,8 +9,8 @@
 #include <filesystem>
 
 #include "ddp/base/error.h"
-#include "launcher/hostfile.h"
-#include "launcher/remote_command.h"
+#include "launcher/hosts/hostfile.h"
+#include "launcher/hosts/remote_command.h"
 
 using namespace ddp::launcher;
 

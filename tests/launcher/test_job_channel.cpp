@@ -1,5 +1,5 @@
 // The launchers' job channel in one process: a coordinator and three links on 127.0.0.1, no
-// workers. See Note [Coordinated restarts] in launcher/job_channel.cpp.
+// workers. See Note [Coordinated restarts] in launcher/channel/job_channel.cpp.
 #include <catch2/catch.hpp>
 
 #include <netinet/in.h>
@@ -14,10 +14,10 @@
 
 #include "ddp/base/route.h"
 #include "loopback_listener.h"
-#include "launcher/job_channel.h"
-#include "launcher/job_coordinator.h"
-#include "launcher/job_link.h"
-#include "launcher/worker_process.h"
+#include "launcher/channel/job_channel.h"
+#include "launcher/channel/job_coordinator.h"
+#include "launcher/channel/job_link.h"
+#include "launcher/process/worker_process.h"
 
 using namespace ddp::launcher;
 

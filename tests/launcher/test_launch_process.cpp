@@ -16,9 +16,9 @@
 
 #include "ddp/base/error.h"
 #include "ddp/base/str.h"
-#include "launcher/net.h"
-#include "launcher/resources.h"
-#include "launcher/supervisor.h"
+#include "launcher/channel/net.h"
+#include "launcher/resources/resources.h"
+#include "launcher/agent/supervisor.h"
 #include "tests/launcher/process_harness.h"
 
 using namespace ddp::launcher;
@@ -601,7 +601,7 @@ TEST_CASE("--cpu_bind exclusive pins each worker, its threads and its restarts t
 }
 
 TEST_CASE("a static job needs only --master_port: its neighbour taken changes nothing", "[process]") {
-  // See Note [One port per job] in launcher/rendezvous.h: node 0's launcher listens on --master_port,
+  // See Note [One port per job] in launcher/rendezvous/rendezvous.h: node 0's launcher listens on --master_port,
   // the workers' store on a port the OS picked, told to node 1 in the coordinator's welcome.
   TempDir dir;
   // A listening socket whose lower neighbour is free: that neighbour is --master_port.

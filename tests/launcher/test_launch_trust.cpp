@@ -1,6 +1,6 @@
 // Process tests of what ddp_launch trusts (issue 21): log folders another user prepared, stale error
 // files, the rendezvous store's address, foreign clients of the store, and c10d's error output.
-// See Note [Log folders] (launcher/log_layout.cpp) and see Note [Rendezvous token] (launcher/rdzv_records.cpp).
+// See Note [Log folders] (launcher/process/log_layout.cpp) and see Note [Rendezvous token] (launcher/rendezvous/records.cpp).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "ddp/base/str.h"
-#include "launcher/net.h"
+#include "launcher/channel/net.h"
 #include "tests/launcher/process_harness.h"
 
 using namespace ddp::launcher;

@@ -9,17 +9,17 @@
 #include <numeric>
 #include <set>
 
-#include "launcher/config.h"
+#include "launcher/config/config.h"
 #include "tests/launcher/config_support.h"
 #include "ddp/base/error_file.h"
-#include "launcher/gpu_select.h"
-#include "launcher/hostlist.h"
-#include "launcher/line_splitter.h"
-#include "launcher/log_layout.h"
-#include "launcher/resources.h"
-#include "launcher/supervisor.h"
-#include "launcher/worker_env.h"
-#include "launcher/worker_process.h"
+#include "launcher/resources/gpu_select.h"
+#include "launcher/hosts/hostlist.h"
+#include "launcher/process/line_splitter.h"
+#include "launcher/process/log_layout.h"
+#include "launcher/resources/resources.h"
+#include "launcher/agent/supervisor.h"
+#include "launcher/agent/worker_env.h"
+#include "launcher/process/worker_process.h"
 
 using namespace ddp::launcher;
 using namespace ddp::launcher::testing;

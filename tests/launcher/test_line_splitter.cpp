@@ -1,11 +1,11 @@
-// launcher/line_splitter.h and launcher/live_progress.h: '\r' progress updates (See Note [Progress lines]).
+// launcher/process/line_splitter.h and launcher/process/terminal_progress.h: '\r' progress updates (See Note [Progress lines]).
 #include <catch2/catch.hpp>
 
 #include <string>
 #include <vector>
 
-#include "launcher/line_splitter.h"
-#include "launcher/live_progress.h"
+#include "launcher/process/line_splitter.h"
+#include "launcher/process/terminal_progress.h"
 
 using ddp::launcher::is_progress_piece;
 using ddp::launcher::LineSplitter;
@@ -49,8 +49,8 @@ TEST_CASE("progress updates: byte by byte gives the same pieces", "[launcher][ou
 }
 
 TEST_CASE("live progress: one line per rank at the bottom, whole lines printed above it", "[launcher][output]") {
-  using ddp::launcher::LiveProgress;
-  LiveProgress live(/*width=*/12);
+  using ddp::launcher::TerminalProgress;
+  TerminalProgress live(/*width=*/12);
   // Rank 1's first update: the block is one row.
   CHECK(live.update(1, "[rank 1]: 10%") == "[rank 1]: 1\x1b[K\n");  // cut to width - 1
   // Rank 0's update: erase the block (1 row up, erase below), draw both rows in rank order.

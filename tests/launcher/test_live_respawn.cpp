@@ -1,8 +1,8 @@
 // LiveRespawnPolicy: which restart count a dead live worker's new process gets, and when the node's
-// --max_restarts are used up (See Note [Restarting one live worker] in launcher/live_respawn.h).
+// --max_restarts are used up (See Note [Restarting one live worker] in launcher/agent/live_respawn.h).
 #include <catch2/catch.hpp>
 
-#include "launcher/live_respawn.h"
+#include "launcher/agent/live_respawn.h"
 
 using ddp::launcher::LiveRespawnPolicy;
 

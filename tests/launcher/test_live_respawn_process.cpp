@@ -1,10 +1,10 @@
 // ddp_launch --recovery live restarts a dead worker alone (See Note [Restarting one live worker] in
-// launcher/live_respawn.h): the real launcher with launch_test_worker (no LibTorch, no training).
+// launcher/agent/live_respawn.h): the real launcher with launch_test_worker (no LibTorch, no training).
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
-#include "launcher/net.h"
+#include "launcher/channel/net.h"
 #include "tests/launcher/process_harness.h"
 
 using namespace ddp::launcher::testing;

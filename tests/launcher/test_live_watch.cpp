@@ -1,4 +1,4 @@
-// The liveness channel of a --recovery live job (launcher/live_watch.h, See Note [Lost hosts in a
+// The liveness channel of a --recovery live job (launcher/channel/live_watch.h, See Note [Lost hosts in a
 // live job]): the server's pure bookkeeping, the admission decision that frees a lost node's place,
 // and both ends over loopback sockets (a launcher gone without a goodbye, one gone silent, one that
 // ends normally). No LibTorch: the server's on_lost here only records what the launcher would mark.
@@ -18,9 +18,9 @@
 #include "config_support.h"
 #include "ddp/base/route.h"
 #include "loopback_listener.h"
-#include "launcher/job_channel.h"
-#include "launcher/live_watch.h"
-#include "launcher/rdzv_rounds.h"
+#include "launcher/channel/job_channel.h"
+#include "launcher/channel/live_watch.h"
+#include "launcher/rendezvous/rounds.h"
 
 using namespace ddp::launcher;
 using ddp::launcher::testing::parse;

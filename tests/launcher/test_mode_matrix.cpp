@@ -1,4 +1,4 @@
-// Every launcher feature in every mode (See Note [One node agent] in launcher/agent.cpp): each mode
+// Every launcher feature in every mode (See Note [One node agent] in launcher/agent/agent.cpp): each mode
 // runs one job with all the features at once, and each feature's effect is checked on it. The
 // table in docs/launcher.md ("Every feature in every mode") is this test.
 //   modes: one node; 2 nodes static; 2 nodes c10d; c10d --nnodes 1:2; --recovery live; --hosts
@@ -20,7 +20,7 @@
 #include <thread>
 
 #include "ddp/base/str.h"
-#include "launcher/net.h"
+#include "launcher/channel/net.h"
 #include "tests/launcher/process_harness.h"
 
 using namespace ddp::launcher;

@@ -1,13 +1,13 @@
-// Unit tests of the launcher's plan (launcher/plan.h): the one source of every worker's rank,
+// Unit tests of the launcher's plan (launcher/agent/plan.h): the one source of every worker's rank,
 // environment, files, console routing and CPUs, for --dry_run and the supervisor alike.
 #include <catch2/catch.hpp>
 
 #include <map>
 #include <set>
 
-#include "launcher/config.h"
-#include "launcher/plan.h"
-#include "launcher/rendezvous.h"
+#include "launcher/config/config.h"
+#include "launcher/agent/plan.h"
+#include "launcher/rendezvous/rendezvous.h"
 
 using namespace ddp::launcher;
 

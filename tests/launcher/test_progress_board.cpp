@@ -1,4 +1,4 @@
-// Unit tests of the heartbeat channel (ddp/agent_channel.h, launcher/agent_socket.h) and of what the
+// Unit tests of the heartbeat channel (ddp/agent_channel.h, launcher/observe/agent_socket.h) and of what the
 // launcher makes of heartbeats: the hang watchdog's choice of stuck ranks and the Prometheus text.
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -16,8 +16,8 @@
 
 #include "ddp/agent_channel.h"
 #include "ddp/base/error.h"
-#include "launcher/agent_socket.h"
-#include "launcher/progress_board.h"
+#include "launcher/observe/agent_socket.h"
+#include "launcher/observe/progress_board.h"
 
 using namespace ddp::launcher;
 using namespace std::chrono_literals;

@@ -1,5 +1,5 @@
 // A Python DDP script under ddp_launch, as under torchrun (See Note [Python workers] in
-// launcher/worker_command.cpp): `ddp_launch --nproc_per_node 2 train.py` runs `PYTHON -u train.py`
+// launcher/config/worker_command.cpp): `ddp_launch --nproc_per_node 2 train.py` runs `PYTHON -u train.py`
 // per rank with torchrun's environment, and the ranks train together over Gloo.
 #include <unistd.h>
 

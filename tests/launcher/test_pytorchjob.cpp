@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/net.h"
+#include "launcher/channel/net.h"
 #include "tests/launcher/process_harness.h"
 
 using namespace ddp::launcher;

@@ -1,11 +1,11 @@
-// Unit tests of what the rendezvous reads from and writes to the store (launcher/rdzv_records.h):
+// Unit tests of what the rendezvous reads from and writes to the store (launcher/rendezvous/records.h):
 // every value checked, claims and the master record proved with the job's token.
 #include <catch2/catch.hpp>
 
 #include <string>
 #include <vector>
 
-#include "launcher/rdzv_records.h"
+#include "launcher/rendezvous/records.h"
 
 using namespace ddp::launcher::rdzv;
 

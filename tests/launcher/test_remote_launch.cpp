@@ -1,4 +1,4 @@
-// Process tests of one command, every host (launcher/remote_launch.h) on this machine alone: the
+// Process tests of one command, every host (launcher/hosts/remote_launch.h) on this machine alone: the
 // "hosts" are reached through a fake ssh that runs the command line in /bin/sh, so the local
 // launcher's console, exit code, summary and stopping are tested without namespaces (the real
 // sshd runs in tests/hosts/ssh_test.sh).
@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "ddp/base/str.h"
-#include "launcher/net.h"
+#include "launcher/channel/net.h"
 #include "tests/launcher/process_harness.h"
 
 using namespace ddp::launcher;

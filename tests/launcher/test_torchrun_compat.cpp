@@ -1,7 +1,7 @@
 // Process tests of torchrun's command line (docs/launcher.md, "torchrun's flags"): real torchrun
 // command lines with a binary print the same dry run as the same job in ddp_launch's spellings, and
 // the flags that cannot apply to a binary are refused with one line. See Note [torchrun's command
-// line] in launcher/torchrun_flags.cpp.
+// line] in launcher/config/torchrun_flags.cpp.
 #include <catch2/catch.hpp>
 #include <map>
 #include <string>

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "launcher/config.h"
-#include "launcher/worker_env.h"
+#include "launcher/config/config.h"
+#include "launcher/agent/worker_env.h"
 #include "tests/launcher/config_support.h"
 
 using namespace ddp::launcher;

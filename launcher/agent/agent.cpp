@@ -1,0 +1,146 @@
+#include "launcher/agent/agent.h"
+
+#include <signal.h>
+
+#include <cstdio>
+#include <spdlog/spdlog.h>
+
+#include "launcher/observe/agent_socket.h"
+#include "launcher/agent/elastic_rounds.h"
+#include "launcher/agent/live_recovery.h"
+#include "launcher/observe/metrics_server.h"
+#include "launcher/channel/net.h"
+#include "launcher/observe/progress_board.h"
+#include "launcher/rendezvous/rendezvous.h"
+
+// Note [One node agent]
+// ~~~~~~~~~~~~~~~~~~~~~
+// Every kind of job runs the same loop, in the shape of torchrun's SimpleElasticAgent._invoke_run:
+// rendezvous (RecoveryPolicy::next_round), start the group and monitor it (supervise: the attempt's
+// state machine, one process primitive), and at the round's end ask the policy what follows
+// (next_round_follows). What differs between the kinds is only that answer:
+//   - GroupRestart (a fixed node count: one node, static, c10d): one rendezvous round; a failure
+//     restarts the whole group, on every host together (the supervisor's attempts over the job
+//     channel: See Note [Coordinated restarts] in launcher/channel/job_channel.cpp);
+//   - ElasticRounds (--nnodes MIN:MAX, --recovery restart): a failure, a lost host or a newcomer
+//     ends the round, and the survivors join the next one (See Note [Elastic rounds] in
+//     launcher/rendezvous/rounds.cpp);
+//   - LiveRecovery (--recovery live): one round; a dead worker is restarted alone, a lost host or a
+//     newcomer stops nothing (See Note [Live recovery with ddp_launch] in launcher/agent/live_recovery.cpp).
+// What the agent itself owns is the same in every kind, so every feature works in every mode:
+// heartbeats and the hang watchdog, /metrics, the start line, the end of the run. A policy owns its
+// rendezvous and its channels (they live as long as it does).
+
+namespace ddp::launcher {
+namespace {
+
+// A fixed-size job: one rendezvous, the whole group restarted (coordinated across hosts).
+class GroupRestart : public PolicyWithContext {
+ public:
+  explicit GroupRestart(const AgentContext& context)
+      : PolicyWithContext(context), rendezvous_(make_rendezvous_handler(config_, local_.nproc)) {}
+
+  AgentRound next_round() override {
+    if (rendezvous_->is_dynamic()) {
+      spdlog::info("rendezvous '{}' at {}:{}: waiting for {} nodes (timeout {} s)", config_.rdzv_id, config_.rdzv_host,
+                   config_.rdzv_port, config_.nnodes, config_.rdzv_timeout_s);
+    }
+    AgentRound round;
+    round.node = rendezvous_->next_rendezvous();
+    // A static job's workers' store port comes with the coordinator's welcome (See Note [One port per job]).
+    round.channel = open_job_channel(config_, round.node, local_.nproc, host_name_, rendezvous_->directory(),
+                                     "job_channel");
+    if (round.channel) round.node.master_port = round.channel->workers_store_port(config_.rdzv_timeout_s);
+    return round;
+  }
+
+  GroupFactory supervise_round(const AgentRound& round, SupervisorOptions& options) override {
+    options.max_restarts = config_.max_restarts;
+    return [this, node = round.node](int attempt) { return prepare_attempt(config_, node, local_, run_, attempt); };
+  }
+
+  bool next_round_follows(AgentRound& round, SupervisorResult& result) override {
+    if (round.channel) round.channel->set_job_succeeded(result.exit_code == 0);
+    return false;
+  }
+
+ private:
+  std::unique_ptr<RendezvousHandler> rendezvous_;
+};
+
+// What the flags say about supervision, for every round.
+SupervisorOptions supervisor_options(const LaunchConfig& c, const std::string& host_name) {
+  SupervisorOptions options;
+  options.program_path = c.program_path;
+  options.program_args = c.program_args;
+  options.monitor_interval_s = c.monitor_interval_s;
+  options.shutdown_grace_s = c.shutdown_grace_s;
+  options.max_restarts = c.max_restarts;
+  options.host_name = host_name;
+  options.forwarded_signals = c.forwarded_signals;
+  options.duplicate_stdout_filters = c.duplicate_stdout_filters;
+  options.duplicate_stderr_filters = c.duplicate_stderr_filters;
+  options.round_timeout_s = c.rdzv_timeout_s;
+  options.hang_timeout_s = c.hang_timeout_s;
+  return options;
+}
+
+// Note [SIGTERM after the workers]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// SIGTERM asks a launcher to stop its workers. Once they are stopped, the launcher only finishes
+// (its summary, the job channel's goodbye, node 0's bounded linger for the others) and must report
+// its exit code rather than die of the signal:
+// - --watch_stdin: another host's failure may have stopped the workers first; ssh would turn a
+//   death by signal into exit code 255 and the summary would be lost.
+// - Slurm (`srun --kill-on-bad-exit`, scripts/ddp_sbatch_example.sh): on SIGUSR1 every launcher
+//   exits 138, and srun takes the first one's 138 for a bad exit and terminates the step (SIGTERM),
+//   reaching the others while they finish; one killed by it made srun exit 143 instead of 138, so
+//   the job failed instead of requeueing itself (hosts.slurm_cluster, under load).
+// Every wait after this point is bounded, and SIGKILL (Slurm's, after KillWait) still ends it.
+int finish_run(const SupervisorResult& result, const std::string& host_name) {
+  ::signal(SIGTERM, SIG_IGN);
+  if (result.exit_code != 0) std::fputs(format_failure_summary(result, host_name).c_str(), stderr);
+  return result.exit_code;
+}
+
+}  // namespace
+
+std::unique_ptr<RecoveryPolicy> make_recovery_policy(const AgentContext& context) {
+  if (!context.config.elastic) return std::make_unique<GroupRestart>(context);
+  if (context.config.recovery == Recovery::kLive) return make_live_recovery(context);
+  return make_elastic_rounds(context);
+}
+
+int run_agent(const LaunchConfig& c, const EnvironmentSnapshot& env, const LocalWorkers& local, RunContext& run) {
+  const std::string host_name = this_host_name();
+  // Heartbeats and metrics (docs/observability.md): only when asked for, so that by default no
+  // socket is opened and workers send nothing. Bound before the rendezvous: a port in use fails
+  // before other nodes wait.
+  std::unique_ptr<AgentSocket> agent;
+  ProgressBoard board(c.node_rank.value_or(0), c.nnodes * local.nproc);
+  std::unique_ptr<MetricsServer> metrics;
+  if (c.hang_timeout_s > 0 || c.metrics_port > 0) agent = AgentSocket::open(env.get("TMPDIR").value_or("/tmp"));
+  if (c.metrics_port > 0) metrics = std::make_unique<MetricsServer>(c.metrics_addr, c.metrics_port, board);
+  if (agent) run.agent_socket = agent->path();
+
+  const std::unique_ptr<RecoveryPolicy> policy = make_recovery_policy({c, local, run, host_name});
+  SupervisorOptions base = supervisor_options(c, host_name);
+  base.agent = agent.get();
+  base.progress = agent ? &board : nullptr;
+  while (true) {
+    AgentRound round = policy->next_round();
+    const NodeAssignment& node = round.node;
+    board.set_membership(node.node_rank, node.nnodes * local.nproc);
+    spdlog::info("{}starting {} workers (ranks {}..{} of {}) on node {} of {}, master {}:{}, run id {}{}",
+                 round.elastic ? ddp::str("round ", round.number, ": ") : std::string(), local.nproc,
+                 global_rank(node, 0), global_rank(node, local.nproc - 1), node.nnodes * local.nproc, node.node_rank,
+                 node.nnodes, node.master_addr, node.master_port, node.run_id, round.start_note);
+    SupervisorOptions options = base;
+    options.link = round.channel ? round.channel->link() : nullptr;
+    const GroupFactory make_group = policy->supervise_round(round, options);
+    SupervisorResult result = supervise(options, make_group);
+    if (!policy->next_round_follows(round, result)) return finish_run(result, host_name);
+  }
+}
+
+}  // namespace ddp::launcher

@@ -1,0 +1,136 @@
+#include "launcher/agent/failure_report.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <ctime>
+
+#include "ddp/base/error.h"
+
+namespace ddp::launcher {
+namespace {
+
+std::string format_time(std::chrono::system_clock::time_point t) {
+  const std::time_t secs = std::chrono::system_clock::to_time_t(t);
+  std::tm tm{};
+  ::gmtime_r(&secs, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count() % 1000;
+  char out[80];
+  std::snprintf(out, sizeof out, "%s.%03dZ", buf, static_cast<int>(ms));
+  return out;
+}
+
+}  // namespace
+
+std::string describe_exit(const WorkerExit& e) {
+  if (e.unreaped) return ddp::str("<not reaped after SIGKILL: pid ", e.pid, " state ", *e.unreaped, ">");
+  if (e.signal) return ddp::str(signal_name(*e.signal), " (signal ", *e.signal, ", exit code ", 128 + *e.signal, ")");
+  return ddp::str(e.exit_code);
+}
+
+
+std::string signal_name(int sig) {
+  switch (sig) {
+    case SIGHUP: return "SIGHUP";
+    case SIGINT: return "SIGINT";
+    case SIGQUIT: return "SIGQUIT";
+    case SIGILL: return "SIGILL";
+    case SIGTRAP: return "SIGTRAP";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGKILL: return "SIGKILL";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGSEGV: return "SIGSEGV";
+    case SIGUSR2: return "SIGUSR2";
+    case SIGPIPE: return "SIGPIPE";
+    case SIGALRM: return "SIGALRM";
+    case SIGTERM: return "SIGTERM";
+    case SIGXCPU: return "SIGXCPU";
+    default: return ddp::str("signal ", sig);
+  }
+}
+
+// Note [Root cause]
+// ~~~~~~~~~~~~~~~~~
+// The root cause is the earliest failure. Failures the launcher saw before it began stopping the
+// group come before those that followed its SIGTERM; then the earlier pass of the monitor loop
+// (SIGCHLD wakes it at once, so a pass is a few milliseconds wide). Several workers reaped in the
+// same pass died too close together for waitpid to order them: when every one of them wrote an
+// error file, the one written first (its mtime, in nanoseconds) wins; otherwise (a worker killed by
+// a signal writes none, and a mtime cannot be compared with a death nobody timed) the lowest rank.
+std::size_t root_cause_index(const std::vector<WorkerExit>& failures) {
+  DDP_CHECK(!failures.empty(), "root_cause_index needs at least one failure");
+  const auto key = [](const WorkerExit& e) { return std::make_pair(e.after_stop, e.observed_pass); };
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < failures.size(); ++i) {
+    if (key(failures[i]) < key(failures[best])) best = i;
+  }
+  std::vector<std::size_t> tied;
+  for (std::size_t i = 0; i < failures.size(); ++i) {
+    if (key(failures[i]) == key(failures[best])) tied.push_back(i);
+  }
+  const bool all_timed = std::all_of(tied.begin(), tied.end(), [&](std::size_t i) {
+    return failures[i].error_written.has_value();
+  });
+  const auto earlier = [&](std::size_t a, std::size_t b) {
+    const WorkerExit& x = failures[a];
+    const WorkerExit& y = failures[b];
+    if (all_timed && *x.error_written != *y.error_written) return *x.error_written < *y.error_written;
+    return x.rank < y.rank;
+  };
+  return *std::min_element(tied.begin(), tied.end(), earlier);
+}
+
+std::string format_failure_summary(const SupervisorResult& result, const std::string& host_name) {
+  const std::string rule(64, '=');
+  std::string out = rule + "\n";
+  // See Note [Coordinated restarts] in launcher/channel/job_channel.cpp: what came from the other hosts.
+  std::string job;
+  if (result.stopped_by) job += ddp::str("Stopped from another host: ", *result.stopped_by, "\n");
+  if (!result.elsewhere.empty()) {
+    job += "Elsewhere in the job:\n";
+    for (const auto& line : result.elsewhere) job += ddp::str("  ", line, "\n");
+  }
+  if (!result.root_cause && !job.empty() && !result.launcher_signal) {
+    out += ddp::str("ddp_launch: worker group FAILED on host ", host_name, ": stopped because of another host\n", job);
+    return out + rule + "\n";
+  }
+  if (!result.root_cause) {
+    out += ddp::str("ddp_launch: stopped by ", signal_name(result.launcher_signal.value_or(0)),
+                    "; every worker exited cleanly\n");
+    return out + rule + "\n";
+  }
+  const WorkerExit& e = *result.root_cause;
+  out += ddp::str("ddp_launch: worker group FAILED", result.attempts > 1 ? ddp::str(" after ", result.attempts, " attempts") : "",
+                  result.launcher_signal ? " (launcher received " + signal_name(*result.launcher_signal) + ")" : "", "\n");
+  out += job;
+  out += "Root cause (first observed failure):\n";
+  out += ddp::str("  time      : ", format_time(e.time), "\n");
+  out += ddp::str("  host      : ", host_name, "\n");
+  out += ddp::str("  rank      : ", e.rank, " (local_rank: ", e.local_rank, ")\n");
+  out += ddp::str("  pid       : ", e.pid, "\n");
+  out += ddp::str("  exitcode  : ", describe_exit(e), e.hang ? " (stopped by the hang watchdog)" : "", "\n");
+  if (e.hang) out += ddp::str("  hang      : ", *e.hang, "\n");
+  out += ddp::str("  error_file: ", e.error ? e.error_file : "<N/A>", "\n");
+  if (e.error) {
+    out += ddp::str("  message   : ", e.error->message, "\n");
+    if (!e.error->callstack.empty()) out += ddp::str("  traceback :\n", e.error->callstack, "\n");
+  } else {
+    out += "  message   : <the worker wrote no error file; see its output above>\n";
+  }
+  if (!result.other_failures.empty()) {
+    out += "Other failures:\n";
+    for (const auto& o : result.other_failures) {
+      out += ddp::str("  rank ", o.rank, " (local_rank: ", o.local_rank, "): exitcode ", describe_exit(o),
+                      o.hang ? " (hang: " + *o.hang + ")" : "",
+                      o.after_stop ? " (after the launcher stopped the group)" : "",
+                      o.error ? " message: " + o.error->message : "", "\n");
+    }
+  }
+  return out + rule + "\n";
+}
+
+}  // namespace ddp::launcher

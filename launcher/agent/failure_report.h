@@ -1,0 +1,61 @@
+#pragma once
+// How workers ended, which failure is the root cause, and the torchrun-like summary printed when the
+// group failed. See Note [Root cause].
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ddp/base/error_file.h"
+
+namespace ddp::launcher {
+
+// How a worker ended.
+struct WorkerExit {
+  int rank = 0;
+  int local_rank = 0;
+  int pid = 0;
+  int exit_code = 0;              // when !signal
+  std::optional<int> signal;      // killed by this signal
+  std::chrono::system_clock::time_point time;
+  std::string error_file;
+  std::optional<WorkerError> error;  // what the worker wrote to its error file
+  bool after_stop = false;        // ended after the launcher began stopping the group
+  std::optional<std::string> hang;  // set when the hang watchdog stopped it: describe_stuck()
+  // Set when it was still not reaped --reap timeout after SIGKILL: its state from /proc/PID/stat,
+  // e.g. "D (uninterruptible sleep)". See Note [Unreapable workers] in launcher/agent/attempt.cpp.
+  std::optional<std::string> unreaped;
+  int observed_pass = 0;          // the monitor loop's pass that reaped it (1, 2, ...)
+  // When the worker wrote its error file (the file's mtime), if it wrote one in this attempt.
+  std::optional<std::chrono::system_clock::time_point> error_written;
+  int launcher_exit_code() const { return signal ? 128 + *signal : exit_code; }
+};
+
+struct SupervisorResult {
+  int exit_code = 0;
+  int attempts = 0;                       // attempts run (1 + restarts used)
+  std::optional<int> launcher_signal;     // a signal the launcher received and forwarded
+  std::optional<WorkerExit> root_cause;   // the first failure of the last attempt
+  std::vector<WorkerExit> other_failures;
+  // Multi-node jobs (See Note [Coordinated restarts]): what stopped this node's group from
+  // elsewhere ("host2 (node 2, rank 2): rank 2 exited with 3"), and what this launcher heard of the
+  // rest of the job (lost hosts with their ranks, nodes that did not report).
+  std::optional<std::string> stopped_by;
+  std::vector<std::string> elsewhere;
+};
+
+// Which of an attempt's failures is the root cause (an index into failures, which must not be
+// empty): See Note [Root cause] in failure_report.cpp.
+std::size_t root_cause_index(const std::vector<WorkerExit>& failures);
+
+// torchrun-like failure summary text (several lines).
+std::string format_failure_summary(const SupervisorResult& result, const std::string& host_name);
+
+// "3", or "SIGKILL (signal 9, exit code 137)".
+std::string describe_exit(const WorkerExit& exit);
+
+// "SIGTERM" for 15, "signal 99" for unknown numbers.
+std::string signal_name(int signal);
+
+}  // namespace ddp::launcher

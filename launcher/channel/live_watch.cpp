@@ -1,0 +1,295 @@
+#include "launcher/channel/live_watch.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+#include <cstring>
+#include <set>
+#include <sstream>
+
+#include "ddp/base/error.h"
+#include "ddp/base/str.h"
+#include "launcher/channel/job_channel.h"
+
+// Note [Lost hosts in a live job]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// With --recovery live a whole host's loss kills its launcher too, so nobody on it can mark its
+// workers gone in the training's membership (See Note [Live recovery with ddp_launch]); without a
+// mark the survivors close their next round only after StoreMembershipOptions::settle_timeout.
+// The launchers already know who is alive, as in restart mode (See Note [Coordinated restarts]),
+// so they tell the training:
+//   - The launcher that serves the rendezvous store (its host must stay anyway: the store's loss
+//     ends the job) listens on a port the OS picked, published in the store before the first
+//     round (See Note [One port per job] in launcher/rendezvous/rendezvous.h); every other launcher of the
+//     job looks it up and connects to it once its
+//     first round closed (retrying every 250 ms), says "hello <node key> <workers in the
+//     training's first round> <host>", and pings every --rdzv_conf keep_alive_interval (default
+//     1 s). Plain TCP lines over the job channel's pieces (LineConnection, start_connect), no
+//     LibTorch in the launcher's common path; both ends run on a thread of their own, so a launcher
+//     busy closing a rendezvous round still pings and still notices a loss.
+//   - A connection closed without a goodbye (a killed host's kernel closes its sockets: end of
+//     stream or reset; a launcher killed, or ended by a failure) is a lost node at once; silence
+//     past keep_alive_interval x keep_alive_max_attempt (torchrun's keys, defaults 1 s x 5) is a
+//     lost node after that timeout (a partition, a link down: nothing closes). A launcher whose
+//     workers succeeded says goodbye: the job ends, nothing is lost.
+//   - For a lost node the serving launcher marks its workers gone in the training's membership
+//     (ddp_rdzv_mark_gone: See Note [Marking a lost node gone] in ddp/membership_keys.h): exactly
+//     once per worker and round, whoever else says it (the node's own launcher, restarting a dead
+//     worker alone, says it of that worker), counting the node's members of the last closed round (none when the
+//     settle timeout dropped them already), and again in the next round when one closes meanwhile
+//     with them in it. Then it tells every launcher ("lost <node key>"), which count the job's
+//     nodes without it (LiveAdmission: a replacement is admitted up to --nnodes MAX).
+//   - Node keys (live_node_key) are the prefix of the workers' member ids, unique in the job.
+// Limits: the serving host itself is not watched (its loss ends the job); a partitioned node that
+// comes back reconnects and is watched again, but stays counted as lost for admission (its workers
+// rejoin the training as joiners only if its launcher restarts them).
+
+namespace ddp::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string peer_address_of(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "?";
+  char text[INET6_ADDRSTRLEN] = "?";
+  if (addr.ss_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&addr)->sin_addr, text, sizeof text);
+  } else if (addr.ss_family == AF_INET6) {
+    ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&addr)->sin6_addr, text, sizeof text);
+  }
+  return text;
+}
+
+void make_wake_pipe(int (&wake)[2]) {
+  if (::pipe2(wake, O_CLOEXEC) != 0) throw ddp::Error(ddp::str("live watch: pipe2 failed: ", std::strerror(errno)));
+}
+
+void end_thread(int (&wake)[2], std::thread& thread) {
+  const char end = 'e';
+  [[maybe_unused]] const ssize_t n = ::write(wake[1], &end, 1);
+  if (thread.joinable()) thread.join();
+  ::close(wake[0]);
+  ::close(wake[1]);
+}
+
+}  // namespace
+
+std::string live_node_key(int rendezvous_round, int node_rank) {
+  return rendezvous_round == 0 ? ddp::str("node", node_rank) : ddp::str("node", node_rank, ".r", rendezvous_round);
+}
+
+bool NodeLiveness::hello(int connection, const std::string& text, const std::string& peer_address,
+                         Clock::time_point now) {
+  std::istringstream in(text);
+  Peer peer;
+  std::string workers;
+  in >> peer.node.node_key >> workers;
+  std::string host;
+  std::getline(in >> std::ws, host);
+  const auto count = parse_line_int(workers);
+  if (peer.node.node_key.empty() || peer.node.node_key.find('/') != std::string::npos || !count || *count < 0) {
+    return false;
+  }
+  peer.node.first_round_workers = *count;
+  peer.node.host = ddp::str(host.empty() ? std::string("?") : host, " at ", peer_address);
+  peer.last_heard = now;
+  peers_[connection] = std::move(peer);
+  return true;
+}
+
+void NodeLiveness::heard(int connection, Clock::time_point now) {
+  const auto it = peers_.find(connection);
+  if (it != peers_.end()) it->second.last_heard = now;
+}
+
+void NodeLiveness::goodbye(int connection) {
+  const auto it = peers_.find(connection);
+  if (it != peers_.end()) it->second.said_goodbye = true;
+}
+
+std::optional<LostNode> NodeLiveness::closed(int connection) {
+  const auto it = peers_.find(connection);
+  if (it == peers_.end()) return std::nullopt;  // never said hello, or already reported
+  std::optional<LostNode> lost;
+  if (!it->second.said_goodbye) {
+    lost = it->second.node;
+    lost->why = "its launcher's connection closed";
+  }
+  peers_.erase(it);
+  return lost;
+}
+
+std::vector<std::pair<int, LostNode>> NodeLiveness::silent(Clock::time_point now) {
+  std::vector<std::pair<int, LostNode>> lost;
+  for (auto it = peers_.begin(); it != peers_.end();) {
+    const double quiet_s = std::chrono::duration<double>(now - it->second.last_heard).count();
+    if (quiet_s >= silence_timeout_s_ && !it->second.said_goodbye) {
+      LostNode node = it->second.node;
+      node.why = ddp::str("nothing heard from its launcher for ", silence_timeout_s_,
+                          " s (--rdzv_conf keep_alive_interval x keep_alive_max_attempt)");
+      lost.emplace_back(it->first, std::move(node));
+      it = peers_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return lost;
+}
+
+LiveWatchServer::LiveWatchServer(int listen_fd, double silence_timeout_s, std::function<void(const LostNode&)> on_lost)
+    : on_lost_(std::move(on_lost)) {
+  try {
+    make_wake_pipe(wake_);
+  } catch (...) {
+    ::close(listen_fd);
+    throw;
+  }
+  thread_ = std::thread([this, listen_fd, silence_timeout_s] { run(listen_fd, silence_timeout_s); });
+}
+
+LiveWatchServer::~LiveWatchServer() { end_thread(wake_, thread_); }
+
+void LiveWatchServer::run(int listen_fd, double silence_timeout_s) {
+  NodeLiveness table(silence_timeout_s);
+  std::map<int, LineConnection> connections;
+  int next_id = 0;
+  const auto lose = [&](const LostNode& node) {
+    ++lost_;
+    on_lost_(node);
+    for (auto& [id, c] : connections) c.send("lost " + node.node_key);
+  };
+  while (true) {
+    std::vector<pollfd> fds{{wake_[0], POLLIN, 0}, {listen_fd, POLLIN, 0}};
+    std::vector<int> ids;
+    for (auto& [id, c] : connections) {
+      fds.push_back({c.fd(), static_cast<short>(POLLIN | (c.wants_write() ? POLLOUT : 0)), 0});
+      ids.push_back(id);
+    }
+    ::poll(fds.data(), fds.size(), 100);
+    if (fds[0].revents != 0) break;
+    if (fds[1].revents & POLLIN) {
+      const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd >= 0) connections.emplace(next_id++, LineConnection(fd));
+    }
+    const auto now = Clock::now();
+    std::vector<LostNode> lost;
+    for (std::size_t k = 0; k < ids.size(); ++k) {
+      if (fds[k + 2].revents == 0) continue;
+      const int id = ids[k];
+      LineConnection& c = connections.at(id);
+      bool alive = c.flush();
+      if (alive) {
+        alive = c.receive([&](const std::string& line) {
+          const auto [word, rest] = split_word(line);
+          if (word == "hello") {
+            if (!table.hello(id, rest, peer_address_of(c.fd()), now)) c.close();  // not a launcher's line
+          } else if (word == "ping") {
+            table.heard(id, now);
+          } else if (word == "bye") {
+            table.goodbye(id);
+          } else {
+            c.close();
+          }
+        });
+      }
+      if (!alive) {
+        if (auto node = table.closed(id)) lost.push_back(std::move(*node));
+        connections.erase(id);
+      }
+    }
+    for (auto& [id, node] : table.silent(now)) {
+      connections.erase(id);
+      lost.push_back(std::move(node));
+    }
+    for (const LostNode& node : lost) lose(node);
+  }
+  connections.clear();
+  ::close(listen_fd);
+}
+
+LiveWatchClient::LiveWatchClient(std::string host, int port, std::string hello, double ping_interval_s) {
+  make_wake_pipe(wake_);
+  thread_ = std::thread([this, host = std::move(host), port, hello = std::move(hello), ping_interval_s]() mutable {
+    run(std::move(host), port, std::move(hello), ping_interval_s);
+  });
+}
+
+LiveWatchClient::~LiveWatchClient() { end_thread(wake_, thread_); }
+
+void LiveWatchClient::run(std::string host, int port, std::string hello, double ping_interval_s) {
+  LineConnection link;
+  bool connecting = false;
+  bool ever_connected = false;
+  bool warned = false;
+  const auto started = Clock::now();
+  auto next_try = started;
+  auto last_ping = started;
+  const auto ping_every = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(ping_interval_s));
+  std::set<std::string> lost;
+  while (true) {
+    const auto now = Clock::now();
+    if (!link.is_open() && now >= next_try) {
+      next_try = now + std::chrono::milliseconds(250);
+      const int fd = start_connect(host, port);
+      if (fd >= 0) {
+        link = LineConnection(fd);
+        connecting = true;
+      }
+    }
+    if (!ever_connected && !warned && now - started > std::chrono::seconds(10)) {
+      warned = true;
+      spdlog::warn("the live job's liveness channel at {}:{} is not reachable yet: if this host is lost, the "
+                   "survivors notice it only by their settle timeout",
+                   host, port);
+    }
+    pollfd fds[2] = {{wake_[0], POLLIN, 0}, {link.fd(), 0, 0}};
+    if (link.is_open()) fds[1].events = static_cast<short>(POLLIN | (connecting || link.wants_write() ? POLLOUT : 0));
+    ::poll(fds, link.is_open() ? 2 : 1, 100);
+    if (fds[0].revents != 0) break;
+    if (!link.is_open()) continue;
+    if (connecting) {
+      if (fds[1].revents == 0) continue;
+      int error = 0;
+      socklen_t len = sizeof error;
+      ::getsockopt(link.fd(), SOL_SOCKET, SO_ERROR, &error, &len);
+      if (error != 0) {  // not listening (yet): try again
+        link.close();
+        connecting = false;
+        continue;
+      }
+      connecting = false;
+      ever_connected = true;
+      link.send("hello " + hello);
+      last_ping = Clock::now();
+    }
+    if (Clock::now() - last_ping >= ping_every) {
+      link.send("ping");
+      last_ping = Clock::now();
+    }
+    const bool alive = link.flush() && link.receive([&](const std::string& line) {
+      const auto [word, rest] = split_word(line);
+      if (word == "lost" && lost.insert(rest).second) ++lost_;
+    });
+    if (!alive) link.close();  // the serving launcher gone: its host's loss ends the job anyway
+  }
+  if (link.is_open() && !connecting && succeeded_) {
+    link.send("bye");
+    const auto until = Clock::now() + std::chrono::seconds(1);  // a few bytes into an empty buffer
+    while (link.wants_write() && Clock::now() < until) {
+      pollfd p{link.fd(), POLLOUT, 0};
+      ::poll(&p, 1, 50);
+      if (!link.flush()) break;
+    }
+  }
+}
+
+}  // namespace ddp::launcher

@@ -1,0 +1,69 @@
+#include "launcher/observe/metrics_server.h"
+
+#include <spdlog/spdlog.h>
+
+#include "ddp/base/error.h"
+#include "launcher/observe/metrics_plugin_api.h"
+#include "launcher/channel/net.h"
+#include "launcher/resources/nvml_provider.h"
+#include "launcher/process/plugin_loader.h"
+#include "ddp/base/error.h"
+
+#ifndef DDP_METRICS_PLUGIN_NAME
+#define DDP_METRICS_PLUGIN_NAME "libddp_launch_metrics.so"
+#endif
+
+namespace ddp::launcher {
+namespace {
+
+void render_into(void* context, void* sink, ddp_metrics_write_fn write) {
+  const std::string text = static_cast<MetricsServer*>(context)->render();
+  write(sink, text.data(), text.size());
+}
+
+}  // namespace
+
+MetricsServer::MetricsServer(const std::string& addr, int port, const ProgressBoard& board) : board_(board) {
+  switch (probe_bind(addr, port)) {
+    case BindProbe::kInUse:
+      throw UsageError(ddp::str("--metrics_port ", port, " on ", addr, " is already in use: pick another port"));
+    case BindProbe::kNotLocal:
+    case BindProbe::kUnresolvable:
+      throw UsageError(ddp::str("--metrics_addr ", addr, " is not an address of this machine"));
+    case BindProbe::kFree:
+      break;
+  }
+  SharedLibrary lib = SharedLibrary::load_plugin(DDP_METRICS_PLUGIN_NAME, "--metrics_port");
+  lib.keep_loaded();  // its threads are joined in stop, but unloading buys nothing
+  auto start = lib.symbol<ddp_metrics_start_fn>(DDP_METRICS_START_SYMBOL);
+  stop_ = lib.symbol<ddp_metrics_stop_fn>(DDP_METRICS_STOP_SYMBOL);
+  try {
+    gpus_ = load_nvml_provider();
+  } catch (const std::exception& e) {
+    spdlog::debug("no GPU series in the metrics: {}", e.what());
+  }
+  char error[512] = {0};
+  handle_ = start(addr.c_str(), port, render_into, this, error, sizeof error);
+  if (handle_ == nullptr) throw UsageError(error);
+  const bool v6 = addr.find(':') != std::string::npos;
+  spdlog::info("serving Prometheus metrics at http://{}{}{}:{}/metrics", v6 ? "[" : "", addr, v6 ? "]" : "", port);
+}
+
+MetricsServer::~MetricsServer() {
+  if (handle_ != nullptr) stop_(handle_);
+}
+
+std::string MetricsServer::render() {
+  std::vector<GpuInfo> gpus;
+  if (gpus_) {
+    std::lock_guard<std::mutex> lock(gpu_mutex_);
+    try {
+      gpus = gpus_->gpus();
+    } catch (const std::exception& e) {
+      spdlog::warn("metrics: reading the GPUs failed: {}", e.what());
+    }
+  }
+  return render_prometheus(board_.snapshot(), gpus);
+}
+
+}  // namespace ddp::launcher

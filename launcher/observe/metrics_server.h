@@ -1,0 +1,35 @@
+#pragma once
+// ddp_launch --metrics_port: serves the ProgressBoard (and NVML's GPU facts, when there is a
+// driver) in Prometheus text format at http://ADDR:PORT/metrics. The HTTP server lives in a
+// plugin loaded only here (see launcher/observe/metrics_plugin_api.h); no idle or slow client can keep it
+// from answering a scrape (see Note [Metrics endpoint admission] in launcher/observe/metrics_plugin.cpp).
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "launcher/resources/gpu_select.h"
+#include "launcher/observe/progress_board.h"
+
+namespace ddp::launcher {
+
+class MetricsServer {
+ public:
+  // Starts serving. Throws UsageError (one line) when addr:port cannot be bound, ddp::Error when
+  // the plugin is missing.
+  MetricsServer(const std::string& addr, int port, const ProgressBoard& board);
+  ~MetricsServer();
+  MetricsServer(const MetricsServer&) = delete;
+  MetricsServer& operator=(const MetricsServer&) = delete;
+
+  // The exposition text of this moment (what a scrape gets); called on the plugin's I/O thread.
+  std::string render();
+
+ private:
+  const ProgressBoard& board_;
+  std::mutex gpu_mutex_;
+  std::unique_ptr<GpuProvider> gpus_;  // null without NVML
+  void* handle_ = nullptr;
+  void (*stop_)(void*) = nullptr;
+};
+
+}  // namespace ddp::launcher

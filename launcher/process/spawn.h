@@ -1,0 +1,38 @@
+#pragma once
+// The one process primitive (See Note [One process primitive] in spawn.cpp): every child the
+// launcher starts, a worker or an --ssh_cmd, is started by spawn_process.
+#include <sched.h>
+#include <signal.h>
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ddp::launcher {
+
+struct SpawnOptions {
+  std::string path;               // run as is (execve): absolute or relative to the working folder
+  std::vector<std::string> argv;  // argv[0] included
+  std::optional<std::vector<std::string>> env;  // "KEY=VALUE" each; nullopt: the launcher's own
+  // A worker: a session of its own (setsid), so that it and its children are signalled together;
+  // an --ssh_cmd: a process group of its own, so that a Ctrl-C on the terminal reaches only the
+  // launcher, which stops the hosts in order.
+  bool new_session = true;
+  int death_signal = SIGKILL;  // what the child gets when the launcher dies (PR_SET_PDEATHSIG)
+  enum class Stdin { kInherit, kNull, kPipe } stdin_from = Stdin::kInherit;
+  std::optional<cpu_set_t> cpus;  // its CPUs (See Note [CPU binding]); nullopt: the launcher's
+};
+
+struct SpawnedProcess {
+  pid_t pid = -1;
+  int stdin_fd = -1;  // the write end, with Stdin::kPipe
+  int stdout_fd = -1;  // the read ends of its output pipes (close-on-exec, blocking)
+  int stderr_fd = -1;
+};
+
+// Forks and execs. Throws ddp::Error (no child left, no descriptor leaked) when a pipe or the fork
+// fails; a failed exec is the child's exit code 127 with one line on its stderr.
+SpawnedProcess spawn_process(const SpawnOptions& options);
+
+}  // namespace ddp::launcher

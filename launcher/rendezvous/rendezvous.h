@@ -1,0 +1,69 @@
+#pragma once
+// Rendezvous: how this node learns its place in the job (node rank, master address and port), as
+// torchrun's RendezvousHandler. Two implementations: static (the flags say it all: --node_rank,
+// --master_addr, --master_port or Slurm's variables) and the c10d store (--rdzv_endpoint, in
+// launcher/rendezvous/store_client.h). The assignment is settled once, before anything else is built on it.
+#include <memory>
+#include <string>
+
+#include "launcher/config/config.h"
+#include "launcher/agent/worker_env.h"
+
+namespace ddp::launcher {
+
+// Note [One port per job]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// A job needs one fixed port, as under torchrun: the rendezvous endpoint's (--rdzv_endpoint), or
+// --master_port for a static multi-node job. Everything else the launchers tell each other goes
+// over a port the OS picked (bind to port 0), found through that one port:
+// - with a rendezvous store, the launcher that listens (node 0's job channel, the store host's
+//   liveness channel under --recovery live) publishes its address and port in the store, proved
+//   with the job's token (EndpointDirectory, the plugin's ddp_rdzv_publish); the others look it
+//   up, bounded by --rdzv_timeout;
+// - a static multi-node job has no store: node 0's launcher listens on --master_port itself (its
+//   job channel, as torchrun's static rendezvous serves its store there), and its workers' store
+//   gets a port the OS picked on node 0; the coordinator tells every launcher that port in its
+//   welcome ("store <port>"), so a node starts its workers only once node 0's launcher is up
+//   (MASTER_PORT in their environment is that port).
+// A free port's neighbour is not free: no channel ever listens on a fixed offset of another port.
+struct Endpoint {
+  std::string addr;
+  int port = 0;
+};
+
+// Where the launchers' own channels listen (See Note [One port per job]).
+class EndpointDirectory {
+ public:
+  virtual ~EndpointDirectory() = default;
+  // Publishes this launcher's listening `endpoint` as `name`. Throws ddp::Error with one line.
+  virtual void publish(const std::string& name, const Endpoint& endpoint) = 0;
+  // The endpoint published as `name`, waiting at most timeout_s. Throws ddp::TimeoutError.
+  virtual Endpoint lookup(const std::string& name, double timeout_s) = 0;
+};
+
+class RendezvousHandler {
+ public:
+  virtual ~RendezvousHandler() = default;
+  // Settles this node's assignment: blocks (bounded by --rdzv_timeout) until it is known. Throws
+  // UsageError for bad input (a master port in use), ddp::Error with one line otherwise. Keep the
+  // handler alive until the workers are done (a serving node's store lives in it).
+  virtual NodeAssignment next_rendezvous() = 0;
+  // Whether next_rendezvous() needs other nodes (a dry run then shows placeholders).
+  virtual bool is_dynamic() const = 0;
+  // The store's directory of the launchers' channels; nullptr for the static rendezvous (no store:
+  // See Note [One port per job]). Valid after next_rendezvous().
+  virtual EndpointDirectory* directory() { return nullptr; }
+};
+
+// What the flags alone say about this node (node rank 0 and the flags' master when a dynamic
+// rendezvous assigns them). Pure.
+NodeAssignment assignment_from_flags(const LaunchConfig& config, int nproc_per_node);
+
+// The static rendezvous: assignment_from_flags(), with --master_port 0 replaced by a free port and,
+// on the rank-0 node, the master port checked to be free.
+std::unique_ptr<RendezvousHandler> make_static_rendezvous(const LaunchConfig& config, int nproc_per_node);
+
+// The handler the configuration asks for: the store's with --rdzv_endpoint, else the static one.
+std::unique_ptr<RendezvousHandler> make_rendezvous_handler(const LaunchConfig& config, int nproc_per_node);
+
+}  // namespace ddp::launcher

@@ -1,0 +1,138 @@
+#include "launcher/resources/nvml_provider.h"
+
+#include <optional>
+#include <utility>
+
+#include "ddp/base/error.h"
+#include "launcher/process/plugin_loader.h"
+
+namespace ddp::launcher {
+namespace {
+
+// The few NVML declarations we need (from NVML's documented, stable C API), so that building needs
+// no CUDA headers.
+using nvmlReturn = int;
+using nvmlDevice = struct nvmlDeviceOpaque*;
+struct NvmlMemory {
+  unsigned long long total;
+  unsigned long long free;
+  unsigned long long used;
+};
+struct NvmlProcessInfo {  // nvmlProcessInfo_t (v2/v3 layout)
+  unsigned int pid;
+  unsigned long long usedGpuMemory;
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+};
+struct NvmlUtilization {  // nvmlUtilization_t: percent of the last sample period
+  unsigned int gpu;
+  unsigned int memory;
+};
+constexpr nvmlReturn kNvmlSuccess = 0;
+constexpr nvmlReturn kNvmlInsufficientSize = 7;
+
+class NvmlProvider : public GpuProvider {
+ public:
+  explicit NvmlProvider(SharedLibrary lib) : lib_(std::move(lib)) {
+    init_ = sym<nvmlReturn (*)()>("nvmlInit_v2");
+    shutdown_ = sym<nvmlReturn (*)()>("nvmlShutdown");
+    count_ = sym<nvmlReturn (*)(unsigned*)>("nvmlDeviceGetCount_v2");
+    handle_ = sym<nvmlReturn (*)(unsigned, nvmlDevice*)>("nvmlDeviceGetHandleByIndex_v2");
+    memory_ = sym<nvmlReturn (*)(nvmlDevice, NvmlMemory*)>("nvmlDeviceGetMemoryInfo");
+    name_ = sym<nvmlReturn (*)(nvmlDevice, char*, unsigned)>("nvmlDeviceGetName");
+    procs_ = lib_.optional_symbol<nvmlReturn (*)(nvmlDevice, unsigned*, NvmlProcessInfo*)>(
+        "nvmlDeviceGetComputeRunningProcesses_v3");
+    if (procs_ == nullptr) procs_ = sym<nvmlReturn (*)(nvmlDevice, unsigned*, NvmlProcessInfo*)>(
+        "nvmlDeviceGetComputeRunningProcesses_v2");
+    proc_name_ = lib_.optional_symbol<nvmlReturn (*)(unsigned, char*, unsigned)>("nvmlSystemGetProcessName");
+    // Optional: only the metrics use them.
+    uuid_ = lib_.optional_symbol<nvmlReturn (*)(nvmlDevice, char*, unsigned)>("nvmlDeviceGetUUID");
+    utilization_ = lib_.optional_symbol<nvmlReturn (*)(nvmlDevice, NvmlUtilization*)>("nvmlDeviceGetUtilizationRates");
+    if (init_() != kNvmlSuccess) {
+      throw UsageError("NVML loaded but nvmlInit failed: is the GPU driver running (nvidia-smi)?");
+    }
+  }
+  ~NvmlProvider() override { shutdown_(); }
+
+  std::vector<GpuInfo> gpus() override {
+    unsigned count = 0;
+    check(count_(&count), "nvmlDeviceGetCount");
+    std::vector<GpuInfo> out;
+    for (unsigned i = 0; i < count; ++i) {
+      nvmlDevice dev = nullptr;
+      check(handle_(i, &dev), "nvmlDeviceGetHandleByIndex");
+      GpuInfo info;
+      info.index = static_cast<int>(i);
+      char name[96] = {0};
+      if (name_(dev, name, sizeof name) == kNvmlSuccess) info.name = name;
+      NvmlMemory mem{};
+      check(memory_(dev, &mem), "nvmlDeviceGetMemoryInfo");
+      info.total_bytes = mem.total;
+      info.free_bytes = mem.free;
+      char uuid[96] = {0};
+      if (uuid_ != nullptr && uuid_(dev, uuid, sizeof uuid) == kNvmlSuccess) info.uuid = uuid;
+      NvmlUtilization util{};
+      if (utilization_ != nullptr && utilization_(dev, &util) == kNvmlSuccess) info.utilization = util.gpu / 100.0;
+      std::vector<NvmlProcessInfo> procs(16);
+      unsigned n = static_cast<unsigned>(procs.size());
+      nvmlReturn rc = procs_(dev, &n, procs.data());
+      if (rc == kNvmlInsufficientSize) {
+        procs.resize(n + 8);
+        n = static_cast<unsigned>(procs.size());
+        rc = procs_(dev, &n, procs.data());
+      }
+      check(rc, "nvmlDeviceGetComputeRunningProcesses");
+      for (unsigned p = 0; p < n; ++p) {
+        GpuProcess gp;
+        gp.pid = procs[p].pid;
+        gp.used_bytes = procs[p].usedGpuMemory;
+        char pname[256] = {0};
+        if (proc_name_ != nullptr && proc_name_(gp.pid, pname, sizeof pname) == kNvmlSuccess) gp.name = pname;
+        info.processes.push_back(gp);
+      }
+      out.push_back(std::move(info));
+    }
+    return out;
+  }
+
+ private:
+  // A missing symbol is an input error (the driver is too old), not the launcher's failure.
+  template <class F>
+  F sym(const char* name) {
+    try {
+      return lib_.symbol<F>(name);
+    } catch (const ddp::Error& e) {
+      throw UsageError(e.what());
+    }
+  }
+  static void check(nvmlReturn rc, const char* what) {
+    if (rc != kNvmlSuccess) throw UsageError(ddp::str(what, " failed with NVML error ", rc));
+  }
+
+  SharedLibrary lib_;
+  nvmlReturn (*init_)() = nullptr;
+  nvmlReturn (*shutdown_)() = nullptr;
+  nvmlReturn (*count_)(unsigned*) = nullptr;
+  nvmlReturn (*handle_)(unsigned, nvmlDevice*) = nullptr;
+  nvmlReturn (*memory_)(nvmlDevice, NvmlMemory*) = nullptr;
+  nvmlReturn (*name_)(nvmlDevice, char*, unsigned) = nullptr;
+  nvmlReturn (*procs_)(nvmlDevice, unsigned*, NvmlProcessInfo*) = nullptr;
+  nvmlReturn (*proc_name_)(unsigned, char*, unsigned) = nullptr;
+  nvmlReturn (*uuid_)(nvmlDevice, char*, unsigned) = nullptr;
+  nvmlReturn (*utilization_)(nvmlDevice, NvmlUtilization*) = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<GpuProvider> load_nvml_provider() {
+  std::optional<SharedLibrary> lib;
+  try {
+    lib.emplace(SharedLibrary::load("libnvidia-ml.so.1", "driver too old?"));
+  } catch (const ddp::Error&) {
+    throw UsageError("cannot load libnvidia-ml.so.1 (no NVIDIA driver on this machine?): "
+                     "use --gpus 0,1,... or run without --gpus auto / --nproc_per_node gpu");
+  }
+  return std::make_unique<NvmlProvider>(std::move(*lib));
+}
+
+}  // namespace ddp::launcher
