@@ -1,7 +1,7 @@
 #pragma once
 // The names of the environment variables of the launcher-worker contract: what ddp_launch (and
 // torchrun, and srun) set for a worker, and what a worker reads. The writer is
-// launcher/agent/worker_env.cpp, the reader and validator ddp/base/environment.cpp; nothing else spells
+// launcher/agent/worker_variables.cpp, the reader and validator ddp/base/environment.cpp; nothing else spells
 // these names. See Note [Worker environment contract].
 namespace ddp::env {
 

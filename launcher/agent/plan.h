@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "launcher/config/config.h"
-#include "launcher/agent/worker_env.h"
+#include "launcher/agent/worker_variables.h"
 
 namespace ddp::launcher {
 

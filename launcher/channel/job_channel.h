@@ -11,7 +11,7 @@
 
 #include "launcher/config/config.h"
 #include "launcher/rendezvous/rendezvous.h"
-#include "launcher/agent/worker_env.h"
+#include "launcher/agent/worker_variables.h"
 
 namespace ddp::launcher {
 

@@ -11,7 +11,7 @@
 #include <set>
 #include <sstream>
 
-#include "launcher/config/pet_env.h"
+#include "launcher/config/flag_values.h"
 #include "launcher/config/torchrun_flags.h"
 #include "launcher/config/worker_command.h"
 
@@ -353,7 +353,7 @@ ParseResult parse_launch_args(int argc, const char* const* argv, const Environme
     return result;
   }
   // A flag on the command line, else torchrun's PET_<NAME> variable, else the default: see
-  // Note [PET variables] in launcher/config/pet_env.cpp.
+  // Note [PET variables] in launcher/config/flag_values.cpp.
   FlagValues values([&](const char* name) { return opts.count(name) > 0; },
                     [&](const char* name) { return opts[name].as<std::string>(); }, env);
   values.naming_variables([&] { fill_config(result.config, values, env, split.program); });

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/config/launch_env.h"
+#include "launcher/config/slurm_placement.h"
 #include "ddp/base/error.h"
 
 namespace ddp::launcher {

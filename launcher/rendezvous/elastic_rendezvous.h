@@ -10,7 +10,7 @@
 #include "launcher/config/config.h"
 #include "launcher/rendezvous/store_client.h"
 #include "launcher/rendezvous/rounds.h"
-#include "launcher/agent/worker_env.h"
+#include "launcher/agent/worker_variables.h"
 
 namespace ddp::launcher {
 

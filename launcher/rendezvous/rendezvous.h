@@ -7,7 +7,7 @@
 #include <string>
 
 #include "launcher/config/config.h"
-#include "launcher/agent/worker_env.h"
+#include "launcher/agent/worker_variables.h"
 
 namespace ddp::launcher {
 

@@ -9,7 +9,7 @@
 #include "ddp/base/environment.h"
 #include "ddp/base/error.h"
 #include "launcher/config/config.h"
-#include "launcher/agent/worker_env.h"
+#include "launcher/agent/worker_variables.h"
 
 namespace {
 

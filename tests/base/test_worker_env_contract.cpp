@@ -1,5 +1,5 @@
 // The launcher-worker environment contract (see Note [Worker environment contract] in
-// ddp/base/env_names.h): what launcher/agent/worker_env.cpp writes, ddp/base/environment.cpp reads back.
+// ddp/base/env_names.h): what launcher/agent/worker_variables.cpp writes, ddp/base/environment.cpp reads back.
 #include <catch2/catch.hpp>
 #include <map>
 #include <set>
@@ -9,7 +9,7 @@
 #include "ddp/base/env_names.h"
 #include "ddp/base/environment.h"
 #include "ddp/base/error.h"
-#include "launcher/agent/worker_env.h"
+#include "launcher/agent/worker_variables.h"
 
 using ddp::launcher::NodeAssignment;
 using ddp::launcher::WorkerSlot;

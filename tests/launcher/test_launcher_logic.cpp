@@ -18,7 +18,7 @@
 #include "launcher/process/log_layout.h"
 #include "launcher/resources/resources.h"
 #include "launcher/agent/supervisor.h"
-#include "launcher/agent/worker_env.h"
+#include "launcher/agent/worker_variables.h"
 #include "launcher/process/worker_process.h"
 
 using namespace ddp::launcher;

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "launcher/config/config.h"
-#include "launcher/agent/worker_env.h"
+#include "launcher/agent/worker_variables.h"
 #include "tests/launcher/config_support.h"
 
 using namespace ddp::launcher;

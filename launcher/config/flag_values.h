@@ -1,6 +1,6 @@
 #pragma once
 // Where each flag's value comes from: the command line, else torchrun's PET_<FLAG> variable, else
-// the flag's default. See Note [PET variables] in pet_env.cpp.
+// the flag's default. See Note [PET variables] in flag_values.cpp.
 #include <functional>
 #include <optional>
 #include <string>

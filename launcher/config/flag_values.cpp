@@ -1,4 +1,4 @@
-#include "launcher/config/pet_env.h"
+#include "launcher/config/flag_values.h"
 
 #include "ddp/base/error.h"
 #include "launcher/config/torchrun_flags.h"

@@ -1,4 +1,4 @@
-#include "launcher/config/launch_env.h"
+#include "launcher/config/slurm_placement.h"
 
 #include "ddp/base/env_names.h"
 #include "ddp/base/error.h"

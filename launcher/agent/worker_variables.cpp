@@ -1,4 +1,4 @@
-#include "launcher/agent/worker_env.h"
+#include "launcher/agent/worker_variables.h"
 
 #include <string>
 
