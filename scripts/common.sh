@@ -21,3 +21,17 @@ ddp_torch_prefix() {
       ddp_die "the venv's python cannot import torch: run scripts/setup.sh"
   fi
 }
+
+# The listening TCP ports and bound UDP ports of this network namespace below the ephemeral range
+# (a daemon listens on its configured port; a test's port 0 lands in the ephemeral range), one
+# "tcp PORT" or "udp PORT" a line, sorted. From /proc: no iproute2 needed on a fresh machine.
+ddp_listening_ports() {
+  local first proto hex
+  read -r first _ </proc/sys/net/ipv4/ip_local_port_range
+  {
+    awk 'NR > 1 && $4 == "0A" { split($2, a, ":"); print "tcp", a[2] }' /proc/net/tcp /proc/net/tcp6 2>/dev/null || true
+    awk 'NR > 1 && $4 == "07" { split($2, a, ":"); print "udp", a[2] }' /proc/net/udp /proc/net/udp6 2>/dev/null || true
+  } | while read -r proto hex; do
+    if (( 16#$hex < first )); then echo "$proto $((16#$hex))"; fi
+  done | sort -u
+}

@@ -99,7 +99,7 @@ shape_rate() {  # shape_rate NS K RATE
 
 iptables_command() {  # the kernel's x_tables NFQUEUE target: iptables-legacy where both exist
   command -v iptables-legacy || command -v iptables ||
-    die "--delay/--loss without sch_netem need iptables (Debian's iptables package; scripts/setup.sh installs it)"
+    die "--delay/--loss without sch_netem need iptables (Debian's iptables package; scripts/setup.sh --test installs it)"
 }
 
 start_delay_line() {  # start_delay_line NS K DELAY LOSS

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Installs what the build needs, idempotently; prints nothing when everything is already there.
-#   Debian packages: compiler, CMake, Ninja, cxxopts, spdlog, Catch2 (v2), Gloo headers, Fashion-MNIST,
-#   cpp-httplib and Prometheus (metrics), gnuplot-nox (scripts/plot_bench.sh), iproute2 (the hosts tests),
-#   ccache (scripts/build.sh uses it when present).
-#   --fuzz: also clang-14 and libclang-rt-14-dev, for scripts/fuzz.sh.
-#   .venv: a project-local virtual environment with torch==2.13.0 (CPU), unless LIBTORCH is set.
+#   scripts/setup.sh          what building and running need (all that scripts/demo.sh uses): the
+#                             compiler, CMake, Ninja, ccache, the C++ libraries, Fashion-MNIST, and
+#                             .venv with torch==$DDP_TORCH_VERSION (CPU) unless LIBTORCH is set
+#   scripts/setup.sh --test   also what the test beds need (scripts/test.sh and CI call it): network
+#                             namespaces, sshd/pdsh/clush, Slurm, OpenMPI, Prometheus, gnuplot
+#   scripts/setup.sh --fuzz   also clang-14 and its runtimes, for scripts/fuzz.sh
+# No service that a package would start is started or left enabled: the tests start their own, in
+# their namespace hosts, and stop them (tests/base/setup_services_test.sh checks it).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -12,16 +15,22 @@ debian_packages=(g++ cmake ninja-build pkg-config libcxxopts-dev libspdlog-dev c
                  nlohmann-json3-dev            # JSON in ddp/base and the launcher (header-only)
                  libxxhash-dev xxhash          # the checkpoint MANIFEST checksum (XXH3-64) and xxhsum
                  dataset-fashion-mnist
-                 libcpp-httplib-dev prometheus  # ddp_launch --metrics_port and its test (docs/observability.md)
+                 libcpp-httplib-dev            # ddp_launch --metrics_port (docs/observability.md)
                  libssl-dev                    # the rendezvous plugin's HMAC proofs (docs/launcher.md)
-                 iproute2                      # scripts/netns-cluster.sh, the hosts tests (docs/hosts.md)
-                 iptables                      # netns-cluster.sh --delay/--loss without sch_netem (link_delay)
-                 openssh-server openssh-client pdsh clustershell  # --hostfile's tests: an sshd per namespace host
-                 slurmctld slurmd slurm-client munge openmpi-bin  # hosts.slurm_cluster, hosts.mpirun (docs/launcher.md)
-                 gnuplot-nox                    # scripts/plot_bench.sh and its test
-                 ccache)                        # scripts/build.sh: rebuilds and other checkouts of the same sources
-# --fuzz (scripts/fuzz.sh): clang and its runtimes (libFuzzer, ASan, UBSan) as well.
-[[ ${1:-} == --fuzz ]] && debian_packages+=(clang-14 libclang-rt-14-dev)
+                 ccache)                       # scripts/build.sh: rebuilds and other checkouts of the same sources
+test_packages=(iproute2                        # scripts/netns-cluster.sh, the hosts tests (docs/hosts.md)
+               iptables                        # netns-cluster.sh --delay/--loss without sch_netem (link_delay)
+               openssh-server openssh-client pdsh clustershell  # --hostfile's tests: an sshd per namespace host
+               slurmctld slurmd slurm-client munge openmpi-bin  # hosts.slurm_cluster, hosts.mpirun (docs/launcher.md)
+               prometheus                      # faults.prometheus: a real Prometheus scrapes /metrics
+               gnuplot-nox)                    # scripts/plot_bench.sh and its test
+case ${1:-} in
+  "") ;;
+  --test) debian_packages+=("${test_packages[@]}") ;;
+  # clang and its runtimes (libFuzzer, ASan, UBSan) as well.
+  --fuzz) debian_packages+=(clang-14 libclang-rt-14-dev) ;;
+  *) ddp_die "scripts/setup.sh: unknown option '$1': use --test (the test beds too) or --fuzz (and clang)" ;;
+esac
 missing=()
 for pkg in "${debian_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
@@ -36,9 +45,10 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   # A fresh machine has no package lists; an old list may name versions that are gone. Update first.
   "${sudo[@]}" apt-get update -qq
-  # Debian's prometheus package would start a system service listening on every interface (:9090);
-  # the project only runs its own instance on loopback in a test, so keep services from starting
-  # (policy-rc.d, honoured by invoke-rc.d and deb-systemd-invoke) and leave the unit disabled.
+  # Debian's prometheus, openssh-server, munge and Slurm packages would start system services (on
+  # every interface: :9090, :22, :6817-6818); the tests run their own instances, on loopback or in
+  # their namespace hosts. So no service starts (policy-rc.d, honoured by invoke-rc.d and
+  # deb-systemd-invoke), and where systemd runs, their units stay disabled.
   policy=/usr/sbin/policy-rc.d
   own_policy=
   if [[ ! -e $policy ]]; then
@@ -48,19 +58,9 @@ if ((${#missing[@]})); then
   fi
   "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   [[ -n $own_policy ]] && "${sudo[@]}" rm -f "$policy"
-  if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null; then
-    "${sudo[@]}" systemctl disable --now prometheus >/dev/null 2>&1 || true
-  fi
-  # openssh-server: the tests start their own sshd per namespace host; none for the machine.
-  if [[ " ${missing[*]} " == *" openssh-server "* ]] && command -v systemctl >/dev/null; then
-    "${sudo[@]}" systemctl disable --now ssh.service ssh.socket >/dev/null 2>&1 || true
-  fi
-  # The same for munge and Slurm: the tests start their own daemons inside the namespace hosts.
   if command -v systemctl >/dev/null; then
-    for unit in munge slurmd slurmctld; do
-      if [[ " ${missing[*]} " == *" $unit "* ]]; then
-        "${sudo[@]}" systemctl disable --now "$unit" >/dev/null 2>&1 || true
-      fi
+    for unit in prometheus ssh.service ssh.socket munge slurmd slurmctld; do
+      "${sudo[@]}" systemctl disable --now "$unit" >/dev/null 2>&1 || true
     done
   fi
 fi

@@ -23,7 +23,11 @@ sanitize_ci_targets="test_base ddp_launch ddp_launch_rdzv ddp_launch_metrics lau
   test_hostfile test_remote_launch
   test_samplers test_fuzz_regressions test_checkpoint test_ddp_units test_ddp_basics test_faults fault_worker"
 
-"$DDP_ROOT/scripts/setup.sh"
+# Set-up starts no service (a package's daemon listening on this machine): checked around it.
+listening_before=$(ddp_listening_ports)
+"$DDP_ROOT/scripts/setup.sh" --test
+new_ports=$(comm -13 <(echo "$listening_before") <(ddp_listening_ports) | paste -s -d ' ' -)
+[[ -z $new_ports ]] || ddp_die "set-up left new listening sockets ($new_ports): a package started a service; stop it and see scripts/setup.sh"
 ctest_args=()
 if [[ -n $mode ]]; then
   source "$DDP_ROOT/scripts/sanitizers.sh"
