@@ -41,12 +41,12 @@ class GroupRestart : public PolicyWithContext {
       : PolicyWithContext(context), rendezvous_(make_rendezvous_handler(config_, local_.nproc)) {}
 
   AgentRound next_round() override {
-    if (rendezvous_->is_dynamic()) {
+    if (!config_.rdzv_host.empty()) {
       spdlog::info("rendezvous '{}' at {}:{}: waiting for {} nodes (timeout {} s)", config_.rdzv_id, config_.rdzv_host,
                    config_.rdzv_port, config_.nnodes, config_.rdzv_timeout_s);
     }
     AgentRound round;
-    round.node = rendezvous_->next_rendezvous();
+    round.node = rendezvous_->next_rendezvous(-1, 0).node;
     // A static job's workers' store port comes with the coordinator's welcome (See Note [One port per job]).
     round.channel = open_job_channel(config_, round.node, local_.nproc, host_name_, rendezvous_->directory(),
                                      "job_channel");
@@ -63,6 +63,8 @@ class GroupRestart : public PolicyWithContext {
     if (round.channel) round.channel->set_job_succeeded(result.exit_code == 0);
     return false;
   }
+
+  RendezvousHandler& rendezvous() override { return *rendezvous_; }
 
  private:
   std::unique_ptr<RendezvousHandler> rendezvous_;
@@ -139,7 +141,12 @@ int run_agent(const LaunchConfig& c, const EnvironmentSnapshot& env, const Local
     options.link = round.channel ? round.channel->link() : nullptr;
     const GroupFactory make_group = policy->supervise_round(round, options);
     SupervisorResult result = supervise(options, make_group);
-    if (!policy->next_round_follows(round, result)) return finish_run(result, host_name);
+    if (!policy->next_round_follows(round, result)) {
+      const int exit_code = finish_run(result, host_name);
+      round.channel.reset();  // the other launchers told, and waited for (bounded)
+      policy->rendezvous().shutdown();
+      return exit_code;
+    }
   }
 }
 

@@ -7,6 +7,7 @@
 #include "ddp/base/environment.h"
 #include "launcher/config/config.h"
 #include "launcher/channel/job_channel.h"
+#include "launcher/rendezvous/rendezvous.h"
 #include "launcher/agent/plan.h"
 #include "launcher/agent/supervisor.h"
 
@@ -44,6 +45,8 @@ class RecoveryPolicy {
   virtual GroupFactory supervise_round(const AgentRound& round, SupervisorOptions& options) = 0;
   // After the round's group ended: true when a new round follows (result then says nothing).
   virtual bool next_round_follows(AgentRound& round, SupervisorResult& result) = 0;
+  // The policy's rendezvous: the agent shuts it down at the end, once the round's channel closed.
+  virtual RendezvousHandler& rendezvous() = 0;
 };
 
 // What the policies share: their context, its parts by name.

@@ -5,6 +5,7 @@
 
 #include "ddp/base/str.h"
 #include "launcher/rendezvous/elastic_rendezvous.h"
+#include "launcher/rendezvous/rendezvous.h"
 #include "launcher/channel/job_channel.h"
 #include "launcher/channel/job_link.h"
 #include "launcher/process/log_layout.h"
@@ -17,7 +18,7 @@ namespace {
 // the attempt at most every 250 ms, one small store query each).
 class NewcomerWatch {
  public:
-  NewcomerWatch(ElasticRendezvous& rendezvous, const rdzv::RoundRules& rules, const ElasticMembership& m,
+  NewcomerWatch(RendezvousHandler& rendezvous, const rdzv::RoundRules& rules, const RendezvousRound& m,
                 bool restarts_left)
       : poll_(rendezvous, "no newcomer can be admitted into this round"),
         rules_(rules),
@@ -50,7 +51,7 @@ class NewcomerWatch {
  private:
   NewcomerPoll poll_;
   const rdzv::RoundRules& rules_;
-  const ElasticMembership& m_;
+  const RendezvousRound& m_;
   bool restarts_left_;
   int waiting_ = 0;
   std::string reason_;
@@ -62,13 +63,13 @@ class ElasticRounds : public PolicyWithContext {
   explicit ElasticRounds(const AgentContext& context)
       : PolicyWithContext(context),
         rules_(round_rules(context.config)),
-        rendezvous_(context.config, context.local.nproc) {}
+        rendezvous_(make_rendezvous_handler(context.config, context.local.nproc)) {}
 
   AgentRound next_round() override {
     spdlog::info("rendezvous '{}' at {}:{}: joining a round of {} to {} nodes (last call {} s, timeout {} s)",
                  config_.rdzv_id, config_.rdzv_host, config_.rdzv_port, rules_.min_nodes, rules_.max_nodes,
                  rules_.last_call_s, rules_.timeout_s);
-    membership_ = rendezvous_.next_round(after_round_, expected_);
+    membership_ = rendezvous_->next_rendezvous(after_round_, expected_);
     AgentRound round;
     round.number = membership_.round;
     round.elastic = true;
@@ -77,13 +78,13 @@ class ElasticRounds : public PolicyWithContext {
     // rounds never restart: a new membership round does.
     NodeAssignment channel_node = round.node;
     channel_node.max_restarts = 0;
-    round.channel = open_job_channel(config_, channel_node, local_.nproc, host_name_, &rendezvous_.directory(),
+    round.channel = open_job_channel(config_, channel_node, local_.nproc, host_name_, rendezvous_->directory(),
                                      ddp::str("job_channel/r", round.number));
     return round;
   }
 
   GroupFactory supervise_round(const AgentRound& round, SupervisorOptions& options) override {
-    newcomers_ = std::make_unique<NewcomerWatch>(rendezvous_, rules_, membership_, restarts_left());
+    newcomers_ = std::make_unique<NewcomerWatch>(*rendezvous_, rules_, membership_, restarts_left());
     options.max_restarts = 0;
     options.membership_change = [this] { return newcomers_->poll(); };
     return [this, node = round.node, number = round.number](int) {
@@ -115,12 +116,14 @@ class ElasticRounds : public PolicyWithContext {
     return true;
   }
 
+  RendezvousHandler& rendezvous() override { return *rendezvous_; }
+
  private:
   bool restarts_left() const { return membership_.round < config_.max_restarts; }
 
   rdzv::RoundRules rules_;
-  ElasticRendezvous rendezvous_;
-  ElasticMembership membership_;
+  std::unique_ptr<RendezvousHandler> rendezvous_;
+  RendezvousRound membership_;
   std::unique_ptr<NewcomerWatch> newcomers_;
   int after_round_ = -1;
   int expected_ = 0;

@@ -76,7 +76,7 @@ constexpr char kLiveWatchName[] = "live_watch";
 // live job] in launcher/channel/live_watch.cpp).
 class LiveAdmission {
  public:
-  LiveAdmission(ElasticRendezvous& rendezvous, const rdzv::RoundRules& rules, const ElasticMembership& first,
+  LiveAdmission(ElasticRendezvous& rendezvous, const rdzv::RoundRules& rules, const RendezvousRound& first,
                 std::function<int()> lost_nodes)
       : rendezvous_(rendezvous),
         poll_(rendezvous, "no newcomer can be admitted into this live job"),
@@ -102,7 +102,7 @@ class LiveAdmission {
     }
     // A lost host that the liveness channel has not reported yet is expected: the round then
     // closes after the last call.
-    const ElasticMembership next = rendezvous_.next_round(round_, step.expected_nodes);
+    const RendezvousRound next = rendezvous_.next_rendezvous(round_, step.expected_nodes);
     spdlog::info("round {}: {} node(s) joined ({} in the round{}); --recovery live: the workers keep running, the "
                  "newcomers' workers join the training",
                  next.round, next.node.nnodes - step.current_nodes, next.node.nnodes,
@@ -143,7 +143,7 @@ int listen_for_live_watch(ElasticRendezvous& rendezvous, const LaunchConfig& c) 
   }
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-  rendezvous.directory().publish(kLiveWatchName, {c.rdzv_host, bound_port(fd)});
+  rendezvous.directory()->publish(kLiveWatchName, {c.rdzv_host, bound_port(fd)});
   return fd;
 }
 
@@ -173,7 +173,7 @@ class LiveRecovery : public PolicyWithContext {
     const int watch_fd = rendezvous_.serves_store() ? listen_for_live_watch(rendezvous_, c) : -1;
     spdlog::info("rendezvous '{}' at {}:{}: joining a round of {} to {} nodes (--recovery live)", c.rdzv_id,
                  c.rdzv_host, c.rdzv_port, rules_.min_nodes, rules_.max_nodes);
-    first_ = rendezvous_.next_round(-1, 0);
+    first_ = rendezvous_.next_rendezvous(-1, 0);
     node_key_ = live_node_key(first_.round, first_.node.node_rank);
     const int first_round_workers = first_.round == 0 ? local_.nproc : 0;
     const double silence_s = c.live_keep_alive_s * c.live_keep_alive_max_attempt;
@@ -186,7 +186,7 @@ class LiveRecovery : public PolicyWithContext {
         spdlog::warn("lost node {} ({}): {}; {}", lost.node_key, lost.host, lost.why, describe_mark(marked));
       });
     } else {
-      const Endpoint server = rendezvous_.directory().lookup(kLiveWatchName, c.rdzv_timeout_s);
+      const Endpoint server = rendezvous_.directory()->lookup(kLiveWatchName, c.rdzv_timeout_s);
       watch_.client = std::make_unique<LiveWatchClient>(
           server.addr, server.port, ddp::str(node_key_, " ", first_round_workers, " ", host_name_), c.live_keep_alive_s);
     }
@@ -217,6 +217,8 @@ class LiveRecovery : public PolicyWithContext {
     return false;
   }
 
+  RendezvousHandler& rendezvous() override { return rendezvous_; }
+
  private:
   std::optional<WorkerLaunch> respawn(const NodeAssignment& node, int local_rank) {
     const bool first_round = respawns_.in_first_round(local_rank);
@@ -242,7 +244,7 @@ class LiveRecovery : public PolicyWithContext {
   rdzv::RoundRules rules_;
   ElasticRendezvous rendezvous_;
   std::string prefix_;
-  ElasticMembership first_;
+  RendezvousRound first_;
   std::string node_key_;
   LiveWatch watch_;
   std::unique_ptr<LiveAdmission> admission_;

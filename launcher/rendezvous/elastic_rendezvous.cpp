@@ -57,7 +57,7 @@ void ElasticRendezvous::open() {
   store_->open(req);
 }
 
-ElasticMembership ElasticRendezvous::next_round(int after_round, int expected_nodes) {
+RendezvousRound ElasticRendezvous::next_rendezvous(int after_round, int expected_nodes) {
   if (!store_) open();
   ddp_rdzv_round_request req{};
   req.min_nodes = config_.min_nnodes;
@@ -70,7 +70,7 @@ ElasticMembership ElasticRendezvous::next_round(int after_round, int expected_no
   req.advertise_port = pick_free_port(advertise_);  // fresh each round: the old one may still linger
   req.note = &log_note;
   const ddp_rdzv_round_result result = store_->round(req);
-  ElasticMembership m;
+  RendezvousRound m;
   m.round = result.round;
   m.node = assignment_from_flags(config_, nproc_);
   m.node.nnodes = result.nnodes;
@@ -80,7 +80,7 @@ ElasticMembership ElasticRendezvous::next_round(int after_round, int expected_no
   return m;
 }
 
-int ElasticRendezvous::waiting_after(int round) { return store_ ? store_->waiting(round) : -1; }
+int ElasticRendezvous::num_nodes_waiting(int round) { return store_ ? store_->waiting(round) : -1; }
 
 int ElasticRendezvous::mark_node_gone(const std::string& prefix, const std::string& node_key, int first_round_workers) {
   return store_ ? store_->mark_gone(prefix, node_key, first_round_workers) : -1;
@@ -96,16 +96,16 @@ const std::string& ElasticRendezvous::served_address() {
   return served_address_;
 }
 
-EndpointDirectory& ElasticRendezvous::directory() {
+EndpointDirectory* ElasticRendezvous::directory() {
   if (!store_) open();
-  return *store_;
+  return store_.get();
 }
 
 int NewcomerPoll::waiting_after(int round) {
   const auto now = std::chrono::steady_clock::now();
   if (store_lost_ || now - last_poll_ < std::chrono::milliseconds(250)) return 0;
   last_poll_ = now;
-  const int waiting = rendezvous_.waiting_after(round);
+  const int waiting = rendezvous_.num_nodes_waiting(round);
   if (waiting >= 0) return waiting;
   store_lost_ = true;
   spdlog::warn("the rendezvous store did not answer: {}", what_is_lost_);

@@ -8,34 +8,27 @@
 #include <string>
 
 #include "launcher/config/config.h"
+#include "launcher/rendezvous/rendezvous.h"
 #include "launcher/rendezvous/store_client.h"
 #include "launcher/rendezvous/rounds.h"
 #include "launcher/agent/worker_variables.h"
 
 namespace ddp::launcher {
 
-// One closed round, as this node sees it.
-struct ElasticMembership {
-  int round = 0;        // the job's round number: TORCHELASTIC_RESTART_COUNT of its workers
-  NodeAssignment node;  // node rank, nnodes (the round's members), master of the round
-};
-
 // The job's rules, from the flags.
 rdzv::RoundRules round_rules(const LaunchConfig& config);
 
-class ElasticRendezvous {
+class ElasticRendezvous : public RendezvousHandler {
  public:
   ElasticRendezvous(const LaunchConfig& config, int nproc_per_node);
-  ~ElasticRendezvous();
+  ~ElasticRendezvous() override;
   ElasticRendezvous(const ElasticRendezvous&) = delete;
   ElasticRendezvous& operator=(const ElasticRendezvous&) = delete;
 
-  // Joins the first open round after `after_round` (-1: the job's first open round) and waits,
-  // bounded by --rdzv_timeout, until it closes; `expected_nodes` (0: unknown) lets it close without
-  // the last call. Throws ddp::TimeoutError with one line (below MIN: how many came, and MIN).
-  ElasticMembership next_round(int after_round, int expected_nodes);
-  // How many launchers wait to join the round after `round` (-1: the store is unreachable).
-  int waiting_after(int round);
+  RendezvousRound next_rendezvous(int after_round, int expected_nodes) override;
+  int num_nodes_waiting(int round) override;
+  EndpointDirectory* directory() override;  // opens the store
+  void shutdown() override { store_.reset(); }
   // --recovery live: the workers of node `node_key` (or the one worker "<node key>/local<L>") are
   // gone from the training's membership under `prefix`, each marked once per round whoever says it (See Note [Marking a lost node gone]
   // in ddp/membership_keys.h): how many were marked (> 0), 0 none of them is in the training, -2
@@ -46,8 +39,6 @@ class ElasticRendezvous {
   bool serves_store();
   // Where the store listens when this node serves it (numeric, "0.0.0.0" for every interface).
   const std::string& served_address();
-  // The store's directory of the launchers' channels (See Note [One port per job]); opens the store.
-  EndpointDirectory& directory();
 
  private:
   void open();
@@ -66,12 +57,12 @@ class ElasticRendezvous {
 // which is said once with `what_is_lost`.
 class NewcomerPoll {
  public:
-  NewcomerPoll(ElasticRendezvous& rendezvous, std::string what_is_lost)
+  NewcomerPoll(RendezvousHandler& rendezvous, std::string what_is_lost)
       : rendezvous_(rendezvous), what_is_lost_(std::move(what_is_lost)) {}
   int waiting_after(int round);
 
  private:
-  ElasticRendezvous& rendezvous_;
+  RendezvousHandler& rendezvous_;
   std::string what_is_lost_;
   std::chrono::steady_clock::time_point last_poll_{};
   bool store_lost_ = false;

@@ -2,6 +2,7 @@
 
 #include "ddp/base/error.h"
 #include "launcher/channel/net.h"
+#include "launcher/rendezvous/elastic_rendezvous.h"
 #include "launcher/rendezvous/store_client.h"
 
 namespace ddp::launcher {
@@ -11,16 +12,16 @@ class StaticRendezvous : public RendezvousHandler {
  public:
   StaticRendezvous(const LaunchConfig& config, int nproc) : node_(assignment_from_flags(config, nproc)) {}
 
-  NodeAssignment next_rendezvous() override {
+  RendezvousRound next_rendezvous(int, int) override {
     if (node_.master_port == 0) {
       node_.master_port = pick_free_port(node_.master_addr);
     } else if (node_.node_rank == 0 && probe_bind(node_.master_addr, node_.master_port) == BindProbe::kInUse) {
       throw UsageError(ddp::str("port ", node_.master_port, " on ", node_.master_addr,
                                 " is already in use: pick another --master_port, or 0 for a free one"));
     }
-    return node_;
+    return {0, node_};
   }
-  bool is_dynamic() const override { return false; }
+  int num_nodes_waiting(int) override { return 0; }
 
  private:
   NodeAssignment node_;
@@ -41,12 +42,9 @@ NodeAssignment assignment_from_flags(const LaunchConfig& c, int nproc_per_node) 
   return node;
 }
 
-std::unique_ptr<RendezvousHandler> make_static_rendezvous(const LaunchConfig& config, int nproc_per_node) {
-  return std::make_unique<StaticRendezvous>(config, nproc_per_node);
-}
-
 std::unique_ptr<RendezvousHandler> make_rendezvous_handler(const LaunchConfig& config, int nproc_per_node) {
-  if (config.rdzv_host.empty()) return make_static_rendezvous(config, nproc_per_node);
+  if (config.rdzv_host.empty()) return std::make_unique<StaticRendezvous>(config, nproc_per_node);
+  if (config.elastic) return std::make_unique<ElasticRendezvous>(config, nproc_per_node);
   return make_store_rendezvous(config, nproc_per_node);
 }
 

@@ -41,29 +41,41 @@ class EndpointDirectory {
   virtual Endpoint lookup(const std::string& name, double timeout_s) = 0;
 };
 
+// One closed rendezvous round, as this node sees it.
+struct RendezvousRound {
+  int round = 0;        // the job's round number: TORCHELASTIC_RESTART_COUNT of an elastic job's workers
+  NodeAssignment node;  // node rank, nnodes (the round's members), master of the round
+};
+
+// The one rendezvous interface, as torchrun's RendezvousHandler: the static rendezvous (the flags
+// say it all), a fixed-size c10d job (store_client.h) and elastic rounds (elastic_rendezvous.h).
 class RendezvousHandler {
  public:
   virtual ~RendezvousHandler() = default;
-  // Settles this node's assignment: blocks (bounded by --rdzv_timeout) until it is known. Throws
-  // UsageError for bad input (a master port in use), ddp::Error with one line otherwise. Keep the
-  // handler alive until the workers are done (a serving node's store lives in it).
-  virtual NodeAssignment next_rendezvous() = 0;
-  // Whether next_rendezvous() needs other nodes (a dry run then shows placeholders).
-  virtual bool is_dynamic() const = 0;
+  // Joins the first open round after `after_round` (-1: the job's first) and blocks, bounded by
+  // --rdzv_timeout, until it closes; `expected_nodes` (0: unknown) lets an elastic round close
+  // without the last call. A fixed-size job has one round. Throws UsageError for bad input (a
+  // master port in use), ddp::Error with one line otherwise (below MIN: how many came, and MIN).
+  virtual RendezvousRound next_rendezvous(int after_round, int expected_nodes) = 0;
+  // How many launchers wait to join the round after `round`; 0 where no newcomer can join (the
+  // static rendezvous, a fixed-size job), -1 when the store did not answer.
+  virtual int num_nodes_waiting(int round) = 0;
   // The store's directory of the launchers' channels; nullptr for the static rendezvous (no store:
   // See Note [One port per job]). Valid after next_rendezvous().
   virtual EndpointDirectory* directory() { return nullptr; }
+  // This node is done with the rendezvous: a store it serves goes away once every node has read
+  // the round (bounded by --rdzv_timeout). Called once the launchers' channels are closed.
+  virtual void shutdown() {}
 };
 
 // What the flags alone say about this node (node rank 0 and the flags' master when a dynamic
 // rendezvous assigns them). Pure.
 NodeAssignment assignment_from_flags(const LaunchConfig& config, int nproc_per_node);
 
-// The static rendezvous: assignment_from_flags(), with --master_port 0 replaced by a free port and,
-// on the rank-0 node, the master port checked to be free.
-std::unique_ptr<RendezvousHandler> make_static_rendezvous(const LaunchConfig& config, int nproc_per_node);
-
-// The handler the configuration asks for: the store's with --rdzv_endpoint, else the static one.
+// The handler the configuration asks for: the static one (assignment_from_flags(), with
+// --master_port 0 replaced by a free port and, on the rank-0 node, the master port checked to be
+// free) without --rdzv_endpoint; with it, the c10d store's fixed-size round, or its elastic rounds
+// for --nnodes MIN:MAX.
 std::unique_ptr<RendezvousHandler> make_rendezvous_handler(const LaunchConfig& config, int nproc_per_node);
 
 }  // namespace ddp::launcher

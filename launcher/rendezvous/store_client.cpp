@@ -17,7 +17,7 @@ class StoreRendezvous : public RendezvousHandler {
   StoreRendezvous(const LaunchConfig& config, int nproc)
       : config_(config), node_(assignment_from_flags(config, nproc)) {}
 
-  NodeAssignment next_rendezvous() override {
+  RendezvousRound next_rendezvous(int, int) override {
     const StoreEndpoint endpoint = open_store_endpoint(config_);
     const int port = pick_free_port(endpoint.advertise);
     ddp_rdzv_request req{config_.rdzv_host.c_str(), config_.rdzv_port, config_.rdzv_id.c_str(), config_.nnodes,
@@ -28,10 +28,11 @@ class StoreRendezvous : public RendezvousHandler {
     node_.node_rank = result.node_rank;
     node_.master_addr = result.master_addr;
     node_.master_port = result.master_port;
-    return node_;
+    return {0, node_};
   }
-  bool is_dynamic() const override { return true; }
+  int num_nodes_waiting(int) override { return 0; }
   EndpointDirectory* directory() override { return store_.get(); }
+  void shutdown() override { store_.reset(); }
 
  private:
   const LaunchConfig& config_;
