@@ -22,7 +22,7 @@ test_packages=(iproute2                        # scripts/netns-cluster.sh, the h
                iptables                        # netns-cluster.sh --delay/--loss without sch_netem (link_delay)
                openssh-server openssh-client pdsh clustershell  # --hostfile's tests: an sshd per namespace host
                slurmctld slurmd slurm-client munge openmpi-bin  # hosts.slurm_cluster, hosts.mpirun (docs/launcher.md)
-               prometheus                      # faults.prometheus: a real Prometheus scrapes /metrics
+               prometheus curl                 # faults.prometheus: a real Prometheus scrapes /metrics; probes by curl
                gnuplot-nox)                    # scripts/plot_bench.sh and its test
 case ${1:-} in
   "") ;;

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <spdlog/spdlog.h>
 
@@ -122,7 +123,11 @@ int run_agent(const LaunchConfig& c, const EnvironmentSnapshot& env, const Local
   ProgressBoard board(c.node_rank.value_or(0), c.nnodes * local.nproc);
   std::unique_ptr<MetricsServer> metrics;
   if (c.hang_timeout_s > 0 || c.metrics_port > 0) agent = AgentSocket::open(env.get("TMPDIR").value_or("/tmp"));
-  if (c.metrics_port > 0) metrics = std::make_unique<MetricsServer>(c.metrics_addr, c.metrics_port, board);
+  // /healthz: a supervision loop that has not turned for 10 passes (at least 10 s) is stuck.
+  if (c.metrics_port > 0) {
+    metrics = std::make_unique<MetricsServer>(c.metrics_addr, c.metrics_port, board,
+                                              std::max(10.0, 10 * c.monitor_interval_s));
+  }
   if (agent) run.agent_socket = agent->path();
 
   const std::unique_ptr<RecoveryPolicy> policy = make_recovery_policy({c, local, run, host_name});

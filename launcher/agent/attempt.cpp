@@ -113,6 +113,7 @@ class Attempt {
   AttemptOutcome run() {
     start_all();
     while (true) {
+      if (options_.progress != nullptr) options_.progress->supervision_turned(Clock::now());  // Note [Health endpoints]
       handle_signals();
       reap();
       check_hangs();
@@ -122,6 +123,7 @@ class Attempt {
       if (running_count() == 0) break;
       wait_for_events(next_timeout_ms());
     }
+    if (options_.progress != nullptr) options_.progress->supervision_ended();
     drain_output();
     // Grandchildren left in a worker's process group go too (See Note [Supervision]).
     for (auto& w : workers_) {

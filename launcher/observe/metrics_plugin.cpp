@@ -315,13 +315,16 @@ extern "C" __attribute__((visibility("default"))) void* ddp_metrics_start(const 
                                                                            void* context, char* error,
                                                                            size_t error_len) {
   auto s = std::make_unique<GuardedServer>();
-  s->Get("/metrics", [render, context](const httplib::Request&, httplib::Response& res) {
-    std::string body;
-    render(context, &body, append);
-    res.set_content(body, "text/plain; version=0.0.4; charset=utf-8");
-  });
+  for (const char* path : {"/metrics", "/healthz", "/readyz"}) {
+    const bool metrics = std::string(path) == "/metrics";
+    s->Get(path, [render, context, path, metrics](const httplib::Request&, httplib::Response& res) {
+      std::string body;
+      res.status = render(context, path, &body, append);
+      res.set_content(body, metrics ? "text/plain; version=0.0.4; charset=utf-8" : "text/plain; charset=utf-8");
+    });
+  }
   s->Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("ddp_launch: Prometheus metrics are at /metrics\n", "text/plain");
+    res.set_content("ddp_launch: Prometheus metrics are at /metrics; probes at /healthz and /readyz\n", "text/plain");
   });
   if (!s->start_serving(addr, port, error, error_len)) return nullptr;
   return s.release();

@@ -1,6 +1,7 @@
 #pragma once
 // The C interface of the metrics plugin (libddp_launch_metrics.so): an HTTP server (Debian's
-// cpp-httplib, a compiled library that pulls in OpenSSL, zlib and brotli) that serves /metrics.
+// cpp-httplib, a compiled library that pulls in OpenSSL, zlib and brotli) that serves /metrics and
+// the health endpoints /healthz and /readyz (See Note [Health endpoints] in progress_board.h).
 // ddp_launch dlopen()s it only for --metrics_port, so that its common path keeps its fast start.
 // Plain C types only.
 #include <stddef.h>
@@ -11,10 +12,11 @@ extern "C" {
 
 // Appends len bytes to the response body.
 typedef void (*ddp_metrics_write_fn)(void* sink, const char* data, size_t len);
-// Writes the current exposition text; called on the server's threads, once per scrape.
-typedef void (*ddp_metrics_render_fn)(void* context, void* sink, ddp_metrics_write_fn write);
+// Writes the answer to GET `path` ("/metrics", "/healthz" or "/readyz") and returns its HTTP
+// status; called on the server's threads, once per request.
+typedef int (*ddp_metrics_render_fn)(void* context, const char* path, void* sink, ddp_metrics_write_fn write);
 
-// Binds addr:port and serves GET /metrics on threads of its own (one accepts, one does all the
+// Binds addr:port and serves GET /metrics, /healthz and /readyz on threads of its own (one accepts, one does all the
 // connections' I/O with per-connection deadlines and a cap on open connections: see Note [Metrics
 // endpoint admission] in metrics_plugin.cpp); render is called on the I/O thread. Returns a handle,
 // or NULL with a one-line reason in error.

@@ -16,14 +16,17 @@
 namespace ddp::launcher {
 namespace {
 
-void render_into(void* context, void* sink, ddp_metrics_write_fn write) {
-  const std::string text = static_cast<MetricsServer*>(context)->render();
-  write(sink, text.data(), text.size());
+int answer_into(void* context, const char* path, void* sink, ddp_metrics_write_fn write) {
+  std::string body;
+  const int status = static_cast<MetricsServer*>(context)->answer(path, body);
+  write(sink, body.data(), body.size());
+  return status;
 }
 
 }  // namespace
 
-MetricsServer::MetricsServer(const std::string& addr, int port, const ProgressBoard& board) : board_(board) {
+MetricsServer::MetricsServer(const std::string& addr, int port, const ProgressBoard& board, double stall_s)
+    : board_(board), stall_s_(stall_s) {
   switch (probe_bind(addr, port)) {
     case BindProbe::kInUse:
       throw UsageError(ddp::str("--metrics_port ", port, " on ", addr, " is already in use: pick another port"));
@@ -43,10 +46,11 @@ MetricsServer::MetricsServer(const std::string& addr, int port, const ProgressBo
     spdlog::debug("no GPU series in the metrics: {}", e.what());
   }
   char error[512] = {0};
-  handle_ = start(addr.c_str(), port, render_into, this, error, sizeof error);
+  handle_ = start(addr.c_str(), port, answer_into, this, error, sizeof error);
   if (handle_ == nullptr) throw UsageError(error);
   const bool v6 = addr.find(':') != std::string::npos;
-  spdlog::info("serving Prometheus metrics at http://{}{}{}:{}/metrics", v6 ? "[" : "", addr, v6 ? "]" : "", port);
+  spdlog::info("serving Prometheus metrics at http://{}{}{}:{}/metrics (probes: /healthz, /readyz)", v6 ? "[" : "",
+               addr, v6 ? "]" : "", port);
 }
 
 MetricsServer::~MetricsServer() {
@@ -64,6 +68,20 @@ std::string MetricsServer::render() {
     }
   }
   return render_prometheus(board_.snapshot(), gpus);
+}
+
+int MetricsServer::answer(const std::string& path, std::string& body) {
+  if (path == "/metrics") {
+    body = render();
+    return 200;
+  }
+  if (path != "/healthz" && path != "/readyz") {
+    body = "not found\n";
+    return 404;
+  }
+  const ProbeAnswer probe = path == "/healthz" ? board_.liveness(SteadyClock::now(), stall_s_) : board_.readiness();
+  body = probe.text + "\n";
+  return probe.ok ? 200 : 503;
 }
 
 }  // namespace ddp::launcher

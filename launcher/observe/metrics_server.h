@@ -15,17 +15,20 @@ namespace ddp::launcher {
 class MetricsServer {
  public:
   // Starts serving. Throws UsageError (one line) when addr:port cannot be bound, ddp::Error when
-  // the plugin is missing.
-  MetricsServer(const std::string& addr, int port, const ProgressBoard& board);
+  // the plugin is missing. `stall_s`: when /healthz says the supervision loop is stuck.
+  MetricsServer(const std::string& addr, int port, const ProgressBoard& board, double stall_s);
   ~MetricsServer();
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
 
   // The exposition text of this moment (what a scrape gets); called on the plugin's I/O thread.
   std::string render();
+  // GET `path`: its HTTP status and body (/metrics, /healthz, /readyz; 404 otherwise).
+  int answer(const std::string& path, std::string& body);
 
  private:
   const ProgressBoard& board_;
+  double stall_s_;
   std::mutex gpu_mutex_;
   std::unique_ptr<GpuProvider> gpus_;  // null without NVML
   void* handle_ = nullptr;

@@ -148,6 +148,43 @@ std::vector<StuckRank> ProgressBoard::stuck(SteadyClock::time_point now, double 
   return out;
 }
 
+void ProgressBoard::supervision_turned(SteadyClock::time_point now) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  job_.supervising = true;
+  job_.last_turn = now;
+}
+
+void ProgressBoard::supervision_ended() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  job_.supervising = false;
+}
+
+ProbeAnswer ProgressBoard::liveness(SteadyClock::time_point now, double stall_s) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!job_.supervising) return {true, "ok: no worker group runs now (rendezvous or a round's end, each bounded)"};
+  const double since = std::chrono::duration<double>(now - job_.last_turn).count();
+  if (since > stall_s) {
+    return {false, ddp::str("the supervision loop has not turned for ", static_cast<int>(since), " s (more than ",
+                            stall_s, " s)")};
+  }
+  return {true, ddp::str("ok: supervising ", job_.ranks.size(), " workers")};
+}
+
+ProbeAnswer ProgressBoard::readiness() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!job_.supervising || job_.ranks.empty()) return {false, "not ready: no worker group runs now"};
+  std::vector<std::string> waiting;
+  for (const RankProgress& r : job_.ranks) {
+    if (r.exited) {
+      waiting.push_back(ddp::str("rank ", r.worker.rank, " has ended"));
+    } else if (!r.heard) {
+      waiting.push_back(ddp::str("rank ", r.worker.rank, " has not heartbeated yet"));
+    }
+  }
+  if (!waiting.empty()) return {false, "not ready: " + ddp::join(waiting, ", ")};
+  return {true, ddp::str("ready: ", job_.ranks.size(), " workers heartbeating")};
+}
+
 JobProgress ProgressBoard::snapshot() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return job_;

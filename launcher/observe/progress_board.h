@@ -64,6 +64,14 @@ struct JobProgress {
   int worker_failures = 0;
   DroppedAgentMessages dropped;
   std::vector<RankProgress> ranks;  // this node's workers, by local rank
+  bool supervising = false;         // a worker group runs (See Note [Health endpoints])
+  SteadyClock::time_point last_turn;  // the supervision loop's last pass
+};
+
+// What a health endpoint answers: ok (HTTP 200) or not (503), and one line saying why.
+struct ProbeAnswer {
+  bool ok = false;
+  std::string text;
 };
 
 struct StuckRank {
@@ -116,6 +124,21 @@ class ProgressBoard {
   std::vector<StuckRank> stuck(SteadyClock::time_point now, double timeout_s) const;
 
   JobProgress snapshot() const;
+
+  // Note [Health endpoints]
+  // ~~~~~~~~~~~~~~~~~~~~~~~
+  // Kubernetes' probes read GET /healthz and GET /readyz on the metrics port (200: yes, 503: no):
+  // - liveness: the launcher answers, and while a worker group runs its supervision loop turns
+  //   (every pass calls supervision_turned; a pass waits at most --monitor_interval). A loop that
+  //   has not turned for `stall_s` is stuck: the pod should be restarted. Outside a group's run (the
+  //   rendezvous, a round's end) the launcher waits on timeouts of its own and is alive.
+  // - readiness: a worker group runs and every local worker of it has heartbeated in this attempt
+  //   (it is past the rendezvous: DDP heartbeats from its first step) and has not ended. A program
+  //   that sends no heartbeats (not the ddp library, no ddp::ProgressReporter) is never ready.
+  void supervision_turned(SteadyClock::time_point now);
+  void supervision_ended();
+  ProbeAnswer liveness(SteadyClock::time_point now, double stall_s) const;
+  ProbeAnswer readiness() const;
 
  private:
   mutable std::mutex mutex_;

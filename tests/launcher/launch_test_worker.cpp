@@ -6,11 +6,11 @@
 //   --print TEXT / --eprint TEXT / --print-partial TEXT   write to stdout / stderr / stdout without '\n'
 //   --error-message R:MSG   rank R writes MSG into TORCHELASTIC_ERROR_FILE (torchrun's format)
 //   --sleep R:SECONDS       rank R sleeps ("*" for every rank)
-//   --exit R:CODE           rank R exits with CODE
-//   --signal R:SIG          rank R kills itself with signal SIG
 //   --steps R:N             rank R sends heartbeats for steps 1..N through DDP_AGENT_SOCKET, 50 ms apart
 //                           (8 samples and a loss each), as DDP and ProgressReporter do
 //   --hang-at R:STEP        rank R stops its heartbeats before STEP and sleeps 600 s
+//   --signal R:SIG          rank R kills itself with signal SIG
+//   --exit R:CODE           rank R exits with CODE
 //   --fail-attempts N       --exit/--signal/--error-message/--hang-at only while TORCHELASTIC_RESTART_COUNT < N
 // Unknown arguments are ignored (so tests can check that argv arrives verbatim).
 #include <signal.h>
@@ -112,6 +112,9 @@ int main(int argc, char** argv) {
       }
     }
   }
+  for (const auto& spec : value_of("--sleep")) {
+    if (for_me(spec, v)) sleep_seconds(std::atof(v.c_str()));
+  }
   for (const auto& spec : value_of("--steps")) {
     if (!for_me(spec, v)) continue;
     long long hang_at = -1;
@@ -134,9 +137,6 @@ int main(int argc, char** argv) {
       channel.send(m);
       sleep_seconds(0.05);
     }
-  }
-  for (const auto& spec : value_of("--sleep")) {
-    if (for_me(spec, v)) sleep_seconds(std::atof(v.c_str()));
   }
   if (may_fail) {
     for (const auto& spec : value_of("--signal")) {

@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -161,4 +163,56 @@ TEST_CASE("every launcher feature works in every mode", "[process][matrix]") {
     }
     CHECK(logged >= static_cast<size_t>(world));  // --log_dir
   }
+}
+
+namespace {
+
+// `curl -s -o BODY -w %{http_code} URL`: a real HTTP client, as Kubernetes' probes are. The status
+// (0: no answer) and the body.
+std::pair<int, std::string> curl(const std::string& url, const std::string& body_file) {
+  const std::string command = "curl -s -m 2 -o '" + body_file + "' -w '%{http_code}' '" + url + "' 2>/dev/null";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return {0, ""};
+  char status[16] = {0};
+  const size_t n = std::fread(status, 1, sizeof status - 1, pipe);
+  ::pclose(pipe);
+  status[n] = '\0';
+  return {std::atoi(status), read_text(body_file)};
+}
+
+}  // namespace
+
+TEST_CASE("/healthz and /readyz answer Kubernetes' probes with 200 or 503", "[process][health]") {
+  // See Note [Health endpoints] in launcher/observe/progress_board.h. Rank 1 heartbeats only after
+  // 1.5 s: until then the job is alive but not ready.
+  if (std::system("curl --version >/dev/null 2>&1") != 0) {
+    FAIL("no curl (scripts/setup.sh --test installs it)");
+  }
+  TempDir dir;
+  const int port = pick_free_port("127.0.0.1");
+  const std::string base = "http://127.0.0.1:" + std::to_string(port);
+  Child launcher({launcher_path(), "--nproc_per_node", "2", "--monitor_interval", "0.05", "--metrics_port",
+                  std::to_string(port), worker_path(), "--sleep", "1:1.5", "--steps", "*:60"});
+  const std::string body = dir.path() + "/body";
+  bool alive = false, waited_for_rank1 = false, ready = false;
+  for (auto until = std::chrono::steady_clock::now() + 30s; !ready && std::chrono::steady_clock::now() < until;) {
+    const auto [health, health_text] = curl(base + "/healthz", body);
+    alive = alive || health == 200;
+    const auto [readiness, readiness_text] = curl(base + "/readyz", body);
+    if (readiness == 503 && readiness_text.find("rank 1 has not heartbeated yet") != std::string::npos) {
+      waited_for_rank1 = true;
+    }
+    ready = readiness == 200;
+    if (ready) CHECK(readiness_text == "ready: 2 workers heartbeating\n");
+    if (!ready) std::this_thread::sleep_for(50ms);
+  }
+  CHECK(alive);
+  CHECK(waited_for_rank1);
+  CHECK(ready);
+  CHECK(curl(base + "/healthz", body).first == 200);
+  CHECK(curl(base + "/nothing", body).first == 404);
+  const auto outcome = launcher.wait(30s);
+  REQUIRE(outcome);
+  CHECK(outcome->exit_code == 0);
+  CHECK(curl(base + "/healthz", body).first == 0);  // gone with the launcher
 }

@@ -121,6 +121,33 @@ TEST_CASE("agent channel: no variable is a no-op, a bad one a clear error, a rea
   CHECK_FALSE(late.active());
 }
 
+TEST_CASE("health probes: alive while the supervision loop turns, ready when every worker heartbeats", "[health]") {
+  // See Note [Health endpoints].
+  ProgressBoard board(0, 2);
+  const auto t0 = SteadyClock::now();
+  CHECK(board.liveness(t0, 10).ok);  // the rendezvous: alive, no group to watch
+  CHECK_THAT(board.readiness().text, Contains("no worker group runs now"));
+  CHECK_FALSE(board.readiness().ok);
+  board.begin_attempt(0, {{0, 0, 100}, {1, 1, 101}});
+  board.supervision_turned(t0);
+  CHECK(board.liveness(t0 + 9s, 10).ok);
+  const ProbeAnswer stalled = board.liveness(t0 + 11s, 10);
+  CHECK_FALSE(stalled.ok);
+  CHECK(stalled.text == "the supervision loop has not turned for 11 s (more than 10 s)");
+  board.supervision_turned(t0 + 11s);
+  CHECK(board.liveness(t0 + 11s, 10).ok);
+  REQUIRE(board.record(from_worker(heartbeat(0, 100, 1)), t0) == AgentVerdict::kRecorded);
+  CHECK(board.readiness().text == "not ready: rank 1 has not heartbeated yet");
+  REQUIRE(board.record(from_worker(heartbeat(1, 101, 1)), t0) == AgentVerdict::kRecorded);
+  CHECK(board.readiness().ok);
+  CHECK(board.readiness().text == "ready: 2 workers heartbeating");
+  board.mark_exited(0);
+  CHECK(board.readiness().text == "not ready: rank 0 has ended");
+  board.supervision_ended();
+  CHECK(board.liveness(t0 + 1h, 10).ok);  // a round's end waits on its own bounds
+  CHECK_FALSE(board.readiness().ok);
+}
+
 TEST_CASE("hang watchdog: the silent rank at the lowest step is the stuck one", "[watchdog]") {
   ProgressBoard board(0, 3);
   board.begin_attempt(0, {{0, 0, 100}, {1, 1, 101}, {2, 2, 102}});
