@@ -19,10 +19,15 @@ namespace ddp::launcher {
 
 namespace {
 
-bool shown_on_console(const LaunchConfig& c, int local_rank) {
-  if (!c.local_ranks_filter) return true;
-  const auto& f = *c.local_ranks_filter;
-  return std::find(f.begin(), f.end(), local_rank) != f.end();
+// --local_ranks_filter and --ranks_filter: a rank is shown when both (those given) name it.
+bool shown_on_console(const LaunchConfig& c, int local_rank, int rank) {
+  if (c.local_ranks_filter) {
+    const auto& f = *c.local_ranks_filter;
+    if (std::find(f.begin(), f.end(), local_rank) == f.end()) return false;
+  }
+  if (!c.ranks_filter) return true;
+  return std::any_of(c.ranks_filter->begin(), c.ranks_filter->end(),
+                     [rank](const std::pair<int, int>& r) { return r.first <= rank && rank <= r.second; });
 }
 
 // Which streams of a local rank go to its files: with --log_dir both, else what --redirects and
@@ -77,7 +82,7 @@ std::vector<WorkerLaunch> plan_workers(const LaunchConfig& c, const NodeAssignme
     const StdStreams redirected = c.redirects.for_local_rank(lr);
     const StdStreams teed = c.tee.for_local_rank(lr);
     const StdStreams to_file = streams_to_file(c, lr);
-    const bool shown = shown_on_console(c, lr);
+    const bool shown = shown_on_console(c, lr, rank);
     constexpr StdStreams kOut = StdStreams::kOut;
     constexpr StdStreams kErr = StdStreams::kErr;
     w.stdout_to_console = shown && (!includes(redirected, kOut) || includes(teed, kOut));

@@ -67,6 +67,8 @@ constexpr FlagSpec kFlags[] = {
     {"redirects", true, "Streams sent only to the log files: 0..3 or local_rank:0..3,...", "0"},
     {"tee", true, "Streams sent to the log files and the console: 0..3 or local_rank:0..3,...", "0"},
     {"local_ranks_filter", true, "Show only these local ranks on the console, e.g. 0,1", nullptr},
+    {"ranks_filter", true, "Show only these global ranks on the console, e.g. 0,8-15 (with --local_ranks_filter: both)",
+     nullptr},
     {"gpus", true, "GPUs for the local workers: 0,3,5 or auto or auto:N", nullptr},
     {"allow_busy_gpus", false, "Let --gpus auto pick GPUs that other processes use", nullptr},
     {"cpu_bind", true,
@@ -612,6 +614,18 @@ static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSn
       ranks.push_back(parse_int_flag("--local_ranks_filter (e.g. 0,1)", item, 0, 1 << 20));
     }
     c.local_ranks_filter = ranks;
+  }
+  if (given("ranks_filter") && !text("ranks_filter").empty()) {
+    std::vector<std::pair<int, int>> ranges;
+    for (const auto& item : split_list(text("ranks_filter"), ',')) {
+      const auto dash = item.find('-');
+      const std::string what = "--ranks_filter (ranks and ranges, e.g. 0,8-15)";
+      const int first = parse_int_flag(what, item.substr(0, dash), 0, 1 << 20);
+      const int last = dash == std::string::npos ? first : parse_int_flag(what, item.substr(dash + 1), 0, 1 << 20);
+      if (last < first) throw UsageError(ddp::str("--ranks_filter: range ", item, " ends before it starts; write ", last, "-", first));
+      ranges.emplace_back(first, last);
+    }
+    c.ranks_filter = ranges;
   }
   c.dry_run = on("dry_run");
   if (given("run_id")) {

@@ -95,6 +95,7 @@ struct LaunchConfig {
   StreamSpec redirects;
   StreamSpec tee;
   std::optional<std::vector<int>> local_ranks_filter;  // absent: every rank on the console
+  std::optional<std::vector<std::pair<int, int>>> ranks_filter;  // global ranks, inclusive ranges; absent: all
   // torchrun's --duplicate_stdout_filters / --duplicate_stderr_filters: lines of tee'd streams that
   // contain any of these are also written to <attempt folder>/filtered_std{out,err}.log.
   std::vector<std::string> duplicate_stdout_filters;

@@ -408,6 +408,27 @@ TEST_CASE("--local_ranks_filter shows only the chosen ranks", "[process][logs]")
   CHECK(count_of(outcome.err, "[rank 2]: oops\n") == 1);
 }
 
+TEST_CASE("--ranks_filter 0,8-15 of 16 workers shows exactly those global ranks", "[process][logs]") {
+  const auto outcome = run_launcher(with_worker({"--nproc_per_node", "16", "--master_port", "0", "--ranks_filter",
+                                                 "0,8-15"},
+                                                {"--print", "hello"}),
+                                    {}, 60s);
+  CHECK(outcome.exit_code == 0);
+  for (int rank = 0; rank < 16; ++rank) {
+    INFO("rank " << rank);
+    CHECK(count_of(outcome.out, "[rank " + std::to_string(rank) + "]: hello\n") == (rank == 0 || rank >= 8 ? 1u : 0u));
+  }
+  // With --local_ranks_filter both apply; a range that ends before it starts is one line, exit 2.
+  const auto both = run_launcher(with_worker({"--nproc_per_node", "4", "--master_port", "0", "--ranks_filter", "1-3",
+                                              "--local_ranks_filter", "0,1"},
+                                             {"--print", "hello"}));
+  CHECK(both.out == "[rank 1]: hello\n");
+  const auto backwards = run_launcher(with_worker({"--ranks_filter", "3-1"}, {}));
+  CHECK(backwards.exit_code == 2);
+  CHECK_THAT(backwards.err, Catch::Contains("--ranks_filter: range 3-1 ends before it starts; write 1-3"));
+  CHECK(count_lines(backwards.err) == 1);
+}
+
 TEST_CASE("--dry_run prints commands and environments and starts nothing", "[process][dry_run]") {
   TempDir dir;
   const auto outcome = run_launcher(with_worker({"--nproc_per_node", "2", "--nnodes", "2", "--node_rank", "1",
