@@ -10,9 +10,9 @@
 
 #include "benchmarks/harness.h"
 #include "benchmarks/scenarios/runtime.h"
-#include "ddp/collective_log.h"
-#include "ddp/process_group.h"
-#include "ddp/run_main.h"
+#include "ddp/distributed/detail/collective_log.h"
+#include "ddp/distributed/process_group.h"
+#include "ddp/runtime/run_main.h"
 
 namespace {
 
@@ -41,7 +41,7 @@ Options parse(int argc, char** argv) {
 
 // What ProcessGroup does per collective: begin, attach the work, find it at wait(), finish.
 // Returns whether every record ended completed under the sequence number it began with.
-bool record_one(ddp::CollectiveLog& log, int64_t numel, const int* work) {
+bool record_one(ddp::detail::CollectiveLog& log, int64_t numel, const int* work) {
   ddp::CollectiveRecord r;
   r.op = "allreduce";
   r.what = "gradient all-reduce";
@@ -49,7 +49,7 @@ bool record_one(ddp::CollectiveLog& log, int64_t numel, const int* work) {
   r.numel = numel;
   r.dtype = "Double";
   r.bytes = numel * 8;
-  r.start_unix_us = ddp::unix_now_us();
+  r.start_unix_us = ddp::detail::unix_now_us();
   const auto seq = log.begin(r);
   log.attach(seq, work);
   const auto found = log.find_started(work);
@@ -58,7 +58,7 @@ bool record_one(ddp::CollectiveLog& log, int64_t numel, const int* work) {
 }
 
 int run(const Options& o) {
-  ddp::CollectiveLog log(64);
+  ddp::detail::CollectiveLog log(64);
   int work = 0;
   bool records_ok = true;
   const double record_s = time_loop(o.timing, [&] { records_ok = record_one(log, o.numel, &work) && records_ok; });

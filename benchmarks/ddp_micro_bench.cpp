@@ -17,9 +17,9 @@
 
 #include "benchmarks/harness.h"
 #include "benchmarks/scenarios/runtime.h"
-#include "ddp/distributed_data_parallel.h"
-#include "ddp/process_group.h"
-#include "ddp/run_main.h"
+#include "ddp/parallel/distributed_data_parallel.h"
+#include "ddp/distributed/process_group.h"
+#include "ddp/runtime/run_main.h"
 #include "examples/models/lenet.h"
 #include "examples/models/resnet.h"
 

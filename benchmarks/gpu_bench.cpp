@@ -23,11 +23,11 @@
 
 #include "benchmarks/harness.h"
 #include "benchmarks/scenarios/runtime.h"
-#include "ddp/cuda_support.h"
-#include "ddp/distributed_data_parallel.h"
+#include "ddp/runtime/detail/cuda_support.h"
+#include "ddp/parallel/distributed_data_parallel.h"
 #include "ddp/base/error.h"
-#include "ddp/process_group.h"
-#include "ddp/run_main.h"
+#include "ddp/distributed/process_group.h"
+#include "ddp/runtime/run_main.h"
 #include "examples/models/lenet.h"
 #include "examples/models/resnet.h"
 
@@ -102,8 +102,8 @@ void measure(const Options& o, const std::string& mode, const Pool& pool, torch:
   const int64_t warmup = o.timing.warmup, iters = o.timing.iters;
   for (int64_t i = 0; i < warmup + iters; ++i) {
     if (i == warmup) {
-      ddp::cuda::synchronize(device);
-      ddp::cuda::reset_peak_memory_stats(device);
+      ddp::detail::cuda::synchronize(device);
+      ddp::detail::cuda::reset_peak_memory_stats(device);
       start = std::chrono::steady_clock::now();
     }
     auto [x, y] = pool.get(static_cast<int>(i));
@@ -112,9 +112,9 @@ void measure(const Options& o, const std::string& mode, const Pool& pool, torch:
     optimizer.step();
     optimizer.zero_grad();
   }
-  ddp::cuda::synchronize(device);
+  ddp::detail::cuda::synchronize(device);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const auto memory = ddp::cuda::memory_stats(device);
+  const auto memory = ddp::detail::cuda::memory_stats(device);
   const double it_per_s = static_cast<double>(iters) / seconds, step_ms = 1e3 * seconds / static_cast<double>(iters);
   const double peak_mib = static_cast<double>(memory.peak_allocated_bytes) / (1 << 20);
   const double final_loss = loss.item<double>();
@@ -150,9 +150,9 @@ void run_mode(const Options& o, const std::string& mode, Net net, const Pool& po
 }
 
 int run(const Options& o) {
-  if (!ddp::cuda::built_with_cuda() || ddp::cuda::device_count() == 0) {
+  if (!ddp::detail::cuda::built_with_cuda() || ddp::detail::cuda::device_count() == 0) {
     std::cout << "gpu_bench: SKIPPED: needs a CUDA build of the ddp library and a GPU (CUDA build: "
-              << (ddp::cuda::built_with_cuda() ? "yes" : "no") << ", GPUs: " << ddp::cuda::device_count() << ")\n";
+              << (ddp::detail::cuda::built_with_cuda() ? "yes" : "no") << ", GPUs: " << ddp::detail::cuda::device_count() << ")\n";
     return 77;
   }
   const torch::Device device(torch::kCUDA, 0);

@@ -14,7 +14,7 @@
 #include <stdexcept>
 #include <sys/stat.h>
 
-#include "ddp/base/files.h"
+#include "ddp/base/detail/files.h"
 #include "ddp/base/str.h"
 
 namespace ddp::bench {
@@ -353,11 +353,11 @@ void Table::set(const std::string& column, const std::string& value) {
 void Table::set(const std::string& column, double value, int decimals) { set(column, fixed(value, decimals)); }
 
 void Table::write_csv(const std::string& path, bool append) const {
-  // Appending rewrites the file through a temporary and a rename (ddp/base/files.h): a reader never
+  // Appending rewrites the file through a temporary and a rename (ddp/base/detail/files.h): a reader never
   // sees half a row, and a planted symlink is replaced, not written through.
   std::string text;
   struct stat info {};
-  if (append && ::lstat(path.c_str(), &info) == 0) text = read_file(path, kMaxAppendedFile);
+  if (append && ::lstat(path.c_str(), &info) == 0) text = detail::read_file(path, kMaxAppendedFile);
   const auto line = [&](const std::vector<std::string>& cells) {
     for (std::size_t i = 0; i < cells.size(); ++i) {
       if (i > 0) text += ',';
@@ -367,7 +367,7 @@ void Table::write_csv(const std::string& path, bool append) const {
   };
   if (text.empty()) line(columns_);
   for (const auto& row : rows_) line(row);
-  write_file_atomically(path, text, kResultMode);
+  detail::write_file_atomically(path, text, kResultMode);
 }
 
 void Table::write_json(const std::string& path, const std::map<std::string, std::string>& meta) const {
@@ -385,7 +385,7 @@ void Table::write_json(const std::string& path, const std::map<std::string, std:
     }
     document["rows"].push_back(std::move(object));
   }
-  write_file_atomically(path, document.dump(2) + "\n", kResultMode);
+  detail::write_file_atomically(path, document.dump(2) + "\n", kResultMode);
 }
 
 void Table::write_markdown(std::ostream& out) const {

@@ -108,7 +108,7 @@ struct BenchOptions : OutputOptions {
   double bucket_cap_mb = 25;
   bool gradient_as_bucket_view = false;
   std::string comm_hook = "allreduce";            // allreduce | fp16_compress | bf16_compress
-  // --comm-hook also takes fp16, bf16 and powersgd (registered on the module: ddp/comm_hook.h).
+  // --comm-hook also takes fp16, bf16 and powersgd (registered on the module: ddp/algorithms/comm.h).
   int64_t powersgd_rank = 1;
   int64_t powersgd_start_iter = 2;                // compress from this iteration (warm-up included)
   bool broadcast_buffers = true;

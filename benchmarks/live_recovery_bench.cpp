@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "benchmarks/harness.h"
-#include "ddp/fault_tolerant.h"
-#include "ddp/membership.h"
-#include "ddp/run_main.h"
+#include "ddp/elastic/fault_tolerant.h"
+#include "ddp/elastic/membership.h"
+#include "ddp/runtime/run_main.h"
 
 namespace {
 

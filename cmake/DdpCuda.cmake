@@ -4,7 +4,7 @@
 # a CUDA LibTorch (scripts/build-cuda.sh; scripts/gpu-check.sh on a GPU machine). TorchConfig.cmake
 # decides which one it is: a CUDA LibTorch runs Caffe2's FindCUDA/CUDAToolkit (it needs nvcc and the
 # CUDA runtime, e.g. -DCUDAToolkit_ROOT=/usr/local/cuda) and sets CAFFE2_USE_CUDA. Then:
-#   - DDP_WITH_CUDA is defined (PRIVATE) on the ddp library, so ddp/cuda_support.cpp compiles the
+#   - DDP_WITH_CUDA is defined (PRIVATE) on the ddp library, so ddp/runtime/detail/cuda_support.cpp compiles the
 #     CUDA calls (device binding, caching-allocator statistics, stream synchronisation);
 #   - USE_C10D_NCCL is defined (PRIVATE) on the ddp library, so process_group.cpp compiles
 #     c10d::ProcessGroupNCCL. Its header includes <nccl.h>, which LibTorch does not ship: it comes

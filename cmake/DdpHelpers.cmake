@@ -30,7 +30,7 @@ function(ddp_add_catch_test target)
   add_executable(${target} ${ARGN})
   target_link_libraries(${target} PRIVATE ddp_catch_main)
   target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR})
-  # See Note [Catch and LibTorch CHECK] in tests/catch_prelude.h.
-  target_compile_options(${target} PRIVATE -include ${PROJECT_SOURCE_DIR}/tests/catch_prelude.h)
+  # The prelude comes in last (ddp_precompile_torch_headers): See Note [Catch and LibTorch CHECK].
+  set_property(TARGET ${target} PROPERTY DDP_CATCH_TEST TRUE)
   ddp_set_warnings(${target})
 endfunction()

@@ -8,51 +8,15 @@ install(TARGETS ddp EXPORT ddpTargets
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 # Note [Installed headers]
 # ~~~~~~~~~~~~~~~~~~~~~~~~
-# Only the public API is installed: the headers a user includes, and the headers those include (the
-# package test checks that every #include "ddp/..." of an installed header is installed too). The
-# library's internals (bucket.h, cuda_support.h, ddp/base/files.h, json_text.h, error_file.h, ...)
-# stay in the source tree, so that they can change without breaking anyone. A new public header is
-# added here. Headers keep their project-root paths: #include "ddp/..." and "samplers/...".
-set(DDP_PUBLIC_HEADERS
-  # What a training program includes.
-  ddp/ddp.h                    # the whole API in one include
-  ddp/process_group.h
-  ddp/distributed_data_parallel.h
-  ddp/data_parallel.h
-  ddp/checkpoint.h
-  ddp/sync_batch_norm.h
-  ddp/comm_hooks.h
-  ddp/comm_hook.h
-  ddp/comm_hook_state.h
-  ddp/powersgd.h
-  ddp/model_averaging.h
-  ddp/run_main.h
-  ddp/agent_channel.h          # ProgressReporter
-  ddp/log.h
-  ddp/version.h
-  ddp/ddp_stats.h
-  ddp/amp/autocast.h
-  ddp/amp/grad_scaler.h
-  ddp/zero_redundancy_optimizer.h
-  ddp/fault_tolerant.h
-  ddp/membership.h
-  ddp/live_environment.h
-  samplers/distributed_sampler.h
-  samplers/reshard.h
-  ddp/base/error.h
-  ddp/base/str.h
-  # What those include.
-  ddp/collective_log.h         # process_group.h
-  ddp/base/report_files.h      # collective_log.h
-  ddp/topology.h               # process_group.h
-  ddp/sliced_allreduce.h       # process_group.h
-  ddp/base/agent_message.h     # agent_channel.h
-  ddp/base/environment.h       # agent_channel.h
-  ddp/amp/grad_scaler_state.h  # checkpoint.h, grad_scaler.h
-  ddp/amp/precision.h)         # autocast.h
-foreach(header IN LISTS DDP_PUBLIC_HEADERS)
-  get_filename_component(folder ${header} DIRECTORY)
-  install(FILES ${PROJECT_SOURCE_DIR}/${header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/${folder})
+# The public API is installed by folder: every header of ddp/ and samplers/ outside a detail/
+# folder (see Note [Library folders] in ddp/CMakeLists.txt). What a folder keeps to itself lives in
+# its detail/ folder, in namespace ddp::detail, and stays in the source tree, so that it can change
+# without breaking anyone; no public header includes it (the package test checks that the
+# installed headers are closed). Headers keep their project-root paths: "ddp/..." and "samplers/...".
+foreach(tree ddp samplers)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/${tree}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/${tree}
+    FILES_MATCHING PATTERN "*.h"
+    PATTERN detail EXCLUDE)
 endforeach()
 install(EXPORT ddpTargets NAMESPACE ddp:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ddp)
 

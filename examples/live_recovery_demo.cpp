@@ -34,11 +34,11 @@
 #include <vector>
 
 #include "ddp/base/error.h"
-#include "ddp/base/files.h"
-#include "ddp/fault_tolerant.h"
-#include "ddp/fault_tolerant_state.h"
-#include "ddp/live_environment.h"
-#include "ddp/run_main.h"
+#include "ddp/base/detail/files.h"
+#include "ddp/elastic/fault_tolerant.h"
+#include "ddp/elastic/detail/fault_tolerant_state.h"
+#include "ddp/elastic/live_job.h"
+#include "ddp/runtime/run_main.h"
 #include "samplers/distributed_sampler.h"
 
 namespace {
@@ -192,7 +192,7 @@ torch::Tensor rows(const torch::Tensor& t, const std::vector<std::int64_t>& indi
 class StepSampleLog {
  public:
   explicit StepSampleLog(const std::string& path) {
-    if (!path.empty()) fd_ = ddp::create_new_file(path, 0644, /*append=*/true), path_ = path;
+    if (!path.empty()) fd_ = ddp::detail::create_new_file(path, 0644, /*append=*/true), path_ = path;
   }
   void record(std::int64_t step, const Progress& before, int rank, int world, const std::vector<std::int64_t>& indices) {
     if (!fd_.valid()) return;
@@ -200,11 +200,11 @@ class StepSampleLog {
                        std::to_string(rank) + " world " + std::to_string(world) + ":";
     for (std::size_t k = 0; k < indices.size(); ++k) line += (k == 0 ? " " : ",") + std::to_string(indices[k]);
     line += "\n";
-    ddp::write_all(fd_.get(), line.data(), line.size(), path_);
+    ddp::detail::write_all(fd_.get(), line.data(), line.size(), path_);
   }
 
  private:
-  ddp::FileDescriptor fd_;
+  ddp::detail::FileDescriptor fd_;
   std::string path_;
 };
 
@@ -229,7 +229,7 @@ void write_params(const torch::nn::Sequential& net, const std::string& path) {
       text += line;
     }
   }
-  ddp::write_file_atomically(path, text, 0644);
+  ddp::detail::write_file_atomically(path, text, 0644);
 }
 
 int train(const Args& args) {

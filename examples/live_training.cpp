@@ -7,11 +7,11 @@
 #include <chrono>
 #include <thread>
 
-#include "ddp/base/environment.h"
+#include "ddp/base/worker_variables.h"
 #include "ddp/base/error.h"
-#include "ddp/base/store_values.h"
+#include "ddp/base/detail/store_values.h"
 #include "ddp/base/str.h"
-#include "ddp/fault_tolerant_state.h"
+#include "ddp/elastic/detail/fault_tolerant_state.h"
 
 namespace ddp::examples {
 namespace {
@@ -64,7 +64,7 @@ void die_or_wait_for_test(const TrainOptions& options, LiveTraining* live, int r
   while (!live->job.membership->change_pending(live->ft->membership().round)) {
     if (std::chrono::steady_clock::now() > deadline) {
       throw TimeoutError(str("--die-at-step: the killed worker's restart did not ask to join within ",
-                             seconds_of(kRejoinBound), " s (does ddp_launch have --max_restarts 1?)"));
+                             detail::seconds_of(kRejoinBound), " s (does ddp_launch have --max_restarts 1?)"));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

@@ -9,8 +9,8 @@
 #include <memory>
 #include <string>
 
-#include "ddp/fault_tolerant.h"
-#include "ddp/live_environment.h"
+#include "ddp/elastic/fault_tolerant.h"
+#include "ddp/elastic/live_job.h"
 #include "examples/train_options.h"
 
 namespace ddp::examples {

@@ -4,14 +4,14 @@
 #include <sstream>
 
 #include "ddp/base/error.h"
-#include "ddp/base/files.h"
-#include "ddp/base/json_text.h"
+#include "ddp/base/detail/files.h"
+#include "ddp/base/detail/json_text.h"
 
 namespace ddp::examples {
 namespace {
 
 // "[a, b, c]" (the record keeps its arrays on one line; see Note [JSON through nlohmann-json] in
-// ddp/base/json_text.h).
+// ddp/base/detail/json_text.h).
 template <typename T, typename F>
 std::string array(const std::vector<T>& values, F item) {
   std::string out = "[";
@@ -19,7 +19,7 @@ std::string array(const std::vector<T>& values, F item) {
   return out + "]";
 }
 
-std::string text(const std::string& value) { return json_string(value); }
+std::string text(const std::string& value) { return detail::json_string(value); }
 
 }  // namespace
 
@@ -38,12 +38,12 @@ std::string to_json(const RunMetrics& m) {
     << "  \"train_samples\": " << m.train_samples << ",\n"
     << "  \"test_samples\": " << m.test_samples << ",\n"
     << "  \"epochs\": " << m.epochs << ",\n"
-    << "  \"epoch_seconds\": " << array(m.epoch_seconds, json_number) << ",\n"
-    << "  \"epoch_train_loss\": " << array(m.epoch_train_loss, json_number) << ",\n"
-    << "  \"epoch_test_accuracy\": " << array(m.epoch_test_accuracy, json_number) << ",\n"
-    << "  \"samples_per_second\": " << json_number(m.samples_per_second) << ",\n"
-    << "  \"final_loss\": " << json_number(m.final_loss) << ",\n"
-    << "  \"final_accuracy\": " << json_number(m.final_accuracy) << ",\n"
+    << "  \"epoch_seconds\": " << array(m.epoch_seconds, detail::json_number) << ",\n"
+    << "  \"epoch_train_loss\": " << array(m.epoch_train_loss, detail::json_number) << ",\n"
+    << "  \"epoch_test_accuracy\": " << array(m.epoch_test_accuracy, detail::json_number) << ",\n"
+    << "  \"samples_per_second\": " << detail::json_number(m.samples_per_second) << ",\n"
+    << "  \"final_loss\": " << detail::json_number(m.final_loss) << ",\n"
+    << "  \"final_accuracy\": " << detail::json_number(m.final_accuracy) << ",\n"
     << "  \"peak_memory_bytes\": " << m.peak_memory_bytes << ",\n"
     << "  \"peak_memory_kind\": " << text(m.peak_memory_kind) << "\n"
     << "}\n";
@@ -52,7 +52,7 @@ std::string to_json(const RunMetrics& m) {
 
 void write_metrics(const RunMetrics& metrics, const std::string& path) {
   try {
-    write_file_atomically(path, to_json(metrics), 0644);
+    detail::write_file_atomically(path, to_json(metrics), 0644);
   } catch (const IoError& error) {
     throw IoError(str("cannot write the metrics (is the folder there and writable?): ", error.what()));
   }

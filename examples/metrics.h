@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/base/process_memory.h"
+#include "ddp/base/detail/process_memory.h"
 
 namespace ddp::examples {
 
@@ -27,9 +27,9 @@ struct RunMetrics {
 };
 
 std::string to_json(const RunMetrics& metrics);
-// Writes the JSON to path atomically (write_file_atomically, ddp/base/files.h). Throws ddp::IoError.
+// Writes the JSON to path atomically (write_file_atomically, ddp/base/detail/files.h). Throws ddp::IoError.
 void write_metrics(const RunMetrics& metrics, const std::string& path);
-// The process's peak resident set size: ddp/base/process_memory.h.
-using ddp::peak_rss_bytes;
+// The process's peak resident set size: ddp/base/detail/process_memory.h.
+using ddp::detail::peak_rss_bytes;
 
 }  // namespace ddp::examples

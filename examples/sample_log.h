@@ -6,13 +6,13 @@
 #include <string>
 #include <vector>
 
-#include "ddp/base/files.h"
+#include "ddp/base/detail/files.h"
 
 namespace ddp::examples {
 
 class SampleLog {
  public:
-  // Creates DIR/samples-world<W>-rank<R>-pid<P>.txt (a new file: ddp/base/files.h). Empty dir: off.
+  // Creates DIR/samples-world<W>-rank<R>-pid<P>.txt (a new file: ddp/base/detail/files.h). Empty dir: off.
   SampleLog(const std::string& dir, int64_t world_size, int64_t rank);
   bool enabled() const { return fd_.valid(); }
   // Appends one line per sample of a trained micro-batch (no-op when off).
@@ -20,7 +20,7 @@ class SampleLog {
 
  private:
   std::string path_;
-  FileDescriptor fd_;
+  detail::FileDescriptor fd_;
 };
 
 }  // namespace ddp::examples

@@ -6,7 +6,7 @@
 #include <torch/torch.h>
 
 #include "ddp/base/error.h"
-#include "ddp/process_group.h"
+#include "ddp/distributed/process_group.h"
 
 // Note [Checkpoint on a signal]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

@@ -14,20 +14,20 @@
 #include <memory>
 #include <thread>
 
-#include "ddp/base/env_names.h"
-#include "ddp/agent_channel.h"
+#include "ddp/base/worker_variable_names.h"
+#include "ddp/runtime/agent_channel.h"
 #include "ddp/amp/autocast.h"
 #include "ddp/amp/grad_scaler.h"
-#include "ddp/checkpoint.h"
+#include "ddp/checkpoint/checkpoint.h"
 #include "examples/stop_signal.h"
-#include "ddp/data_parallel.h"
-#include "ddp/distributed_data_parallel.h"
-#include "ddp/comm_hook_state.h"
-#include "ddp/powersgd.h"
+#include "ddp/parallel/data_parallel.h"
+#include "ddp/parallel/distributed_data_parallel.h"
+#include "ddp/algorithms/comm_hook_state.h"
+#include "ddp/algorithms/powersgd.h"
 #include "ddp/base/error.h"
-#include "ddp/process_group.h"
-#include "ddp/run_main.h"
-#include "ddp/zero_redundancy_optimizer.h"
+#include "ddp/distributed/process_group.h"
+#include "ddp/runtime/run_main.h"
+#include "ddp/optim/zero_redundancy_optimizer.h"
 #include "examples/data/cifar10.h"
 #include "examples/data/fashion_mnist.h"
 #include "examples/data/image_dataset.h"
@@ -153,7 +153,7 @@ struct Trainee {
   // A guard that suspends gradient synchronisation while it lives (ddp); empty in the other modes.
   std::function<std::shared_ptr<void>()> no_sync;
   // The registered communication hook (ddp, --comm-hook other than allreduce); its state goes with
-  // the checkpoints (ddp/comm_hook_state.h).
+  // the checkpoints (ddp/algorithms/comm_hook_state.h).
   std::shared_ptr<CommHookInterface> comm_hook;
 };
 
@@ -568,7 +568,7 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
   metrics.samples_per_second = train_seconds > 0 ? static_cast<double>(trained_samples) / train_seconds : 0.0;
   metrics.final_loss = metrics.epoch_train_loss.empty() ? 0.0 : metrics.epoch_train_loss.back();
   metrics.final_accuracy = metrics.epoch_test_accuracy.empty() ? 0.0 : metrics.epoch_test_accuracy.back();
-  metrics.peak_memory_bytes = peak_rss_bytes();
+  metrics.peak_memory_bytes = detail::peak_rss_bytes();
   metrics.peak_memory_kind = "rss";
   if (rt.live) {
     std::cout << "rank " << rt.rank << ": live recovery finished at step " << global_step << ", world size "

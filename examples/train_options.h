@@ -48,7 +48,7 @@ struct TrainOptions {
   std::string save_params;  // debug: final parameters, for the equivalence tests
   int64_t max_steps = 0;    // debug: stop when the global step reaches this (an interruption; 0: none)
   std::string checkpoint_on_signal;  // e.g. USR1: checkpoint and stop at the next step (empty: off)
-  // ddp: the communication hook (ddp/comm_hooks.h make_comm_hook: allreduce, fp16, bf16, powersgd).
+  // ddp: the communication hook (ddp/algorithms/default_comm_hooks.h make_comm_hook: allreduce, fp16, bf16, powersgd).
   std::string comm_hook = "allreduce";
   int64_t powersgd_rank = 1;
   int64_t powersgd_start_iter = 1000;  // PyTorch's default

@@ -7,8 +7,8 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include "ddp/base/env_names.h"
-#include "ddp/base/report_files.h"
+#include "ddp/base/worker_variable_names.h"
+#include "ddp/base/detail/report_files.h"
 #include "launcher/agent/agent.h"
 #include "launcher/config/config.h"
 #include "launcher/resources/gpu_select.h"
@@ -32,7 +32,7 @@ namespace {
 bool has_collective_logs(const std::string& dir) {
   std::error_code error;
   for (std::filesystem::recursive_directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
-    if (ddp::is_collectives_file_name(it->path().filename().string())) return true;
+    if (ddp::detail::is_collectives_file_name(it->path().filename().string())) return true;
   }
   return false;
 }

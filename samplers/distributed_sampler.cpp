@@ -8,7 +8,7 @@
 #include <mutex>
 
 #include "ddp/base/error.h"
-#include "ddp/process_group.h"
+#include "ddp/distributed/process_group.h"
 #include "samplers/reshard.h"
 
 namespace ddp::samplers {

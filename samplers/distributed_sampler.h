@@ -12,7 +12,7 @@
 #include <vector>
 
 namespace ddp {
-class ProcessGroup;  // ddp/process_group.h
+class ProcessGroup;  // ddp/distributed/process_group.h
 }
 
 namespace ddp::samplers {
@@ -36,7 +36,7 @@ struct DistributedSamplerOptions {
   bool drop_last = false;
 };
 
-// Where a sampler stands: what a checkpoint stores to resume mid-epoch (see ddp/checkpoint.h).
+// Where a sampler stands: what a checkpoint stores to resume mid-epoch (see ddp/checkpoint/checkpoint.h).
 // set_state() resumes it at any world size: see Note [Re-sharding at a new world size] (samplers/reshard.h).
 struct SamplerState {
   SamplerState() = default;

@@ -169,7 +169,7 @@ for rate in $rates; do
         port=$((port + 1))
         size="$((bytes >> 20))MiB"
         # allreduce_bench: unsliced, then as the library chooses (auto: in slices across hosts, Note
-        # [Sliced all-reduce] in ddp/sliced_allreduce.cpp), side by side in one run.
+        # [Sliced all-reduce] in ddp/distributed/detail/sliced_allreduce.cpp), side by side in one run.
         if on_hosts "$n" "$port" "$work/ar" cpp "$bin/allreduce_bench" --min-bytes "$bytes" \
           --max-bytes "$bytes" --warmup 1 --iters "$ar_iters" --slice-bytes 0,auto --csv "$work/ar.csv" --no-markdown; then
           for r in 1 2; do  # the rows of --slice-bytes 0,auto, in that order

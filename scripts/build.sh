@@ -20,7 +20,7 @@ python_arg=()
 [[ -x $DDP_VENV/bin/python ]] && python_arg=(-DDDP_PYTHON="$DDP_VENV/bin/python")
 
 cmake -S "$DDP_ROOT" -B "$DDP_BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$prefix" "${python_arg[@]}" "${launcher[@]}" "$@" >/dev/null
+  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_EXPORT_COMPILE_COMMANDS=ON "${python_arg[@]}" "${launcher[@]}" "$@" >/dev/null
 # DDP_BUILD_TARGETS="t1 t2": build only these (scripts/test.sh --sanitize-ci).
 targets=()
 # shellcheck disable=SC2206  # split on any white space, newlines included

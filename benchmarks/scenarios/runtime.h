@@ -17,8 +17,8 @@
 
 #include "benchmarks/harness.h"
 
-#include "ddp/base/process_memory.h"
-#include "ddp/process_group.h"
+#include "ddp/base/detail/process_memory.h"
+#include "ddp/distributed/process_group.h"
 
 namespace ddp::bench {
 
@@ -48,7 +48,7 @@ inline std::shared_ptr<ProcessGroup> bench_process_group() {
 }
 
 // init_process_group already shares the cores out among local ranks (see Note [Threads per rank] in
-// ddp/process_group.cpp) or applies OMP_NUM_THREADS; --threads overrides both. Returns the count in use.
+// ddp/distributed/process_group.cpp) or applies OMP_NUM_THREADS; --threads overrides both. Returns the count in use.
 inline int configure_threads(int requested) {
   if (requested > 0) torch::set_num_threads(requested);
   return torch::get_num_threads();
@@ -80,7 +80,7 @@ inline int64_t peak_device_memory(torch::Device device) {
   }
 #endif
   (void)device;
-  return peak_rss_bytes();
+  return detail::peak_rss_bytes();
 }
 // Starts a new peak for peak_device_memory. Returns what the peak measures: "cuda_allocated",
 // "rss_hwm", or "rss_hwm_process" when the kernel refused the reset (the peak is the process's).
@@ -92,7 +92,7 @@ inline std::string reset_peak_device_memory(torch::Device device) {
   }
 #endif
   (void)device;
-  return reset_peak_rss() ? "rss_hwm" : "rss_hwm_process";
+  return detail::reset_peak_rss() ? "rss_hwm" : "rss_hwm_process";
 }
 
 }  // namespace ddp::bench

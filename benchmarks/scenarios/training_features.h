@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "benchmarks/harness.h"
-#include "ddp/data_parallel.h"
-#include "ddp/process_group.h"
-#include "ddp/zero_redundancy_optimizer.h"
+#include "ddp/parallel/data_parallel.h"
+#include "ddp/distributed/process_group.h"
+#include "ddp/optim/zero_redundancy_optimizer.h"
 
 namespace ddp::bench {
 
@@ -36,7 +36,7 @@ inline int64_t bench_optimizer_state_bytes(const torch::optim::Optimizer& optimi
 }
 
 // DataParallel's devices: --dp-replicas N CPU replicas, each with its share of the intra-op threads
-// (see Note [CPU replicas] in ddp/data_parallel.h); otherwise its default (every CUDA device, else the CPU).
+// (see Note [CPU replicas] in ddp/parallel/data_parallel.h); otherwise its default (every CUDA device, else the CPU).
 inline DataParallelOptions bench_dp_options(const BenchOptions& options) {
   DataParallelOptions dp;
   if (options.dp_replicas > 0) {

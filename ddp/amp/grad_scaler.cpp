@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "ddp/base/error.h"
-#include "ddp/process_group.h"
+#include "ddp/distributed/process_group.h"
 
 namespace ddp::amp {
 

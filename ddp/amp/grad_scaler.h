@@ -75,7 +75,7 @@ class GradScaler {
   int64_t growth_tracker() const;
   const GradScalerOptions& options() const { return options_; }
   // Live recovery: GradScalerOptions::group becomes `group` (when one was set). See Note [Live
-  // recovery] in ddp/fault_tolerant.h.
+  // recovery] in ddp/elastic/fault_tolerant.h.
   void reset_process_group(std::shared_ptr<ProcessGroup> group) {
     if (options_.group) options_.group = std::move(group);
   }

@@ -1,6 +1,6 @@
 #pragma once
 // The loss scaler's state as Python's torch.amp.GradScaler.state_dict() holds it (torch-free, so
-// that ddp/checkpoint.h can carry it in TrainingProgress without the scaler's header).
+// that ddp/checkpoint/checkpoint.h can carry it in TrainingProgress without the scaler's header).
 #include <cstdint>
 
 namespace ddp::amp {

@@ -1,7 +1,7 @@
 #pragma once
 // The wire format of the local channel from a worker to its launcher (ddp_launch --hang_timeout /
 // --metrics_port): small fixed-format datagrams on a Unix-domain socket whose path the launcher puts
-// in DDP_AGENT_SOCKET. Both ends include this; the worker's sender is ddp/agent_channel.h (libddp),
+// in DDP_AGENT_SOCKET. Both ends include this; the worker's sender is ddp/runtime/agent_channel.h (libddp),
 // the launcher's receiver launcher/observe/agent_socket.h. Torch-free. See Note [Agent channel].
 #include <cstddef>
 #include <cstdint>
@@ -14,7 +14,7 @@ namespace ddp {
 // Workers never wait for the launcher: the socket is non-blocking and a datagram that does not fit
 // (EAGAIN) or has no reader is dropped, because a heartbeat is only worth something when it is
 // fresh. DistributedDataParallel sends one datagram (one send syscall) per synchronized iteration;
-// a training loop may add samples and loss with ProgressReporter (ddp/agent_channel.h). Without
+// a training loop may add samples and loss with ProgressReporter (ddp/runtime/agent_channel.h). Without
 // DDP_AGENT_SOCKET nothing is opened and nothing is sent. (DDP sends at the start of each
 // synchronizing forward: see Note [Heartbeat at forward] in distributed_data_parallel.cpp.) The
 // launcher (launcher/observe/agent_socket.h) creates the socket in a private folder (0700), so only the

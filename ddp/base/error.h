@@ -34,7 +34,7 @@ class CommunicationError : public Error {
 
 // A collective failed because a peer is gone: its connection was closed or reset, or the group was
 // aborted (ProcessGroup::abort). The one error a training loop may recover from by rebuilding the
-// group with the ranks that are left (See Note [Live recovery] in ddp/fault_tolerant.h). A collective
+// group with the ranks that are left (See Note [Live recovery] in ddp/elastic/fault_tolerant.h). A collective
 // that times out stays a TimeoutError; recovery treats it as a lost peer too.
 class PeerLostError : public CommunicationError {
  public:

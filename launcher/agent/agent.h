@@ -4,7 +4,7 @@
 // worker group (launcher/agent/supervisor.h); a RecoveryPolicy says what a round's end leads to.
 #include <memory>
 
-#include "ddp/base/environment.h"
+#include "ddp/base/worker_variables.h"
 #include "launcher/config/config.h"
 #include "launcher/channel/job_channel.h"
 #include "launcher/rendezvous/rendezvous.h"

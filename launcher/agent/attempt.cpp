@@ -12,7 +12,7 @@
 #include <optional>
 #include <spdlog/spdlog.h>
 
-#include "ddp/base/files.h"
+#include "ddp/base/detail/files.h"
 #include "ddp/base/str.h"
 #include "launcher/observe/agent_socket.h"
 #include "launcher/channel/job_link.h"
@@ -140,7 +140,7 @@ class Attempt {
   int filtered_file(const std::string& path) {
     if (path.empty()) return -1;
     auto it = filtered_files_.find(path);
-    if (it == filtered_files_.end()) it = filtered_files_.emplace(path, ddp::create_new_file(path, 0600, true)).first;
+    if (it == filtered_files_.end()) it = filtered_files_.emplace(path, ddp::detail::create_new_file(path, 0600, true)).first;
     return it->second.get();
   }
 
@@ -358,7 +358,7 @@ class Attempt {
         WorkerExit& hung = failures[*w.hang_failure];
         if (WIFSIGNALED(status)) hung.signal = WTERMSIG(status);
         else hung.exit_code = WEXITSTATUS(status) != 0 ? WEXITSTATUS(status) : 1;
-        hung.error = read_error_file(hung.error_file);
+        hung.error = detail::read_error_file(hung.error_file);
         continue;
       }
       WorkerExit exit = exit_record(w);
@@ -369,7 +369,7 @@ class Attempt {
       }
       exit.hang = w.hang_killed;
       if (!exit.signal && exit.exit_code == 0) continue;
-      exit.error = read_error_file(exit.error_file);
+      exit.error = detail::read_error_file(exit.error_file);
       if (exit.error) exit.error_written = file_mtime(exit.error_file);
       exit.after_stop = stopping_before;
       exit.observed_pass = pass_;
@@ -458,7 +458,7 @@ class Attempt {
   const SupervisorOptions& options_;
   SignalPipe& signals_;
   int attempt_;
-  std::map<std::string, ddp::FileDescriptor> filtered_files_;  // declared before workers_: outlives their streams
+  std::map<std::string, ddp::detail::FileDescriptor> filtered_files_;  // declared before workers_: outlives their streams
   // When the launcher's stdout is a terminal (See Note [Progress on a terminal]); before workers_ too.
   std::optional<TerminalProgress> terminal_progress_ =
       terminal_width(STDOUT_FILENO) > 0 ? std::optional<TerminalProgress>(TerminalProgress(terminal_width(STDOUT_FILENO)))

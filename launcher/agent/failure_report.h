@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/base/error_file.h"
+#include "ddp/base/detail/error_file.h"
 
 namespace ddp::launcher {
 
@@ -20,7 +20,7 @@ struct WorkerExit {
   std::optional<int> signal;      // killed by this signal
   std::chrono::system_clock::time_point time;
   std::string error_file;
-  std::optional<WorkerError> error;  // what the worker wrote to its error file
+  std::optional<detail::WorkerError> error;  // what the worker wrote to its error file
   bool after_stop = false;        // ended after the launcher began stopping the group
   std::optional<std::string> hang;  // set when the hang watchdog stopped it: describe_stuck()
   // Set when it was still not reaped --reap timeout after SIGKILL: its state from /proc/PID/stat,

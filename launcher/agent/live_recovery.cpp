@@ -12,7 +12,7 @@
 #include <string>
 
 #include "ddp/base/error.h"
-#include "ddp/base/route.h"
+#include "ddp/base/detail/route.h"
 #include "ddp/base/str.h"
 #include "launcher/rendezvous/elastic_rendezvous.h"
 #include "launcher/agent/live_respawn.h"
@@ -28,13 +28,13 @@ namespace ddp::launcher {
 // workers and restarts them in the next rendezvous round (See Note [Elastic rounds] in
 // launcher/rendezvous/rounds.cpp). With --recovery live the membership of the *training* is no longer the
 // launcher's business after the first round: the workers run ddp::FaultTolerant over a
-// ddp::StoreMembership (See Note [Membership seam] in ddp/membership.h), and the smallest design
+// ddp::StoreMembership (See Note [Membership seam] in ddp/elastic/membership.h), and the smallest design
 // that works end to end is to give them a store that outlives every worker and a key prefix:
 //   - the store is the rendezvous store (--rdzv_endpoint), served by the launcher that bound its
 //     port for the life of that launcher; the job's keys live under "ddp/live/<rdzv_id>/", apart
 //     from the rendezvous records. The worker learns both, and a member id unique in the job
 //     ("<node key>/local<L>/attempt<K>", below), from DDP_LIVE_STORE, DDP_LIVE_PREFIX and DDP_LIVE_MEMBER
-//     (ddp/base/env_names.h); ddp::live_job_from_environment() (ddp/live_environment.h) builds the
+//     (ddp/base/worker_variable_names.h); ddp::live_job_from_environment() (ddp/elastic/live_job.h) builds the
 //     store client and the StoreMembership from them, its first round being the launcher's round
 //     (RANK, WORLD_SIZE), a restarted worker (TORCHELASTIC_RESTART_COUNT > 0) joining as a joiner.
 //   - the launcher opens no job channel and stops nothing for a lost host: the survivors'
@@ -56,7 +56,7 @@ namespace ddp::launcher {
 //     without the last call unless a loss is not reported yet (then it blocks this node's
 //     supervision for up to --rdzv_conf last_call_timeout, which a worker's exit waits out).
 //   - before restarting a dead worker, a launcher marks it gone in the training's membership
-//     (See Note [Marking a lost node gone] in ddp/membership_keys.h: once per member and round, so
+//     (See Note [Marking a lost node gone] in ddp/elastic/detail/membership_keys.h: once per member and round, so
 //     never counted twice with the liveness channel's mark of its node), so that the survivors
 //     close their next round without waiting the settle timeout.
 //   - member ids are "<node key>/local<L>/attempt<K>": "node<N>" for a node of the first round,
@@ -136,7 +136,7 @@ struct LiveWatch {
 // The serving launcher listens on a port the OS picks, on the address the store listens on, and
 // publishes it before the first round (See Note [One port per job] in launcher/rendezvous/rendezvous.h).
 int listen_for_live_watch(ElasticRendezvous& rendezvous, const LaunchConfig& c) {
-  const int fd = listen_on_address(rendezvous.served_address(), 0);
+  const int fd = detail::listen_on_address(rendezvous.served_address(), 0);
   if (fd < 0) {
     throw ddp::Error(ddp::str("the live job's liveness channel cannot listen on ", rendezvous.served_address(), ": ",
                               std::strerror(errno)));

@@ -23,7 +23,7 @@ namespace ddp::launcher {
 //     exits non-zero with the usual summary; the group is never restarted whole.
 //   - before the new process starts, the launcher marks the dead one gone in the training's
 //     membership by its worker key "<node key>/local<L>" (See Note [Marking a lost node gone] in
-//     ddp/membership_keys.h): claimed per member and round, so that the liveness channel's mark of
+//     ddp/elastic/detail/membership_keys.h): claimed per member and round, so that the liveness channel's mark of
 //     the whole node later (its host dies too) never counts it twice.
 //   - the node succeeds when every local rank's last process exited 0: a restarted worker's failure
 //     is logged, not the node's result.

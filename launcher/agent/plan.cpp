@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "ddp/base/env_names.h"
+#include "ddp/base/worker_variable_names.h"
 #include "ddp/base/str.h"
 #include "launcher/agent/live_recovery.h"
 #include "launcher/process/log_layout.h"
@@ -62,7 +62,7 @@ std::vector<WorkerLaunch> plan_workers(const LaunchConfig& c, const NodeAssignme
     slot.virtual_local_rank = c.virtual_local_rank;
     slot.signals_to_handle = c.signals_to_handle;
     slot.agent_socket = run.agent_socket;
-    slot.join_timeout_s = c.rdzv_timeout_s;  // See Note [Waiting is never silent] in ddp/join_wait.h
+    slot.join_timeout_s = c.rdzv_timeout_s;  // See Note [Waiting is never silent] in ddp/distributed/detail/join_wait.h
     if (!local.cpu_slices.empty()) slot.cpus = local.cpu_slices[lr];
     if (c.recovery == Recovery::kLive) {  // See Note [Live recovery with ddp_launch] in launcher/agent/live_recovery.cpp
       slot.live = WorkerSlot::LivePlace{ddp::str(c.rdzv_host, ":", c.rdzv_port), live_store_prefix(c),

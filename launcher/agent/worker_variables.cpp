@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "ddp/base/env_names.h"
+#include "ddp/base/worker_variable_names.h"
 #include "ddp/base/str.h"
 
 namespace ddp::launcher {

@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "ddp/base/error.h"
-#include "ddp/base/route.h"
+#include "ddp/base/detail/route.h"
 #include "ddp/base/str.h"
 #include "launcher/channel/job_coordinator.h"
 #include "launcher/channel/job_link.h"
@@ -184,9 +184,9 @@ std::unique_ptr<JobChannel> open_job_channel(const LaunchConfig& config, const N
   std::unique_ptr<JobCoordinator> coordinator;
   int store_port = 0;
   if (node.node_rank == 0) {
-    // Where the workers' store listens (See Note [Loopback store] in ddp/process_group.cpp).
-    const std::string address = store_listen_address(look_up_route(node.master_addr), true);
-    const int fd = listen_on_address(address, directory != nullptr ? 0 : node.master_port);
+    // Where the workers' store listens (See Note [Loopback store] in ddp/distributed/process_group.cpp).
+    const std::string address = detail::store_listen_address(detail::look_up_route(node.master_addr), true);
+    const int fd = detail::listen_on_address(address, directory != nullptr ? 0 : node.master_port);
     if (fd < 0) {
       throw UsageError(directory != nullptr
                            ? ddp::str("the launchers' job channel cannot listen on ", address, ": ", std::strerror(errno))

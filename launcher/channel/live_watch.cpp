@@ -40,7 +40,7 @@
 //     lost node after that timeout (a partition, a link down: nothing closes). A launcher whose
 //     workers succeeded says goodbye: the job ends, nothing is lost.
 //   - For a lost node the serving launcher marks its workers gone in the training's membership
-//     (ddp_rdzv_mark_gone: See Note [Marking a lost node gone] in ddp/membership_keys.h): exactly
+//     (ddp_rdzv_mark_gone: See Note [Marking a lost node gone] in ddp/elastic/detail/membership_keys.h): exactly
 //     once per worker and round, whoever else says it (the node's own launcher, restarting a dead
 //     worker alone, says it of that worker), counting the node's members of the last closed round (none when the
 //     settle timeout dropped them already), and again in the next round when one closes meanwhile

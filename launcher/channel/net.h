@@ -10,7 +10,7 @@ enum class BindProbe { kFree, kInUse, kNotLocal, kUnresolvable };
 BindProbe probe_bind(const std::string& host, int port);
 
 // A socket listening on exactly host:port (SO_REUSEADDR, as c10d's store does), for a server that
-// must serve only the address it was given (See Note [Loopback store] in ddp/process_group.cpp). -1 when
+// must serve only the address it was given (See Note [Loopback store] in ddp/distributed/process_group.cpp). -1 when
 // host:port cannot be bound here (in use, or not an address of this machine).
 int listen_on(const std::string& host, int port);
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/base/environment.h"
+#include "ddp/base/worker_variables.h"
 
 namespace ddp::launcher {
 

@@ -1,6 +1,6 @@
 #include "launcher/config/slurm_placement.h"
 
-#include "ddp/base/env_names.h"
+#include "ddp/base/worker_variable_names.h"
 #include "ddp/base/error.h"
 #include "launcher/hosts/hostlist.h"
 
@@ -32,7 +32,7 @@ std::optional<SlurmInfo> slurm_info(const EnvironmentSnapshot& env) {
   SlurmInfo info;
   info.nnodes = static_cast<int>(parse_env_integer(env::kSlurmNnodes, *nnodes, 1));
   info.node_id = static_cast<int>(parse_env_integer(env::kSlurmNodeId, *node_id, 0));
-  info.hosts = expand_hostlist(*nodelist);
+  info.hosts = detail::expand_hostlist(*nodelist);
   if (auto job = env.get(env::kSlurmJobId)) info.job_id = parse_env_integer(env::kSlurmJobId, *job, 0);
   info.in_step = env.get(env::kSlurmStepId).has_value();
   if (info.node_id >= info.nnodes) {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/base/environment.h"
+#include "ddp/base/worker_variables.h"
 
 namespace ddp::launcher {
 
@@ -20,11 +20,11 @@ struct SlurmInfo {
 
 // Slurm's variables, when SLURM_JOB_NODELIST / SLURM_NNODES / SLURM_NODEID are all present.
 // Throws UsageError when they are present but malformed. Everything the launcher reads from the
-// environment comes from its one EnvironmentSnapshot (ddp/base/environment.h), so tests pass a fake.
+// environment comes from its one EnvironmentSnapshot (ddp/base/worker_variables.h), so tests pass a fake.
 std::optional<SlurmInfo> slurm_info(const EnvironmentSnapshot& env);
 
 // The port under Slurm without --master_port: ddp::slurm_default_port (See Note [Slurm default port]
-// in ddp/base/environment.h), the same as a binary that srun starts directly computes.
+// in ddp/base/worker_variables.h), the same as a binary that srun starts directly computes.
 using ddp::slurm_default_port;
 
 }  // namespace ddp::launcher

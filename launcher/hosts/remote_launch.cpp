@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "ddp/base/error.h"
-#include "ddp/base/files.h"
+#include "ddp/base/detail/files.h"
 #include "ddp/base/str.h"
 #include "launcher/agent/failure_report.h"
 #include "launcher/hosts/hostfile.h"
@@ -89,7 +89,7 @@ std::vector<std::pair<std::string, std::string>> forwarded_env(const LaunchConfi
   std::vector<std::pair<std::string, std::string>> out;
   if (::access(".ddp_env", F_OK) == 0) {
     try {
-      out = parse_env_file(ddp::read_file(".ddp_env", kMaxHostListBytes), ".ddp_env");
+      out = parse_env_file(ddp::detail::read_file(".ddp_env", kMaxHostListBytes), ".ddp_env");
     } catch (const ddp::IoError& e) {
       throw UsageError(ddp::str(".ddp_env: ", e.what()));
     }
@@ -110,7 +110,7 @@ std::vector<HostSlots> read_hosts(const LaunchConfig& c) {
   if (!c.hostfile.empty()) {
     std::string text;
     try {
-      text = ddp::read_file(c.hostfile, kMaxHostListBytes);
+      text = ddp::detail::read_file(c.hostfile, kMaxHostListBytes);
     } catch (const ddp::IoError& e) {
       throw UsageError(ddp::str("--hostfile: ", e.what()));
     }

@@ -2,7 +2,7 @@
 // One command, every host (docs/launcher.md "One command, every host"): ddp_launch --hostfile FILE
 // or --hosts H:S,... starts one ddp_launch per host over --ssh_cmd, relays their output with the
 // host's name in front, and stops every host on the first failure or a signal.
-#include "ddp/base/environment.h"
+#include "ddp/base/worker_variables.h"
 #include "launcher/config/config.h"
 
 namespace ddp::launcher {

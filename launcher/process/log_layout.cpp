@@ -8,8 +8,8 @@
 #include <filesystem>
 
 #include "ddp/base/error.h"
-#include "ddp/base/files.h"
-#include "ddp/base/report_files.h"
+#include "ddp/base/detail/files.h"
+#include "ddp/base/detail/report_files.h"
 
 namespace ddp::launcher {
 
@@ -24,7 +24,7 @@ namespace ddp::launcher {
 //   us or by root, and sticky (like /tmp) when others may write it. Otherwise another user could
 //   swap the run folder for a symlink after we made it;
 // - below the run folder every folder is made with mkdir and every file with O_CREAT|O_EXCL|
-//   O_NOFOLLOW (ddp/base/files.h create_new_file): an existing name is an error, never followed;
+//   O_NOFOLLOW (ddp/base/detail/files.h create_new_file): an existing name is an error, never followed;
 // - each attempt gets new folders, so an error file of an earlier attempt or run can never be read
 //   as a new failure's message (the error file's path does not exist before the attempt starts).
 
@@ -35,9 +35,9 @@ std::string attempt_dir(const std::string& run_folder, int attempt) {
 WorkerFiles worker_files(const std::string& run_folder, int attempt, int rank) {
   WorkerFiles f;
   f.dir = attempt_dir(run_folder, attempt) + "/" + std::to_string(rank);
-  f.stdout_log = f.dir + "/" + kStdoutLogName;
-  f.stderr_log = f.dir + "/" + kStderrLogName;
-  f.error_file = f.dir + "/" + kErrorFileName;
+  f.stdout_log = f.dir + "/" + detail::kStdoutLogName;
+  f.stderr_log = f.dir + "/" + detail::kStderrLogName;
+  f.error_file = f.dir + "/" + detail::kErrorFileName;
   return f;
 }
 
@@ -75,7 +75,7 @@ std::string create_run_folder(const std::string& parent_in, const std::string& p
                               "sticky one like /tmp"));
   }
   try {
-    return ddp::make_private_dir(parent, prefix);
+    return ddp::detail::make_private_dir(parent, prefix);
   } catch (const ddp::IoError& e) {
     throw UsageError(ddp::str(flag, ": ", e.what()));
   }

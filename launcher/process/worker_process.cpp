@@ -12,7 +12,7 @@
 #include <optional>
 
 #include "ddp/base/error.h"
-#include "ddp/base/files.h"
+#include "ddp/base/detail/files.h"
 #include "launcher/process/spawn.h"
 
 namespace ddp::launcher {
@@ -50,7 +50,7 @@ void write_or_drop(int fd, std::string_view data) {
 // A new log file (See Note [Log folders]); -1 when the stream goes to no file.
 int create_log(const std::string& path) {
   if (path.empty()) return -1;
-  return ddp::create_new_file(path, 0600, /*append=*/true).release();
+  return ddp::detail::create_new_file(path, 0600, /*append=*/true).release();
 }
 
 void setup_stream(OutputStream& s, int console_fd, int rank) {

@@ -31,7 +31,7 @@ class ElasticRendezvous : public RendezvousHandler {
   void shutdown() override { store_.reset(); }
   // --recovery live: the workers of node `node_key` (or the one worker "<node key>/local<L>") are
   // gone from the training's membership under `prefix`, each marked once per round whoever says it (See Note [Marking a lost node gone]
-  // in ddp/membership_keys.h): how many were marked (> 0), 0 none of them is in the training, -2
+  // in ddp/elastic/detail/membership_keys.h): how many were marked (> 0), 0 none of them is in the training, -2
   // another launcher marked them first, -1 the store is unreachable. Safe from another thread
   // (c10d's TCPStore serialises its requests).
   int mark_node_gone(const std::string& prefix, const std::string& node_key, int first_round_workers);

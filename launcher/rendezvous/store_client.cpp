@@ -1,7 +1,7 @@
 #include "launcher/rendezvous/store_client.h"
 
 #include "ddp/base/error.h"
-#include "ddp/base/route.h"
+#include "ddp/base/detail/route.h"
 #include "launcher/channel/net.h"
 #include "launcher/process/plugin_loader.h"
 
@@ -100,10 +100,10 @@ Endpoint PluginStore::lookup(const std::string& name, double timeout_s) {
 StoreEndpoint open_store_endpoint(const LaunchConfig& config) {
   // Advertise, as rank 0's node, the address that routes to the endpoint, and serve the store when
   // the endpoint is ours: bound here to exactly its address, or to every interface when it is this
-  // host's Debian name (See Note [Advertised address] in ddp/base/route.h and Note [Dynamic
+  // host's Debian name (See Note [Advertised address] in ddp/base/detail/route.h and Note [Dynamic
   // rendezvous]); the store owns the socket from then on.
-  const RouteFacts route = look_up_route(config.rdzv_host);
-  AdvertiseOptions options;
+  const detail::RouteFacts route = detail::look_up_route(config.rdzv_host);
+  detail::AdvertiseOptions options;
   options.peers_on_other_hosts = config.nnodes > 1;
   options.master_name = "--rdzv_endpoint host";
   options.remedy = "give --rdzv_endpoint as an address of the serving node that the other nodes reach";
@@ -112,14 +112,14 @@ StoreEndpoint open_store_endpoint(const LaunchConfig& config) {
   endpoint.advertise = config.local_addr;
   if (endpoint.advertise.empty()) {
     try {
-      endpoint.advertise = choose_advertised_address(route, options).address;
+      endpoint.advertise = detail::choose_advertised_address(route, options).address;
     } catch (const ddp::Error& error) {
       throw ddp::UsageError(error.what());
     }
   }
-  const std::string listen_address = store_listen_address(route, options.peers_on_other_hosts);
+  const std::string listen_address = detail::store_listen_address(route, options.peers_on_other_hosts);
   endpoint.listen_fd = listen_address == route.master_address ? listen_on(config.rdzv_host, config.rdzv_port)
-                                                              : listen_on_address(listen_address, config.rdzv_port);
+                                                              : detail::listen_on_address(listen_address, config.rdzv_port);
   return endpoint;
 }
 

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "ddp/base/env_names.h"
+#include "ddp/base/worker_variable_names.h"
 #include "launcher/resources/nvml_provider.h"
 
 namespace ddp::launcher {

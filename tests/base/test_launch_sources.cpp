@@ -1,10 +1,10 @@
 // Where a directly started binary learns its rank (See Note [Launch sources] in
-// ddp/base/environment.cpp): ddp_launch/torchrun, srun, mpirun (OpenMPI), mpiexec (PMI), nothing.
+// ddp/base/worker_variables.cpp): ddp_launch/torchrun, srun, mpirun (OpenMPI), mpiexec (PMI), nothing.
 #include <catch2/catch.hpp>
 #include <map>
 #include <string>
 
-#include "ddp/base/environment.h"
+#include "ddp/base/worker_variables.h"
 #include "ddp/base/error.h"
 
 using ddp::LaunchSource;

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "ddp/base/env_names.h"
-#include "ddp/base/environment.h"
+#include "ddp/base/worker_variable_names.h"
+#include "ddp/base/worker_variables.h"
 #include "ddp/base/error.h"
 #include "launcher/config/config.h"
 #include "launcher/agent/worker_variables.h"

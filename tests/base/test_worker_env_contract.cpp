@@ -1,13 +1,13 @@
 // The launcher-worker environment contract (see Note [Worker environment contract] in
-// ddp/base/env_names.h): what launcher/agent/worker_variables.cpp writes, ddp/base/environment.cpp reads back.
+// ddp/base/worker_variable_names.h): what launcher/agent/worker_variables.cpp writes, ddp/base/worker_variables.cpp reads back.
 #include <catch2/catch.hpp>
 #include <map>
 #include <set>
 #include <string>
 #include <vector>
 
-#include "ddp/base/env_names.h"
-#include "ddp/base/environment.h"
+#include "ddp/base/worker_variable_names.h"
+#include "ddp/base/worker_variables.h"
 #include "ddp/base/error.h"
 #include "launcher/agent/worker_variables.h"
 

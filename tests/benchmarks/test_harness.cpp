@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "benchmarks/harness.h"
-#include "ddp/base/process_memory.h"
+#include "ddp/base/detail/process_memory.h"
 
 using namespace ddp::bench;
 
@@ -155,7 +155,7 @@ TEST_CASE("parse_options: DDP's options, PyTorch's defaults unless given") {
 }
 
 TEST_CASE("peak_rss_bytes reads VmHWM") {
-  CHECK(ddp::peak_rss_bytes() > 0);
+  CHECK(ddp::detail::peak_rss_bytes() > 0);
 }
 
 namespace {

@@ -21,10 +21,10 @@
 #include <map>
 #include <string>
 
-#include "ddp/distributed_data_parallel.h"
+#include "ddp/parallel/distributed_data_parallel.h"
 #include "ddp/base/error.h"
-#include "ddp/process_group.h"
-#include "ddp/run_main.h"
+#include "ddp/distributed/process_group.h"
+#include "ddp/runtime/run_main.h"
 
 namespace {
 
@@ -306,7 +306,7 @@ int train(const Args& args, ddp::ProcessGroup& pg) {
   return fail("unknown --model " + model);
 }
 
-// See Note [Dividing on the copy] (ddp/reducer.cpp): the averaged gradient is
+// See Note [Dividing on the copy] (ddp/parallel/detail/reducer.cpp): the averaged gradient is
 // PyTorch's, bit for bit. float32; only rank 0's loss counts (the others' is multiplied by 0), so the
 // all-reduce adds exact zeros in whatever order and the result is rank 0's division alone:
 // g * float(1 / n) where the gradient is copied into its bucket, g / n where it already is one

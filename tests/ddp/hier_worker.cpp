@@ -10,8 +10,8 @@
 
 #include "ddp/base/error.h"
 #include "ddp/base/str.h"
-#include "ddp/process_group.h"
-#include "ddp/run_main.h"
+#include "ddp/distributed/process_group.h"
+#include "ddp/runtime/run_main.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
 #pragma once
 // In-process ranks for unit tests: one thread per rank, every rank's ddp::ProcessGroup built over one
 // c10d::HashStore with ddp::new_process_group (see Note [Groups over an existing store] in
-// ddp/process_group.h), as c10d's and Gloo's own tests run their ranks. The collectives are real
+// ddp/distributed/process_group.h), as c10d's and Gloo's own tests run their ranks. The collectives are real
 // Gloo ones over 127.0.0.1; no process is started.
 //
 // Catch2's assertions are not thread-safe: a rank's body returns what it observed and the test
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "ddp/base/error.h"
-#include "ddp/process_group.h"
+#include "ddp/distributed/process_group.h"
 
 namespace ddp::testing {
 
@@ -29,7 +29,7 @@ inline constexpr std::chrono::milliseconds kRankTimeout{30000};
 // result (index = rank). Once every thread has ended, the failed ranks' exceptions, if any, are
 // thrown as one ddp::Error naming each rank, lowest first.
 // `host_of_rank` (optional) names rank r's host: several faked hosts for the topology of the
-// hierarchical collectives (see Note [Host topology] in ddp/topology.h).
+// hierarchical collectives (see Note [Host topology] in ddp/distributed/topology.h).
 template <class Result>
 std::vector<Result> run_ranks(int world_size, const std::function<Result(ProcessGroup&)>& body,
                               std::chrono::milliseconds timeout = kRankTimeout,

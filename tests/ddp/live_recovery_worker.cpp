@@ -17,11 +17,11 @@
 #include <thread>
 
 #include "ddp/base/error.h"
-#include "ddp/base/files.h"
-#include "ddp/fault_tolerant.h"
-#include "ddp/fault_tolerant_state.h"
-#include "ddp/membership.h"
-#include "ddp/run_main.h"
+#include "ddp/base/detail/files.h"
+#include "ddp/elastic/fault_tolerant.h"
+#include "ddp/elastic/detail/fault_tolerant_state.h"
+#include "ddp/elastic/membership.h"
+#include "ddp/runtime/run_main.h"
 
 namespace {
 
@@ -44,13 +44,13 @@ c10::intrusive_ptr<c10d::Store> connect(const Args& args) {
   if (args.rank == 0) {
     options.port = 0;
     auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
-    ddp::write_file_atomically(args.port_file, std::to_string(store->getPort()));
+    ddp::detail::write_file_atomically(args.port_file, std::to_string(store->getPort()));
     return store;
   }
   std::string port;
   for (int tries = 0; tries < 3000 && port.empty(); ++tries) {  // rank 0 writes it at once: 30 s at most
     try {
-      port = ddp::read_file(args.port_file, 64);
+      port = ddp::detail::read_file(args.port_file, 64);
     } catch (const std::exception&) {
       std::this_thread::sleep_for(10ms);
     }

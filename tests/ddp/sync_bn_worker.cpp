@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "ddp/distributed_data_parallel.h"
+#include "ddp/parallel/distributed_data_parallel.h"
 #include "ddp/base/error.h"
-#include "ddp/process_group.h"
-#include "ddp/run_main.h"
-#include "ddp/sync_batch_norm.h"
+#include "ddp/distributed/process_group.h"
+#include "ddp/runtime/run_main.h"
+#include "ddp/parallel/sync_batch_norm.h"
 
 namespace {
 

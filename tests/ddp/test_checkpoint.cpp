@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "ddp/base/error.h"
-#include "ddp/checkpoint.h"
+#include "ddp/checkpoint/checkpoint.h"
 #include "samplers/distributed_sampler.h"
 #include "samplers/reshard.h"
 #include "tests/ddp/test_checkpoint_support.h"

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "ddp/base/error.h"
-#include "ddp/checkpoint.h"
+#include "ddp/checkpoint/checkpoint.h"
 #include "tests/support/temp_dir.h"
 
 namespace ddp::testing::checkpoint {

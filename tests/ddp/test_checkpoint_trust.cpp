@@ -10,7 +10,7 @@
 
 #include "tests/ddp/test_checkpoint_support.h"
 
-#include "ddp/checkpoint_manifest.h"
+#include "ddp/checkpoint/detail/checkpoint_manifest.h"
 
 namespace fs = std::filesystem;
 
@@ -301,13 +301,13 @@ TEST_CASE("a checkpoint with a MANIFEST of the previous format (version 1) still
   Mlp model;
   torch::optim::SGD optimizer(model.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
   const fs::path folder = save_trained(dir.path, model, optimizer, 3);
-  // What the previous code wrote: no end line, the legacy checksum (ddp/checkpoint_manifest.h keeps
+  // What the previous code wrote: no end line, the legacy checksum (ddp/checkpoint/detail/checkpoint_manifest.h keeps
   // that code path for reading).
-  std::vector<ddp::ManifestFile> files;
+  std::vector<ddp::detail::ManifestFile> files;
   for (const std::string name : {"model.pt", "trainer.pt"}) {
-    files.push_back({name, ddp::digest_file(folder / name, ddp::ChecksumKind::kLegacy)});
+    files.push_back({name, ddp::detail::digest_file(folder / name, ddp::detail::ChecksumKind::kLegacy)});
   }
-  const std::string old_manifest = ddp::format_manifest({folder, 1, 3, 1}, files, /*version=*/1);
+  const std::string old_manifest = ddp::detail::format_manifest({folder, 1, 3, 1}, files, /*version=*/1);
   REQUIRE(old_manifest.find("end ") == std::string::npos);
   write_bytes(folder / "MANIFEST", std::vector<char>(old_manifest.begin(), old_manifest.end()));
   CHECK(ddp::verify_checkpoint(folder).step == 3);
@@ -320,7 +320,7 @@ TEST_CASE("a checkpoint with a MANIFEST of the previous format (version 1) still
   bytes[bytes.size() / 2] ^= 1;
   write_bytes(folder / "model.pt", bytes);
   CHECK_THAT(io_error_of([&] { ddp::verify_checkpoint(folder); }), Catch::Contains("checksum mismatch"));
-  const std::string no_model = ddp::format_manifest({folder, 1, 3, 1}, {files[1]}, 1);
+  const std::string no_model = ddp::detail::format_manifest({folder, 1, 3, 1}, {files[1]}, 1);
   write_bytes(folder / "MANIFEST", std::vector<char>(no_model.begin(), no_model.end()));
   CHECK_THAT(io_error_of([&] { ddp::verify_checkpoint(folder); }), Catch::Contains("does not list model.pt"));
 }

@@ -15,11 +15,11 @@
 #include <iostream>
 #include <string>
 
-#include "ddp/checkpoint.h"
-#include "ddp/distributed_data_parallel.h"
+#include "ddp/checkpoint/checkpoint.h"
+#include "ddp/parallel/distributed_data_parallel.h"
 #include "ddp/base/error.h"
-#include "ddp/process_group.h"
-#include "ddp/run_main.h"
+#include "ddp/distributed/process_group.h"
+#include "ddp/runtime/run_main.h"
 #include "samplers/distributed_sampler.h"
 
 namespace fs = std::filesystem;

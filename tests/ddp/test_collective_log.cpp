@@ -1,4 +1,4 @@
-// Collective diagnostics (ddp/collective_log.h): the ring buffer, its file, the arrival check with a
+// Collective diagnostics (ddp/distributed/detail/collective_log.h): the ring buffer, its file, the arrival check with a
 // map as the store, and a one-rank process group's recent_collectives().
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -13,9 +13,9 @@
 #include <sstream>
 #include <thread>
 
-#include "ddp/collective_log.h"
-#include "ddp/base/environment.h"
-#include "ddp/process_group.h"
+#include "ddp/distributed/detail/collective_log.h"
+#include "ddp/base/worker_variables.h"
+#include "ddp/distributed/process_group.h"
 #include "launcher/channel/net.h"
 #include "tests/support/temp_dir.h"
 
@@ -31,7 +31,7 @@ ddp::CollectiveRecord record(const char* what, std::int64_t numel = 4) {
   r.numel = numel;
   r.dtype = "Float";
   r.bytes = numel * 4;
-  r.start_unix_us = ddp::unix_now_us();
+  r.start_unix_us = ddp::detail::unix_now_us();
   return r;
 }
 
@@ -45,7 +45,7 @@ std::vector<std::int64_t> seqs(const std::vector<ddp::CollectiveRecord>& records
 struct MapStore {
   std::shared_ptr<std::mutex> mutex = std::make_shared<std::mutex>();
   std::shared_ptr<std::map<std::string, std::string>> keys = std::make_shared<std::map<std::string, std::string>>();
-  ddp::ArrivalStore store() const {
+  ddp::detail::ArrivalStore store() const {
     auto m = mutex;
     auto k = keys;
     return {[m, k](const std::string& key, const std::string& value) {
@@ -61,14 +61,14 @@ struct MapStore {
   }
   void set(int rank, std::int64_t seq, const std::string& what = "gradient all-reduce") {
     std::lock_guard<std::mutex> lock(*mutex);
-    (*keys)[ddp::arrival_key(rank)] = std::to_string(seq) + " " + what;
+    (*keys)[ddp::detail::arrival_key(rank)] = std::to_string(seq) + " " + what;
   }
 };
 
 const std::string kGrad = "gradient all-reduce";
 
-std::optional<ddp::Arrival> arrived(std::int64_t seq, const std::string& what = kGrad) { return ddp::Arrival{seq, what}; }
-const std::optional<ddp::Arrival> none;
+std::optional<ddp::detail::Arrival> arrived(std::int64_t seq, const std::string& what = kGrad) { return ddp::detail::Arrival{seq, what}; }
+const std::optional<ddp::detail::Arrival> none;
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -78,7 +78,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 TEST_CASE("the collective ring buffer keeps the last N collectives in order", "[collective_log]") {
   SECTION("before wrapping around") {
-    ddp::CollectiveLog log(4);
+    ddp::detail::CollectiveLog log(4);
     CHECK(log.last_seq() == 0);
     CHECK(log.snapshot().empty());
     CHECK(log.begin(record("a")) == 1);
@@ -90,7 +90,7 @@ TEST_CASE("the collective ring buffer keeps the last N collectives in order", "[
     CHECK(held[1].end_unix_us == 0);
   }
   SECTION("wrap-around: the oldest are overwritten, the order stays oldest first") {
-    ddp::CollectiveLog log(4);
+    ddp::detail::CollectiveLog log(4);
     for (int i = 0; i < 10; ++i) log.begin(record(i % 2 == 0 ? "even" : "odd", i + 1));
     CHECK(log.last_seq() == 10);
     const auto held = log.snapshot();
@@ -110,7 +110,7 @@ TEST_CASE("the collective ring buffer keeps the last N collectives in order", "[
     CHECK_FALSE(log.find(0));
   }
   SECTION("size 0 keeps nothing but still numbers the collectives") {
-    ddp::CollectiveLog log(0);
+    ddp::detail::CollectiveLog log(0);
     CHECK(log.capacity() == 0);
     CHECK(log.begin(record("a")) == 1);
     CHECK(log.begin(record("b")) == 2);
@@ -122,12 +122,12 @@ TEST_CASE("the collective ring buffer keeps the last N collectives in order", "[
     CHECK(log.last_completed() == 0);
   }
   SECTION("size 1 keeps the newest") {
-    ddp::CollectiveLog log(1);
+    ddp::detail::CollectiveLog log(1);
     for (int i = 0; i < 3; ++i) log.begin(record("x"));
     CHECK(seqs(log.snapshot()) == std::vector<std::int64_t>{3});
   }
   SECTION("a started collective is found by its work object, newest first") {
-    ddp::CollectiveLog log(8);
+    ddp::detail::CollectiveLog log(8);
     int work_a = 0, work_b = 0;
     const auto s1 = log.begin(record("a"));
     log.attach(s1, &work_a);
@@ -144,21 +144,21 @@ TEST_CASE("the collective ring buffer keeps the last N collectives in order", "[
 }
 
 TEST_CASE("the ring buffer file is JSON, one collective per line, oldest first", "[collective_log]") {
-  ddp::CollectiveLog log(3);
+  ddp::detail::CollectiveLog log(3);
   for (int i = 0; i < 5; ++i) {
     auto r = record("gradient all-reduce", 100 + i);
     r.bucket = i % 2;
     const auto seq = log.begin(r);
     if (i < 4) log.finish(seq, ddp::CollectiveState::kCompleted);
   }
-  ddp::CollectiveDumpHeader header;
+  ddp::detail::CollectiveDumpHeader header;
   header.rank = 1;
   header.world_size = 2;
   header.backend = "gloo";
   header.reason = "gradient all-reduce #5 timed out: \"quoted\"\nsecond line";
   header.last_seq = log.last_seq();
   header.capacity = log.capacity();
-  const std::string text = ddp::collectives_json(header, log.snapshot());
+  const std::string text = ddp::detail::collectives_json(header, log.snapshot());
   CHECK(std::count(text.begin(), text.end(), '\n') == 3 + 3 + 1);  // 3 header lines, one per record, the end
   const auto root = nlohmann::json::parse(text, nullptr, false);
   REQUIRE_FALSE(root.is_discarded());
@@ -181,13 +181,13 @@ TEST_CASE("the ring buffer file is JSON, one collective per line, oldest first",
   CHECK(items[2].at("dtype") == "Float");
 
   SECTION("an empty ring is valid JSON too") {
-    const auto empty = nlohmann::json::parse(ddp::collectives_json(header, {}), nullptr, false);
+    const auto empty = nlohmann::json::parse(ddp::detail::collectives_json(header, {}), nullptr, false);
     REQUIRE_FALSE(empty.is_discarded());
     CHECK(empty.at("collectives").empty());
   }
   SECTION("written atomically to <dir>/collectives-rank<R>.json, creating the folder") {
     ddp::testing::TempDir dir;
-    const auto path = ddp::write_collectives_file(dir / "a/b", 1, text);
+    const auto path = ddp::detail::write_collectives_file(dir / "a/b", 1, text);
     REQUIRE(path);
     CHECK(*path == dir / "a/b/collectives-rank1.json");
     std::ifstream in(*path);
@@ -195,45 +195,45 @@ TEST_CASE("the ring buffer file is JSON, one collective per line, oldest first",
     read << in.rdbuf();
     CHECK(read.str() == text);
     CHECK_FALSE(std::filesystem::exists(*path + ".tmp"));
-    CHECK_FALSE(ddp::write_collectives_file("/proc/no/such/folder", 1, text));
+    CHECK_FALSE(ddp::detail::write_collectives_file("/proc/no/such/folder", 1, text));
   }
 }
 
 TEST_CASE("byte counts read as B, KiB, MiB", "[collective_log]") {
-  CHECK(ddp::format_bytes(0) == "0 B");
-  CHECK(ddp::format_bytes(580) == "580 B");
-  CHECK(ddp::format_bytes(1536) == "1.5 KiB");
-  CHECK(ddp::format_bytes(1258291) == "1.2 MiB");
-  CHECK(ddp::format_bytes(std::int64_t{3} << 30) == "3.0 GiB");
+  CHECK(ddp::detail::format_bytes(0) == "0 B");
+  CHECK(ddp::detail::format_bytes(580) == "580 B");
+  CHECK(ddp::detail::format_bytes(1536) == "1.5 KiB");
+  CHECK(ddp::detail::format_bytes(1258291) == "1.2 MiB");
+  CHECK(ddp::detail::format_bytes(std::int64_t{3} << 30) == "3.0 GiB");
 }
 
 TEST_CASE("arrival reports name the ranks that did not arrive", "[collective_log][arrivals]") {
   SECTION("classification against this rank's sequence number") {
-    const auto report = ddp::classify_arrivals(0, {37, kGrad}, {arrived(37), none, arrived(36), arrived(38), arrived(37), arrived(37, "barrier")});
+    const auto report = ddp::detail::classify_arrivals(0, {37, kGrad}, {arrived(37), none, arrived(36), arrived(38), arrived(37), arrived(37, "barrier")});
     CHECK(report.silent == std::vector<int>{1});
     CHECK(report.behind == std::vector<std::pair<int, std::int64_t>>{{2, 36}});
     CHECK(report.ahead == std::vector<std::pair<int, std::int64_t>>{{3, 38}});
     CHECK(report.mismatched == std::vector<std::pair<int, std::string>>{{5, "barrier"}});
     CHECK_FALSE(report.all_arrived());
-    CHECK(ddp::classify_arrivals(1, {9, kGrad}, {arrived(9), arrived(9)}).all_arrived());
+    CHECK(ddp::detail::classify_arrivals(1, {9, kGrad}, {arrived(9), arrived(9)}).all_arrived());
   }
   SECTION("messages") {
-    ddp::ArrivalReport report = ddp::classify_arrivals(0, {37, kGrad}, {arrived(37), arrived(36)});
-    CHECK(ddp::describe_arrivals(report) == "rank(s) 1 did not arrive (rank 1 last entered collective #36)");
-    report = ddp::classify_arrivals(0, {37, kGrad}, {arrived(37), none, arrived(37)});
+    ddp::detail::ArrivalReport report = ddp::detail::classify_arrivals(0, {37, kGrad}, {arrived(37), arrived(36)});
+    CHECK(ddp::detail::describe_arrivals(report) == "rank(s) 1 did not arrive (rank 1 last entered collective #36)");
+    report = ddp::detail::classify_arrivals(0, {37, kGrad}, {arrived(37), none, arrived(37)});
     report.window = 2000ms;
-    CHECK_THAT(ddp::describe_arrivals(report),
+    CHECK_THAT(ddp::detail::describe_arrivals(report),
                Contains("rank(s) 1 did not arrive (rank 1 sent no report within 2 s: not inside any collective"));
     report.last_completed = 36;
-    CHECK_THAT(ddp::describe_arrivals(report), Contains("(busy, hung, or gone); #36 was the last to complete here)"));
-    report = ddp::classify_arrivals(2, {5, kGrad}, {none, arrived(4), arrived(5), arrived(6)});
+    CHECK_THAT(ddp::detail::describe_arrivals(report), Contains("(busy, hung, or gone); #36 was the last to complete here)"));
+    report = ddp::detail::classify_arrivals(2, {5, kGrad}, {none, arrived(4), arrived(5), arrived(6)});
     report.window = 500ms;
-    const auto text = ddp::describe_arrivals(report);
+    const auto text = ddp::detail::describe_arrivals(report);
     CHECK_THAT(text, Contains("rank(s) 0, 1 did not arrive (rank 1 last entered collective #4; rank 0 sent no report"));
     CHECK_THAT(text, Contains("rank 3 is at collective #6 (this rank is behind"));
-    CHECK_THAT(ddp::describe_arrivals(ddp::classify_arrivals(1, {9, kGrad}, {arrived(9), arrived(9)})),
+    CHECK_THAT(ddp::detail::describe_arrivals(ddp::detail::classify_arrivals(1, {9, kGrad}, {arrived(9), arrived(9)})),
                Contains("every rank reported"));
-    CHECK(ddp::describe_arrivals(ddp::classify_arrivals(0, {7, kGrad}, {arrived(7), arrived(7, "barrier")})) ==
+    CHECK(ddp::detail::describe_arrivals(ddp::detail::classify_arrivals(0, {7, kGrad}, {arrived(7), arrived(7, "barrier")})) ==
           "rank 1 is in barrier under the same number, this rank in gradient all-reduce (a desync: the ranks "
           "issued different collectives; compare their collectives-rank*.json)");
   }
@@ -246,16 +246,16 @@ TEST_CASE("check_arrivals publishes this rank's number and waits a bounded time 
     map.set(0, 12);
     map.set(2, 11);
     const auto start = std::chrono::steady_clock::now();
-    const auto report = ddp::check_arrivals(map.store(), 1, 3, {12, kGrad}, 5000ms);
+    const auto report = ddp::detail::check_arrivals(map.store(), 1, 3, {12, kGrad}, 5000ms);
     CHECK(seconds_since(start) < 2.0);
     CHECK(report.silent.empty());
     CHECK(report.behind == std::vector<std::pair<int, std::int64_t>>{{2, 11}});
-    CHECK(map.keys->at(ddp::arrival_key(1)) == "12 gradient all-reduce");  // published
+    CHECK(map.keys->at(ddp::detail::arrival_key(1)) == "12 gradient all-reduce");  // published
   }
   SECTION("a rank that never reports is named after the window") {
     map.set(0, 12);
     const auto start = std::chrono::steady_clock::now();
-    const auto report = ddp::check_arrivals(map.store(), 1, 3, {12, kGrad}, 300ms);
+    const auto report = ddp::detail::check_arrivals(map.store(), 1, 3, {12, kGrad}, 300ms);
     const double took = seconds_since(start);
     CHECK(took >= 0.29);
     CHECK(took < 1.3);
@@ -267,17 +267,17 @@ TEST_CASE("check_arrivals publishes this rank's number and waits a bounded time 
       std::this_thread::sleep_for(100ms);
       map.set(0, 12);
     });
-    const auto report = ddp::check_arrivals(map.store(), 1, 2, {12, kGrad}, 3000ms);
+    const auto report = ddp::detail::check_arrivals(map.store(), 1, 2, {12, kGrad}, 3000ms);
     late.join();
     CHECK(report.all_arrived());
   }
   SECTION("the store's host lingers while a rank that reported has not finished reading") {
     map.set(1, 12, "barrier");
     const auto start = std::chrono::steady_clock::now();
-    const auto report = ddp::check_arrivals(map.store(), 0, 2, {12, kGrad}, 300ms, /*linger=*/true);
+    const auto report = ddp::detail::check_arrivals(map.store(), 0, 2, {12, kGrad}, 300ms, /*linger=*/true);
     // window + kArrivalLingerSlack: a rank that timed out up to 1 s later still reads the store.
     const double took = seconds_since(start);
-    const double slack = std::chrono::duration<double>(ddp::kArrivalLingerSlack).count();
+    const double slack = std::chrono::duration<double>(ddp::detail::kArrivalLingerSlack).count();
     CHECK(took >= 0.29 + slack);
     CHECK(took < 1.3 + slack);
     CHECK(report.mismatched == std::vector<std::pair<int, std::string>>{{1, "barrier"}});
@@ -287,10 +287,10 @@ TEST_CASE("check_arrivals publishes this rank's number and waits a bounded time 
     std::thread reader([&] {
       std::this_thread::sleep_for(500ms);
       std::lock_guard<std::mutex> lock(*map.mutex);
-      (*map.keys)[ddp::arrival_done_key(1)] = "1";
+      (*map.keys)[ddp::detail::arrival_done_key(1)] = "1";
     });
     const auto start = std::chrono::steady_clock::now();
-    const auto report = ddp::check_arrivals(map.store(), 0, 3, {12, kGrad}, 300ms, /*linger=*/true);
+    const auto report = ddp::detail::check_arrivals(map.store(), 0, 3, {12, kGrad}, 300ms, /*linger=*/true);
     const double took = seconds_since(start);
     reader.join();
     CHECK(took >= 0.49);  // waited for rank 1, which reported, but not for silent rank 2
@@ -300,42 +300,42 @@ TEST_CASE("check_arrivals publishes this rank's number and waits a bounded time 
   }
   SECTION("a rank that is not the host says when it finished reading") {
     map.set(0, 12);
-    const auto report = ddp::check_arrivals(map.store(), 1, 2, {12, kGrad}, 3000ms);
+    const auto report = ddp::detail::check_arrivals(map.store(), 1, 2, {12, kGrad}, 3000ms);
     CHECK(report.all_arrived());
     std::lock_guard<std::mutex> lock(*map.mutex);
-    CHECK(map.keys->count(ddp::arrival_done_key(1)) == 1);
-    CHECK(map.keys->count(ddp::arrival_done_key(0)) == 0);
+    CHECK(map.keys->count(ddp::detail::arrival_done_key(1)) == 1);
+    CHECK(map.keys->count(ddp::detail::arrival_done_key(0)) == 0);
   }
   SECTION("a store that throws: every other rank is unknown, and it says so") {
-    ddp::ArrivalStore broken{[](const std::string&, const std::string&) { throw std::runtime_error("connection reset"); },
+    ddp::detail::ArrivalStore broken{[](const std::string&, const std::string&) { throw std::runtime_error("connection reset"); },
                              [](const std::string&) -> std::optional<std::string> { return std::nullopt; }};
-    const auto report = ddp::check_arrivals(broken, 0, 2, {3, kGrad}, 1000ms);
+    const auto report = ddp::detail::check_arrivals(broken, 0, 2, {3, kGrad}, 1000ms);
     CHECK(report.store_failed);
     CHECK(report.silent == std::vector<int>{1});
-    CHECK_THAT(ddp::describe_arrivals(report), Contains("the store did not answer"));
+    CHECK_THAT(ddp::detail::describe_arrivals(report), Contains("the store did not answer"));
   }
   SECTION("a store whose host leaves during the window: the report says how long it answered") {
     const auto start = std::chrono::steady_clock::now();
-    const ddp::ArrivalStore inner = map.store();
-    const ddp::ArrivalStore leaving{inner.set, [inner, start](const std::string& key) -> std::optional<std::string> {
+    const ddp::detail::ArrivalStore inner = map.store();
+    const ddp::detail::ArrivalStore leaving{inner.set, [inner, start](const std::string& key) -> std::optional<std::string> {
                                       if (seconds_since(start) > 0.4) throw std::runtime_error("Failed to recv");
                                       return inner.get(key);
                                     }};
-    const auto report = ddp::check_arrivals(leaving, 1, 2, {3, kGrad}, 2000ms);
+    const auto report = ddp::detail::check_arrivals(leaving, 1, 2, {3, kGrad}, 2000ms);
     CHECK(seconds_since(start) < 1.5);
     CHECK(report.store_failed);
     CHECK(report.silent == std::vector<int>{0});
     CHECK(report.answered >= 300ms);
     CHECK(report.answered <= 500ms);
-    CHECK_THAT(ddp::describe_arrivals(report),
+    CHECK_THAT(ddp::detail::describe_arrivals(report),
                Contains("rank(s) 0 did not arrive (rank 0 sent no report within 0.") &&
                    Contains(" s (then the store stopped answering: its host left): not inside any collective"));
   }
   SECTION("a store that blocks cannot turn the check into a hang") {
-    ddp::ArrivalStore stuck{[](const std::string&, const std::string&) { std::this_thread::sleep_for(3s); },
+    ddp::detail::ArrivalStore stuck{[](const std::string&, const std::string&) { std::this_thread::sleep_for(3s); },
                             [](const std::string&) -> std::optional<std::string> { return std::nullopt; }};
     const auto start = std::chrono::steady_clock::now();
-    const auto report = ddp::check_arrivals(stuck, 0, 2, {3, kGrad}, 200ms);
+    const auto report = ddp::detail::check_arrivals(stuck, 0, 2, {3, kGrad}, 200ms);
     CHECK(seconds_since(start) < 2.0);  // window + 1 s at most
     CHECK(report.store_failed);
   }

@@ -1,5 +1,5 @@
-// Communication hooks (ddp/comm_hook.h), PowerSGD (ddp/powersgd.h) and post-local SGD
-// (ddp/model_averaging.h) with in-process ranks (tests/ddp/in_process_group.h). Every figure is
+// Communication hooks (ddp/algorithms/comm.h), PowerSGD (ddp/algorithms/powersgd.h) and post-local SGD
+// (ddp/algorithms/model_averaging.h) with in-process ranks (tests/ddp/in_process_group.h). Every figure is
 // checked against a closed form: rank r's loss is sum_i <W_i, G_{r,i}> with G drawn from a
 // generator seeded by (r, i), so rank r's gradient of W_i is G_{r,i} and the plain average is
 // the mean over ranks, computed here independently of the library.
@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "ddp/comm_hook.h"
-#include "ddp/comm_hook_state.h"
-#include "ddp/distributed_data_parallel.h"
-#include "ddp/model_averaging.h"
-#include "ddp/powersgd.h"
+#include "ddp/algorithms/comm.h"
+#include "ddp/algorithms/comm_hook_state.h"
+#include "ddp/parallel/distributed_data_parallel.h"
+#include "ddp/algorithms/model_averaging.h"
+#include "ddp/algorithms/powersgd.h"
 #include "tests/ddp/in_process_group.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// DataParallel over CPU replicas (see Note [CPU replicas] in ddp/data_parallel.h): training equals
+// DataParallel over CPU replicas (see Note [CPU replicas] in ddp/parallel/data_parallel.h): training equals
 // single-process training on the whole batch; each replica's thread has its own intra-op count;
 // autocast reaches the replicas.
 #include <torch/torch.h>
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "ddp/amp/autocast.h"
-#include "ddp/data_parallel.h"
+#include "ddp/parallel/data_parallel.h"
 
 namespace {
 

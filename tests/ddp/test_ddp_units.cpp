@@ -9,11 +9,11 @@
 #include <set>
 #include <sstream>
 
-#include "ddp/bucket.h"
-#include "ddp/comm_hooks.h"
-#include "ddp/base/environment.h"
+#include "ddp/parallel/detail/bucket.h"
+#include "ddp/algorithms/default_comm_hooks.h"
+#include "ddp/base/worker_variables.h"
 #include "ddp/base/error.h"
-#include "ddp/run_main.h"
+#include "ddp/runtime/run_main.h"
 
 namespace {
 
@@ -25,7 +25,7 @@ Buckets assign(const std::vector<std::size_t>& sizes, std::size_t first, std::si
                std::vector<c10::ScalarType> dtypes = {}, std::vector<c10::Device> devices = {}) {
   if (dtypes.empty()) dtypes.assign(sizes.size(), kFloat);
   if (devices.empty()) devices.assign(sizes.size(), kCpu);
-  return ddp::compute_bucket_assignment(sizes, dtypes, devices, ddp::BucketCaps{first, cap});
+  return ddp::detail::compute_bucket_assignment(sizes, dtypes, devices, ddp::detail::BucketCaps{first, cap});
 }
 
 // Every index exactly once.
@@ -49,11 +49,11 @@ TEST_CASE("buckets: reverse order, small first bucket, then the cap") {
 }
 
 TEST_CASE("buckets: defaults are 1 MiB first and 25 MiB after") {
-  const ddp::BucketCaps caps;
+  const ddp::detail::BucketCaps caps;
   REQUIRE(caps.first_bucket_bytes == (1u << 20));
   REQUIRE(caps.bucket_bytes == (25u << 20));
   // 30 parameters of 1 MiB: [29], then 25 of them, then the remaining 4.
-  const auto buckets = ddp::compute_bucket_assignment(std::vector<std::size_t>(30, 1u << 20),
+  const auto buckets = ddp::detail::compute_bucket_assignment(std::vector<std::size_t>(30, 1u << 20),
                                                       std::vector<c10::ScalarType>(30, kFloat),
                                                       std::vector<c10::Device>(30, kCpu));
   REQUIRE(buckets.size() == 3);
@@ -104,7 +104,7 @@ TEST_CASE("buckets: dtype switches close nothing early and caps count per dtype"
 }
 
 TEST_CASE("buckets: bad input is rejected") {
-  REQUIRE_THROWS_AS(ddp::compute_bucket_assignment({1, 2}, {kFloat}, {kCpu, kCpu}), ddp::InvalidArgument);
+  REQUIRE_THROWS_AS(ddp::detail::compute_bucket_assignment({1, 2}, {kFloat}, {kCpu, kCpu}), ddp::InvalidArgument);
   REQUIRE_THROWS_AS(assign({1}, 0, 10), ddp::InvalidArgument);
   REQUIRE(assign({}, 10, 10).empty());
 }
@@ -113,8 +113,8 @@ TEST_CASE("buckets: bad input is rejected") {
 Buckets assign_in_order(const std::vector<std::size_t>& sizes, std::size_t first, std::size_t cap,
                         const std::vector<std::size_t>& order, std::vector<c10::ScalarType> dtypes = {}) {
   if (dtypes.empty()) dtypes.assign(sizes.size(), kFloat);
-  return ddp::compute_bucket_assignment(sizes, dtypes, std::vector<c10::Device>(sizes.size(), kCpu),
-                                        ddp::BucketCaps{first, cap}, order);
+  return ddp::detail::compute_bucket_assignment(sizes, dtypes, std::vector<c10::Device>(sizes.size(), kCpu),
+                                        ddp::detail::BucketCaps{first, cap}, order);
 }
 
 TEST_CASE("buckets: an explicit ready order is walked instead of reverse registration") {

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "ddp/base/error.h"
-#include "ddp/version.h"
+#include "ddp/runtime/version.h"
 
 TEST_CASE("str concatenates mixed values and join separates them") {
   CHECK(ddp::str("rank ", 3, " of ", 4.5) == "rank 3 of 4.5");

@@ -1,6 +1,6 @@
 // ProcessGroup::abort() on the backend: an NCCL group's communicators are aborted through c10d's
 // Backend::abort(), a Gloo group's backend is left alone (its waits poll the flag). See Note
-// [Aborting a group] in ddp/process_group.cpp. A recording backend stands in for ProcessGroupNCCL,
+// [Aborting a group] in ddp/distributed/process_group.cpp. A recording backend stands in for ProcessGroupNCCL,
 // which needs a GPU; the CUDA build compiles the same call against it.
 #include <catch2/catch.hpp>
 
@@ -9,7 +9,7 @@
 
 #include <string>
 
-#include "ddp/process_group.h"
+#include "ddp/distributed/process_group.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
-// The hierarchical collectives (ddp/hierarchical_collectives.h) against the flat ones, with
+// The hierarchical collectives (ddp/distributed/hierarchical_collectives.h) against the flat ones, with
 // in-process ranks on faked hosts (tests/ddp/in_process_group.h: one thread per rank, real Gloo over
 // 127.0.0.1, each rank's host named by run_ranks_on_hosts); the topology and the algorithm choice
-// (ddp/topology.h); which wait each collective uses (Note [Which waits block the host]).
+// (ddp/distributed/topology.h); which wait each collective uses (Note [Which waits block the host]).
 #include <catch2/catch.hpp>
 
 #include <torch/torch.h>
@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "ddp/base/error.h"
-#include "ddp/cuda_support.h"
-#include "ddp/distributed_data_parallel.h"
-#include "ddp/hierarchical_collectives.h"
-#include "ddp/topology.h"
+#include "ddp/runtime/detail/cuda_support.h"
+#include "ddp/parallel/distributed_data_parallel.h"
+#include "ddp/distributed/hierarchical_collectives.h"
+#include "ddp/distributed/topology.h"
 #include "tests/ddp/in_process_group.h"
 
 namespace {
@@ -97,11 +97,11 @@ TEST_CASE("topology: the algorithm follows the hosts; bad names are usage errors
 }
 
 TEST_CASE("wait mode: only NCCL on CUDA tensors is stream-ordered", "[hierarchical]") {
-  using ddp::WaitMode;
-  REQUIRE(ddp::cuda::wait_mode("nccl", torch::Device(torch::kCUDA, 0)) == WaitMode::kStreamOrdered);
-  REQUIRE(ddp::cuda::wait_mode("nccl", torch::Device(torch::kCPU)) == WaitMode::kBlocking);
-  REQUIRE(ddp::cuda::wait_mode("gloo", torch::Device(torch::kCUDA, 0)) == WaitMode::kBlocking);
-  REQUIRE(ddp::cuda::wait_mode("gloo", torch::Device(torch::kCPU)) == WaitMode::kBlocking);
+  using ddp::detail::WaitMode;
+  REQUIRE(ddp::detail::cuda::wait_mode("nccl", torch::Device(torch::kCUDA, 0)) == WaitMode::kStreamOrdered);
+  REQUIRE(ddp::detail::cuda::wait_mode("nccl", torch::Device(torch::kCPU)) == WaitMode::kBlocking);
+  REQUIRE(ddp::detail::cuda::wait_mode("gloo", torch::Device(torch::kCUDA, 0)) == WaitMode::kBlocking);
+  REQUIRE(ddp::detail::cuda::wait_mode("gloo", torch::Device(torch::kCPU)) == WaitMode::kBlocking);
   // Every collective of a Gloo group on CPU tensors records (and uses) the blocking wait.
   const auto waits = ddp::testing::run_ranks<std::vector<std::string>>(2, [](ddp::ProcessGroup& group) {
     auto t = torch::ones({3});

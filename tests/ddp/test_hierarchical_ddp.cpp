@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/distributed_data_parallel.h"
+#include "ddp/parallel/distributed_data_parallel.h"
 #include "tests/ddp/in_process_group.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// Joining a job (ddp/join_wait.h, See Note [Waiting is never silent]): the join timeout from the
+// Joining a job (ddp/distributed/detail/join_wait.h, See Note [Waiting is never silent]): the join timeout from the
 // environment, the sliced wait with notices, the notice lines, and init_process_group's waits for
 // an unreachable master and for missing ranks (one process, a short join timeout).
 #include <catch2/catch.hpp>
@@ -15,8 +15,8 @@
 #include <utility>
 
 #include "ddp/base/error.h"
-#include "ddp/join_wait.h"
-#include "ddp/process_group.h"
+#include "ddp/distributed/detail/join_wait.h"
+#include "ddp/distributed/process_group.h"
 #include "launcher/channel/net.h"
 #include "tests/support/temp_dir.h"
 
@@ -60,12 +60,12 @@ std::string capture_stderr(F&& f) {
 }  // namespace
 
 TEST_CASE("join timeout: DDP_JOIN_TIMEOUT in seconds, else 600 s; a bad value names the variable", "[join]") {
-  CHECK(ddp::join_timeout_from_environment(env_of({})) == 600s);
-  CHECK(ddp::join_timeout_from_environment(env_of({{"DDP_JOIN_TIMEOUT", "42.5"}})) == 42500ms);
+  CHECK(ddp::detail::join_timeout_from_environment(env_of({})) == 600s);
+  CHECK(ddp::detail::join_timeout_from_environment(env_of({{"DDP_JOIN_TIMEOUT", "42.5"}})) == 42500ms);
   for (const char* bad : {"abc", "0", "-3", "5s"}) {
     INFO(bad);
     try {
-      ddp::join_timeout_from_environment(env_of({{"DDP_JOIN_TIMEOUT", bad}}));
+      ddp::detail::join_timeout_from_environment(env_of({{"DDP_JOIN_TIMEOUT", bad}}));
       FAIL("accepted");
     } catch (const ddp::InvalidArgument& error) {
       CHECK(std::string(error.what()).find("DDP_JOIN_TIMEOUT='") == 0);
@@ -75,7 +75,7 @@ TEST_CASE("join timeout: DDP_JOIN_TIMEOUT in seconds, else 600 s; a bad value na
 
 TEST_CASE("join wait: slices of at most the notice interval, one notice after each failed slice", "[join]") {
   int attempts = 0, notices = 0;
-  const bool joined = ddp::wait_with_notices(
+  const bool joined = ddp::detail::wait_with_notices(
       1h, 5s,
       [&](milliseconds slice) {
         CHECK(slice <= 5s);
@@ -87,7 +87,7 @@ TEST_CASE("join wait: slices of at most the notice interval, one notice after ea
   CHECK(notices == 3);
   // Never successful: false once the timeout has passed, each slice bounded by what is left.
   int longer = 0;
-  const bool never = ddp::wait_with_notices(
+  const bool never = ddp::detail::wait_with_notices(
       20ms, 5s,
       [&](milliseconds slice) {
         longer += slice > 20ms;
@@ -100,17 +100,17 @@ TEST_CASE("join wait: slices of at most the notice interval, one notice after ea
 }
 
 TEST_CASE("join wait: the notices say who waits for whom, where, how long and what to check", "[join]") {
-  const auto unreachable = ddp::master_unreachable_notice(3, "10.0.0.1:29500", 20s, 600s);
+  const auto unreachable = ddp::detail::master_unreachable_notice(3, "10.0.0.1:29500", 20s, 600s);
   CHECK(unreachable.find("rank 3 has waited 20 s for the master (rank 0) at 10.0.0.1:29500") == 0);
   CHECK(unreachable.find("join timeout 600 s") != std::string::npos);
   CHECK(unreachable.find("DDP_JOIN_TIMEOUT") != std::string::npos);
   CHECK(unreachable.find("MASTER_PORT") != std::string::npos);
-  const auto missing = ddp::waiting_for_ranks_notice({1, 3}, 4, "127.0.0.1:29500", 10s, 600s);
+  const auto missing = ddp::detail::waiting_for_ranks_notice({1, 3}, 4, "127.0.0.1:29500", 10s, 600s);
   CHECK(missing.find("rank 0 (the master, at 127.0.0.1:29500) has waited 10 s for ranks 1, 3 of 4 to join") == 0);
   std::vector<int> many;
   for (int r = 1; r < 40; ++r) many.push_back(r);
-  CHECK(ddp::waiting_for_ranks_notice(many, 40, "h:1", 10s, 600s).find("16 and 23 more of 40") != std::string::npos);
-  CHECK(ddp::waiting_for_rank0_notice(2, "h:1", 10s, 600s).find("rank 2 has waited 10 s for rank 0 to join at h:1") ==
+  CHECK(ddp::detail::waiting_for_ranks_notice(many, 40, "h:1", 10s, 600s).find("16 and 23 more of 40") != std::string::npos);
+  CHECK(ddp::detail::waiting_for_rank0_notice(2, "h:1", 10s, 600s).find("rank 2 has waited 10 s for rank 0 to join at h:1") ==
         0);
 }
 

@@ -1,4 +1,4 @@
-// ddp::live_job_from_environment (ddp/live_environment.h): what a worker of `ddp_launch --recovery
+// ddp::live_job_from_environment (ddp/elastic/live_job.h): what a worker of `ddp_launch --recovery
 // live` builds from its environment, against a real TCPStore (See Note [Live recovery with
 // ddp_launch] in launcher/agent/live_recovery.cpp).
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -11,10 +11,10 @@
 #include <thread>
 #include <vector>
 
-#include "ddp/base/env_names.h"
+#include "ddp/base/worker_variable_names.h"
 #include "ddp/base/error.h"
-#include "ddp/live_environment.h"
-#include "ddp/membership_keys.h"
+#include "ddp/elastic/live_job.h"
+#include "ddp/elastic/detail/membership_keys.h"
 
 namespace {
 
@@ -67,15 +67,15 @@ TEST_CASE("two workers of a live job form its first round under the job's prefix
   CHECK(m0.rank == 0);  // the launcher's RANK order
   CHECK(m1.rank == 1);
   // The keys are the job's: under DDP_LIVE_PREFIX in the store, nothing at its root.
-  CHECK(server->check({"ddp/live/job/" + std::string(ddp::membership_keys::last_round_key())}));  // PrefixStore adds '/'
-  CHECK_FALSE(server->check({ddp::membership_keys::last_round_key()}));
+  CHECK(server->check({"ddp/live/job/" + std::string(ddp::detail::membership_keys::last_round_key())}));  // PrefixStore adds '/'
+  CHECK_FALSE(server->check({ddp::detail::membership_keys::last_round_key()}));
 
   // A restarted worker (TORCHELASTIC_RESTART_COUNT 1) is a joiner; the launcher's mark lets the
   // survivor close the next round at once, and the joiner waits for the one after.
   auto restarted = ddp::live_job_from_environment(worker_env(port, 1, 2, 1));
   REQUIRE(restarted.has_value());
   CHECK(restarted->joining);
-  REQUIRE(ddp::membership_keys::mark_last_round_members_gone(*job0->store, 1));
+  REQUIRE(ddp::detail::membership_keys::mark_last_round_members_gone(*job0->store, 1));
   const auto started = std::chrono::steady_clock::now();
   const ddp::Membership alone = job0->membership->next(1, 20s);  // settle timeout: 5 s by default
   CHECK(std::chrono::steady_clock::now() - started < 4s);        // closed by the mark, not the settle timeout

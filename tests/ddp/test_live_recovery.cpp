@@ -1,4 +1,4 @@
-// Live recovery (ddp/fault_tolerant.h, ddp/membership.h) with in-process ranks: one thread per rank
+// Live recovery (ddp/elastic/fault_tolerant.h, ddp/elastic/membership.h) with in-process ranks: one thread per rank
 // over one c10d::HashStore. A "lost" rank is a thread that marks itself gone (what a launcher's
 // agent reports), aborts and destroys its group (Gloo closes its pairs) and leaves. The survivors'
 // parameters are compared with a reference the test computes itself: plain SGD with momentum on
@@ -19,10 +19,10 @@
 
 #include "ddp/amp/grad_scaler.h"
 #include "ddp/base/error.h"
-#include "ddp/fault_tolerant.h"
-#include "ddp/membership.h"
-#include "ddp/powersgd.h"
-#include "ddp/zero_redundancy_optimizer.h"
+#include "ddp/elastic/fault_tolerant.h"
+#include "ddp/elastic/membership.h"
+#include "ddp/algorithms/powersgd.h"
+#include "ddp/optim/zero_redundancy_optimizer.h"
 #include "samplers/distributed_sampler.h"
 #include "tests/ddp/in_process_group.h"
 
@@ -361,7 +361,7 @@ TEST_CASE("a silent peer (a partition): detected by the group's timeout, then th
   check_survivors(outcomes, {3, 2, 2});
 }
 
-// The watch (See Note [Watching the round] in ddp/fault_tolerant.cpp). A silent peer that its
+// The watch (See Note [Watching the round] in ddp/elastic/fault_tolerant.cpp). A silent peer that its
 // launcher marked gone: the survivors' watch aborts the collective they wait in, long before the
 // group's timeout (60 s); their recovery says so.
 TEST_CASE("a silent peer marked gone: the watch ends the survivors' wait, not the group's timeout", "[live]") {

@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "ddp/log.h"
+#include "ddp/runtime/log.h"
 
 TEST_CASE("log levels parse from their names and reject others") {
   CHECK(ddp::parse_log_level("debug") == ddp::LogLevel::kDebug);

@@ -1,4 +1,4 @@
-// Post-local SGD and periodic model averaging (ddp/model_averaging.h) against closed forms, with
+// Post-local SGD and periodic model averaging (ddp/algorithms/model_averaging.h) against closed forms, with
 // in-process ranks.
 #include <catch2/catch.hpp>
 
@@ -7,8 +7,8 @@
 #include <memory>
 #include <vector>
 
-#include "ddp/distributed_data_parallel.h"
-#include "ddp/model_averaging.h"
+#include "ddp/parallel/distributed_data_parallel.h"
+#include "ddp/algorithms/model_averaging.h"
 #include "tests/ddp/in_process_group.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// ddp::membership_keys::mark_node_gone (See Note [Marking a lost node gone] in ddp/membership_keys.h):
+// ddp::membership_keys::mark_node_gone (See Note [Marking a lost node gone] in ddp/elastic/detail/membership_keys.h):
 // what ddp_launch's launchers say of a lost node, against StoreMembership's rounds over a real
 // TCPStore. The rounds here use a settle timeout of 60 s, so a round that closes is closed by the
 // left count (the membership says which: Membership::closed_by), never by the timeout.
@@ -13,13 +13,13 @@
 #include <vector>
 
 #include "ddp/base/error.h"
-#include "ddp/membership.h"
-#include "ddp/membership_keys.h"
+#include "ddp/elastic/membership.h"
+#include "ddp/elastic/detail/membership_keys.h"
 
 namespace {
 
 using namespace std::chrono_literals;
-namespace keys = ddp::membership_keys;
+namespace keys = ddp::detail::membership_keys;
 
 c10::intrusive_ptr<c10d::TCPStore> serve_store() {
   c10d::TCPStoreOptions options;
@@ -122,7 +122,7 @@ TEST_CASE("a node lost before the training's first round closed counts its first
 
 TEST_CASE("a joiner fails at once when every member of the previous round is gone", "[node_gone]") {
   ThreeNodes job;
-  // Every node is lost after round 1 (See Note [Every member gone] in ddp/membership.cpp): nobody
+  // Every node is lost after round 1 (See Note [Every member gone] in ddp/elastic/membership.cpp): nobody
   // holds the training state, so a joiner must not wait its timeout for round 2 to close.
   for (int n = 0; n < 3; ++n) CHECK(keys::mark_node_gone(*job.store, "node" + std::to_string(n), 1).marked == 1);
   ddp::StoreMembershipOptions options;

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "ddp/distributed_data_parallel.h"
-#include "ddp/powersgd.h"
+#include "ddp/parallel/distributed_data_parallel.h"
+#include "ddp/algorithms/powersgd.h"
 #include "tests/ddp/in_process_group.h"
 
 namespace {

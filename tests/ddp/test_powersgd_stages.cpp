@@ -1,5 +1,5 @@
 // PowerSGD's later stages run as soon as a bucket's P all-reduce ends, while backward still
-// computes (Note [PowerSGD stages] in ddp/powersgd_stages.cpp): observed by the order of events,
+// computes (Note [PowerSGD stages] in ddp/algorithms/detail/powersgd_stages.cpp): observed by the order of events,
 // never by time. In-process ranks (tests/ddp/in_process_group.h).
 #include <catch2/catch.hpp>
 
@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "ddp/distributed_data_parallel.h"
-#include "ddp/powersgd.h"
+#include "ddp/parallel/distributed_data_parallel.h"
+#include "ddp/algorithms/powersgd.h"
 #include "tests/ddp/in_process_group.h"
 
 namespace {

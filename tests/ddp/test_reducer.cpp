@@ -1,4 +1,4 @@
-// Unit tests of DistributedDataParallel's core (ddp/reducer.h) with in-process ranks: one thread per
+// Unit tests of DistributedDataParallel's core (ddp/parallel/detail/reducer.h) with in-process ranks: one thread per
 // rank over a HashStore (tests/ddp/in_process_group.h), real Gloo all-reduces, no processes.
 // Every figure is checked against a closed form: rank r's loss is (r + 1) * sum_i <p_i, c_i>, so
 // parameter i's local gradient is (r + 1) * c_i and its average over W ranks is (W + 1) / 2 * c_i.
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "ddp/bucket.h"
-#include "ddp/distributed_data_parallel.h"
+#include "ddp/parallel/detail/bucket.h"
+#include "ddp/parallel/distributed_data_parallel.h"
 #include "tests/ddp/in_process_group.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// The advertised address and the store's listening address (ddp/base/route.h): the choice from
+// The advertised address and the store's listening address (ddp/base/detail/route.h): the choice from
 // given facts, and the real resolver and routing table for what this host always has (loopback).
 // Across real hosts: tests/hosts.
 #include <catch2/catch.hpp>
@@ -9,13 +9,13 @@
 #include <cerrno>
 
 #include "ddp/base/error.h"
-#include "ddp/base/route.h"
+#include "ddp/base/detail/route.h"
 
 namespace {
 
-ddp::RouteFacts facts(const std::string& master, const std::string& address, const std::string& source,
-                      std::vector<ddp::NetworkInterface> interfaces = {{"eth0", "198.18.0.2"}}) {
-  ddp::RouteFacts f;
+ddp::detail::RouteFacts facts(const std::string& master, const std::string& address, const std::string& source,
+                      std::vector<ddp::detail::NetworkInterface> interfaces = {{"eth0", "198.18.0.2"}}) {
+  ddp::detail::RouteFacts f;
   f.master = master;
   f.master_address = address;
   f.route_source = source;
@@ -23,15 +23,15 @@ ddp::RouteFacts facts(const std::string& master, const std::string& address, con
   return f;
 }
 
-ddp::AdvertisedAddress choose(const ddp::RouteFacts& f, bool peers_on_other_hosts,
+ddp::detail::AdvertisedAddress choose(const ddp::detail::RouteFacts& f, bool peers_on_other_hosts,
                               std::optional<std::string> socket_ifname = std::nullopt) {
-  ddp::AdvertiseOptions options;
+  ddp::detail::AdvertiseOptions options;
   options.peers_on_other_hosts = peers_on_other_hosts;
   options.socket_ifname = std::move(socket_ifname);
-  return ddp::choose_advertised_address(f, options);
+  return ddp::detail::choose_advertised_address(f, options);
 }
 
-std::string error_of(const ddp::RouteFacts& f, bool peers_on_other_hosts) {
+std::string error_of(const ddp::detail::RouteFacts& f, bool peers_on_other_hosts) {
   try {
     choose(f, peers_on_other_hosts);
   } catch (const ddp::CommunicationError& e) {
@@ -81,7 +81,7 @@ TEST_CASE("GLOO_SOCKET_IFNAME overrides, one device per name", "[route]") {
 }
 
 TEST_CASE("no route or no address: one line naming what was tried", "[route]") {
-  const auto unresolved = ddp::look_up_route("no-such-host.invalid");
+  const auto unresolved = ddp::detail::look_up_route("no-such-host.invalid");
   CHECK_FALSE(unresolved.master_address);
   const std::string what = error_of(unresolved, true);
   CHECK_THAT(what, Catch::Contains("tried the route to MASTER_ADDR no-such-host.invalid") &&
@@ -90,32 +90,32 @@ TEST_CASE("no route or no address: one line naming what was tried", "[route]") {
 }
 
 TEST_CASE("the kernel's route lookup on this host", "[route]") {
-  const auto loopback = ddp::look_up_route("127.0.0.1");
+  const auto loopback = ddp::detail::look_up_route("127.0.0.1");
   REQUIRE(loopback.route_source);
   CHECK(*loopback.route_source == "127.0.0.1");
-  const auto debian = ddp::look_up_route("127.0.1.1");
+  const auto debian = ddp::detail::look_up_route("127.0.1.1");
   REQUIRE(debian.route_source);
-  CHECK(ddp::is_loopback_address(*debian.route_source));
-  for (const auto& i : ddp::network_interfaces()) CHECK_FALSE(ddp::is_loopback_address(i.address));
-  CHECK(ddp::is_loopback_address("127.0.1.1"));
-  CHECK(ddp::is_loopback_address("::1"));
-  CHECK_FALSE(ddp::is_loopback_address("198.18.0.1"));
-  CHECK(ddp::names_loopback("localhost"));
-  CHECK_FALSE(ddp::names_loopback("host0"));
+  CHECK(ddp::detail::is_loopback_address(*debian.route_source));
+  for (const auto& i : ddp::detail::network_interfaces()) CHECK_FALSE(ddp::detail::is_loopback_address(i.address));
+  CHECK(ddp::detail::is_loopback_address("127.0.1.1"));
+  CHECK(ddp::detail::is_loopback_address("::1"));
+  CHECK_FALSE(ddp::detail::is_loopback_address("198.18.0.1"));
+  CHECK(ddp::detail::names_loopback("localhost"));
+  CHECK_FALSE(ddp::detail::names_loopback("host0"));
 }
 
 TEST_CASE("the store listens on the master address, every interface only for a name on loopback", "[route]") {
-  CHECK(ddp::store_listen_address(facts("198.18.0.1", "198.18.0.1", "198.18.0.1"), true) == "198.18.0.1");
-  CHECK(ddp::store_listen_address(facts("127.0.0.1", "127.0.0.1", "127.0.0.1"), true) == "127.0.0.1");
-  CHECK(ddp::store_listen_address(facts("host0", "127.0.1.1", "127.0.0.1"), false) == "127.0.1.1");
-  CHECK(ddp::store_listen_address(facts("host0", "127.0.1.1", "127.0.0.1"), true) == "0.0.0.0");
+  CHECK(ddp::detail::store_listen_address(facts("198.18.0.1", "198.18.0.1", "198.18.0.1"), true) == "198.18.0.1");
+  CHECK(ddp::detail::store_listen_address(facts("127.0.0.1", "127.0.0.1", "127.0.0.1"), true) == "127.0.0.1");
+  CHECK(ddp::detail::store_listen_address(facts("host0", "127.0.1.1", "127.0.0.1"), false) == "127.0.1.1");
+  CHECK(ddp::detail::store_listen_address(facts("host0", "127.0.1.1", "127.0.0.1"), true) == "0.0.0.0");
   // A real socket: bound to exactly the address, and a foreign address is EADDRNOTAVAIL.
-  const int fd = ddp::listen_on_address("127.0.0.1", 0);
+  const int fd = ddp::detail::listen_on_address("127.0.0.1", 0);
   REQUIRE(fd >= 0);
   sockaddr_storage bound{};
   socklen_t length = sizeof bound;
   REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length) == 0);
   ::close(fd);
-  CHECK(ddp::listen_on_address("198.18.255.254", 0) == -1);
+  CHECK(ddp::detail::listen_on_address("198.18.255.254", 0) == -1);
   CHECK(errno == EADDRNOTAVAIL);
 }

@@ -1,4 +1,4 @@
-// Sliced all-reduce (Note [Sliced all-reduce] in ddp/sliced_allreduce.cpp): the slicing against its
+// Sliced all-reduce (Note [Sliced all-reduce] in ddp/distributed/detail/sliced_allreduce.cpp): the slicing against its
 // closed form, and sliced all-reduces over in-process ranks (tests/ddp/in_process_group.h) across
 // world sizes, sizes (0 included), dtypes and reduce ops against the exact results; the auto choice,
 // the environment variable, one collective record per all-reduce, and a bounded wait.
@@ -12,16 +12,16 @@
 #include <thread>
 #include <vector>
 
-#include "ddp/base/environment.h"
+#include "ddp/base/worker_variables.h"
 #include "ddp/base/error.h"
-#include "ddp/process_group.h"
-#include "ddp/sliced_allreduce.h"
+#include "ddp/distributed/process_group.h"
+#include "ddp/distributed/detail/sliced_allreduce.h"
 #include "tests/ddp/in_process_group.h"
 
 namespace {
 
-using ddp::allreduce_slices;
-using ddp::Slice;
+using ddp::detail::allreduce_slices;
+using ddp::detail::Slice;
 
 // Rank r's element i: (r + 1) * 1000 + i, exact in float32 for these sizes.
 torch::Tensor input_of(int rank, std::int64_t numel, torch::Dtype dtype) {
@@ -111,7 +111,7 @@ TEST_CASE("sliced all-reduce: exact results across world sizes, sizes, dtypes an
             // Asynchronous, with an op.
             torch::Tensor async = input_of(group.rank(), numel, dtype);
             auto work = group.allreduce_async(async, op, "test async");
-            const bool sliced = dynamic_cast<ddp::SlicedWork*>(work.get()) != nullptr;
+            const bool sliced = dynamic_cast<ddp::detail::SlicedWork*>(work.get()) != nullptr;
             (sliced ? s.sliced : s.unsliced) += 1;
             if (sliced != (numel * static_cast<std::int64_t>(c10::elementSize(dtype)) > kSliceBytes)) {
               s.wrong.push_back("sliced or not against the size: " + name);
@@ -196,7 +196,7 @@ TEST_CASE("slice size: auto slices only groups across hosts; explicit values; th
   CHECK_THROWS_AS(ddp::new_process_group(c10::make_intrusive<c10d::HashStore>(), 0, 1, options), ddp::InvalidArgument);
 
   const auto from_env = [](std::map<std::string, std::string> vars) {
-    return ddp::allreduce_slice_bytes_from_environment(ddp::EnvironmentSnapshot::from_map(std::move(vars)).lookup());
+    return ddp::detail::allreduce_slice_bytes_from_environment(ddp::EnvironmentSnapshot::from_map(std::move(vars)).lookup());
   };
   CHECK(from_env({}) == ddp::kAllreduceSliceAuto);
   CHECK(from_env({{"DDP_ALLREDUCE_SLICE_BYTES", "auto"}}) == ddp::kAllreduceSliceAuto);

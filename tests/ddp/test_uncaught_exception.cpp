@@ -1,4 +1,4 @@
-// ddp/uncaught_exception.h (See Note [Uncaught exceptions in a worker]): in a forked child, an
+// ddp/runtime/uncaught_exception.h (See Note [Uncaught exceptions in a worker]): in a forked child, an
 // exception that leaves the program after the handler is installed exits 1 and lands in the error
 // file; a termination without an exception still aborts.
 #include <catch2/catch.hpp>
@@ -12,8 +12,8 @@
 #include <string>
 #include <thread>
 
-#include "ddp/base/error_file.h"
-#include "ddp/uncaught_exception.h"
+#include "ddp/base/detail/error_file.h"
+#include "ddp/runtime/uncaught_exception.h"
 #include "tests/support/temp_dir.h"
 
 namespace {
@@ -52,7 +52,7 @@ TEST_CASE("uncaught exception: exit code 1 and the message in the error file", "
   });
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 1);
-  const auto error = ddp::read_error_file(error_file);
+  const auto error = ddp::detail::read_error_file(error_file);
   REQUIRE(error);
   CHECK(error->message == "Error opening images file at ./data/train-images-idx3-ubyte");
   CHECK(error->callstack.find("std::runtime_error") == 0);

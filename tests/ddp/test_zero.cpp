@@ -1,4 +1,4 @@
-// ZeroRedundancyOptimizer (ddp/zero_redundancy_optimizer.h) over in-process ranks: the parameters of
+// ZeroRedundancyOptimizer (ddp/optim/zero_redundancy_optimizer.h) over in-process ranks: the parameters of
 // the unsharded optimizer, the state sharded, checkpoints consolidated, resumed at another world size
 // and read by Python.
 #include <torch/torch.h>
@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "ddp/checkpoint.h"
-#include "ddp/distributed_data_parallel.h"
-#include "ddp/zero_redundancy_optimizer.h"
+#include "ddp/checkpoint/checkpoint.h"
+#include "ddp/parallel/distributed_data_parallel.h"
+#include "ddp/optim/zero_redundancy_optimizer.h"
 #include "tests/ddp/in_process_group.h"
 #include "tests/ddp/test_checkpoint_support.h"
 #include "tests/support/temp_dir.h"

@@ -1,7 +1,7 @@
 // The models, the dataset transforms and the DataParallel baseline (on CPU "devices").
 #include <torch/torch.h>
 
-#include "ddp/data_parallel.h"
+#include "ddp/parallel/data_parallel.h"
 #include "examples/data/image_dataset.h"
 #include "examples/models/lenet.h"
 #include "examples/models/resnet.h"

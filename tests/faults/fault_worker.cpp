@@ -36,12 +36,12 @@
 #include <string>
 #include <thread>
 
-#include "ddp/agent_channel.h"
-#include "ddp/checkpoint.h"
-#include "ddp/distributed_data_parallel.h"
+#include "ddp/runtime/agent_channel.h"
+#include "ddp/checkpoint/checkpoint.h"
+#include "ddp/parallel/distributed_data_parallel.h"
 #include "ddp/base/error.h"
-#include "ddp/process_group.h"
-#include "ddp/run_main.h"
+#include "ddp/distributed/process_group.h"
+#include "ddp/runtime/run_main.h"
 
 namespace fs = std::filesystem;
 

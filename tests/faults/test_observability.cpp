@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "ddp/agent_channel.h"
+#include "ddp/runtime/agent_channel.h"
 #include "launcher/channel/net.h"
 #include "tests/faults/fault_job.h"
 #include "tests/launcher/process_harness.h"

@@ -1,6 +1,6 @@
 // Fuzz entry of the checkpoint loader: MANIFEST (whole, and its parser past the end line), model.pt
 // (zip and pickle), trainer.pt (zip, and the pickle with the optimizer state of SGD and of Adam);
-// see Note [Fuzz inputs] in fuzz_entries.h. The pickle reader is ddp/pickle_reader.cpp (see
+// see Note [Fuzz inputs] in fuzz_entries.h. The pickle reader is ddp/checkpoint/detail/pickle_reader.cpp (see
 // Note [Reading PyTorch pickles] in pickle_reader.h).
 #include <sys/types.h>  // off_t, which in_memory_adapter.h uses without including it
 
@@ -14,9 +14,9 @@
 #include <stdexcept>
 
 #include "ddp/base/str.h"
-#include "ddp/checkpoint.h"
-#include "ddp/checkpoint_manifest.h"
-#include "ddp/trainer_state.h"
+#include "ddp/checkpoint/checkpoint.h"
+#include "ddp/checkpoint/detail/checkpoint_manifest.h"
+#include "ddp/checkpoint/detail/trainer_state.h"
 #include "tests/fuzz/fuzz_entries.h"
 
 namespace ddp::fuzz {
@@ -136,7 +136,7 @@ void load_trainer_pickle(const std::vector<uint8_t>& trainer_file, const uint8_t
   const fs::path file = root / "trainer.pt";
   write_file(file, zip.data(), zip.size());
   Trainer trainer;
-  read_trainer_state(file, &trainer.optimizer, torch::kCPU, /*restore_rng=*/true);
+  detail::read_trainer_state(file, &trainer.optimizer, torch::kCPU, /*restore_rng=*/true);
   touch(trainer.optimizer);
 }
 
@@ -179,8 +179,8 @@ Outcome checkpoint_entry(const uint8_t* data, size_t size, const fs::path& scrat
       case 4: {  // the MANIFEST's lines, with an end line that matches them (the parser past it)
         std::string text(reinterpret_cast<const char*>(content), content_size);
         if (!text.empty() && text.back() != '\n') text += '\n';
-        text += str("end ", std::count(text.begin(), text.end(), '\n'), " ", hex_digest(checksum_of(text)), "\n");
-        const Manifest manifest = parse_manifest(text, root / "MANIFEST");
+        text += str("end ", std::count(text.begin(), text.end(), '\n'), " ", detail::hex_digest(detail::checksum_of(text)), "\n");
+        const detail::Manifest manifest = detail::parse_manifest(text, root / "MANIFEST");
         for (const auto& file : manifest.files) {
           check(file.name.find('/') == std::string::npos && file.name != ".." && file.name != ".",
                 "MANIFEST names are plain file names");

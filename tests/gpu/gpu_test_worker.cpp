@@ -25,16 +25,16 @@
 #include <string>
 #include <thread>
 
-#include "ddp/checkpoint.h"
-#include "ddp/cuda_support.h"
-#include "ddp/data_parallel.h"
-#include "ddp/distributed_data_parallel.h"
-#include "ddp/base/environment.h"
+#include "ddp/checkpoint/checkpoint.h"
+#include "ddp/runtime/detail/cuda_support.h"
+#include "ddp/parallel/data_parallel.h"
+#include "ddp/parallel/distributed_data_parallel.h"
+#include "ddp/base/worker_variables.h"
 #include "ddp/base/error.h"
-#include "ddp/base/files.h"
-#include "ddp/process_group.h"
-#include "ddp/run_main.h"
-#include "ddp/sync_batch_norm.h"
+#include "ddp/base/detail/files.h"
+#include "ddp/distributed/process_group.h"
+#include "ddp/runtime/run_main.h"
+#include "ddp/parallel/sync_batch_norm.h"
 #include "examples/models/lenet.h"
 
 namespace {
@@ -220,7 +220,7 @@ int data_parallel(int gpus) {
 }
 
 int checkpoint(const std::string& dir) {
-  const int count = ddp::cuda::device_count();
+  const int count = ddp::detail::cuda::device_count();
   const torch::Device first(torch::kCUDA, 0), last(torch::kCUDA, static_cast<c10::DeviceIndex>(count - 1));
   torch::manual_seed(9);
   Mlp net(false);
@@ -248,7 +248,7 @@ int checkpoint(const std::string& dir) {
 int auto_gpus() {
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
   expect(visible != nullptr && *visible != '\0', "ddp_launch --gpus auto sets CUDA_VISIBLE_DEVICES");
-  expect(ddp::cuda::device_count() == 1, ddp::str("the worker sees one GPU, got ", ddp::cuda::device_count()));
+  expect(ddp::detail::cuda::device_count() == 1, ddp::str("the worker sees one GPU, got ", ddp::detail::cuda::device_count()));
   auto pg = init("auto");
   expect(pg->backend_name() == "nccl", "auto picks NCCL on a GPU");
   expect(pg->device() == torch::Device(torch::kCUDA, 0), "the worker binds its only GPU, cuda:0");
@@ -259,15 +259,15 @@ int auto_gpus() {
 int hold(const std::string& marker_dir, int seconds) {
   auto memory = torch::empty({64 << 20}, torch::TensorOptions().device(torch::kCUDA, 0));  // 256 MiB
   memory.fill_(1);
-  ddp::cuda::synchronize(memory.device());
+  ddp::detail::cuda::synchronize(memory.device());
   const auto marker = std::filesystem::path(marker_dir) / std::to_string(::getpid());
-  ddp::write_file_atomically(marker.string(), std::to_string(::getpid()) + "\n", 0644);
+  ddp::detail::write_file_atomically(marker.string(), std::to_string(::getpid()) + "\n", 0644);
   std::this_thread::sleep_for(std::chrono::seconds(seconds));
   return 0;
 }
 
 int env() {
-  const auto settings = ddp::cuda::parse_nccl_settings(ddp::process_environment());
+  const auto settings = ddp::detail::cuda::parse_nccl_settings(ddp::process_environment());
   expect(settings.nccl_variables.find("NCCL_DEBUG=INFO") != std::string::npos &&
              settings.nccl_variables.find("NCCL_SOCKET_IFNAME=lo") != std::string::npos,
          "NCCL_DEBUG and NCCL_SOCKET_IFNAME reach the worker, got '" + settings.nccl_variables + "'");
@@ -280,7 +280,7 @@ int run(int argc, char** argv) {
   const std::string command = argv[1];
   try {
     if (command == "count") {
-      std::cout << ddp::cuda::device_count() << " " << (ddp::cuda::built_with_cuda() ? 1 : 0) << "\n";
+      std::cout << ddp::detail::cuda::device_count() << " " << (ddp::detail::cuda::built_with_cuda() ? 1 : 0) << "\n";
       return 0;
     }
     if (command == "nccl_lenet") return nccl_lenet();

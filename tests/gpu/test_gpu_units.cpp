@@ -5,8 +5,8 @@
 
 #include <map>
 
-#include "ddp/checkpoint.h"
-#include "ddp/cuda_support.h"
+#include "ddp/checkpoint/checkpoint.h"
+#include "ddp/runtime/detail/cuda_support.h"
 #include "ddp/base/error.h"
 #include "tests/support/temp_dir.h"
 
@@ -32,7 +32,7 @@ std::string message_of(const std::function<void()>& f) {
 }  // namespace
 
 TEST_CASE("local rank -> CUDA device", "[gpu][units]") {
-  using ddp::cuda::local_device_index;
+  using ddp::detail::cuda::local_device_index;
   CHECK(local_device_index(0, 1, 1, std::nullopt) == 0);
   CHECK(local_device_index(3, 4, 4, std::nullopt) == 3);
   CHECK(local_device_index(1, 2, 8, std::string("0,1,2,3,4,5,6,7")) == 1);
@@ -49,7 +49,7 @@ TEST_CASE("local rank -> CUDA device", "[gpu][units]") {
 }
 
 TEST_CASE("NCCL settings from the environment", "[gpu][units]") {
-  using ddp::cuda::parse_nccl_settings;
+  using ddp::detail::cuda::parse_nccl_settings;
   const auto defaults = parse_nccl_settings(env_of({}));
   CHECK(defaults.async_error_handling == 3);
   CHECK_FALSE(defaults.blocking_wait);
@@ -74,13 +74,13 @@ TEST_CASE("NCCL settings from the environment", "[gpu][units]") {
 }
 
 TEST_CASE("CUDA helpers refuse CPU devices and say why", "[gpu][units]") {
-  CHECK_THAT(message_of([] { ddp::cuda::memory_stats(torch::kCPU); }), Catch::Contains("needs a CUDA device, got cpu"));
-  CHECK_NOTHROW(ddp::cuda::synchronize(torch::kCPU));
-  if (!ddp::cuda::built_with_cuda()) {
-    CHECK_THAT(message_of([] { ddp::cuda::reset_peak_memory_stats(torch::Device(torch::kCUDA, 0)); }),
+  CHECK_THAT(message_of([] { ddp::detail::cuda::memory_stats(torch::kCPU); }), Catch::Contains("needs a CUDA device, got cpu"));
+  CHECK_NOTHROW(ddp::detail::cuda::synchronize(torch::kCPU));
+  if (!ddp::detail::cuda::built_with_cuda()) {
+    CHECK_THAT(message_of([] { ddp::detail::cuda::reset_peak_memory_stats(torch::Device(torch::kCUDA, 0)); }),
                Catch::Contains("without CUDA"));
-  } else if (ddp::cuda::device_count() == 0) {
-    CHECK_THAT(message_of([] { ddp::cuda::memory_stats(torch::Device(torch::kCUDA, 0)); }),
+  } else if (ddp::detail::cuda::device_count() == 0) {
+    CHECK_THAT(message_of([] { ddp::detail::cuda::memory_stats(torch::Device(torch::kCUDA, 0)); }),
                Catch::Contains("does not exist"));
   }
 }

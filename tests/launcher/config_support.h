@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/base/environment.h"
+#include "ddp/base/worker_variables.h"
 #include "ddp/base/error.h"
 #include "launcher/config/config.h"
 

@@ -24,10 +24,10 @@
 #include <string>
 #include <vector>
 
-#include "ddp/agent_channel.h"
-#include "ddp/base/env_names.h"
-#include "ddp/base/error_file.h"
-#include "ddp/base/files.h"
+#include "ddp/runtime/agent_channel.h"
+#include "ddp/base/worker_variable_names.h"
+#include "ddp/base/detail/error_file.h"
+#include "ddp/base/detail/files.h"
 
 extern char** environ;
 
@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
     out << "pid=" << getpid() << "\n";
     for (int i = 0; i < argc; ++i) out << "argv=" << argv[i] << "\n";
     for (char** e = environ; *e != nullptr; ++e) out << "env:" << *e << "\n";
-    ddp::write_file_atomically(dir + "/rank" + std::to_string(g_rank) + ".attempt" + std::to_string(restart), out.str());
+    ddp::detail::write_file_atomically(dir + "/rank" + std::to_string(g_rank) + ".attempt" + std::to_string(restart), out.str());
   }
   for (const auto& t : value_of("--print")) std::printf("%s\n", t.c_str());
   for (const auto& t : value_of("--eprint")) std::fprintf(stderr, "%s\n", t.c_str());
@@ -105,10 +105,10 @@ int main(int argc, char** argv) {
   if (may_fail) {
     for (const auto& spec : value_of("--error-message")) {
       if (for_me(spec, v)) {
-        ddp::WorkerError error;
+        ddp::detail::WorkerError error;
         error.message = v;
         error.timestamp = static_cast<long long>(std::time(nullptr));
-        if (const std::string path = env_or(ddp::env::kErrorFile, ""); !path.empty()) ddp::write_error_file(path, error);
+        if (const std::string path = env_or(ddp::env::kErrorFile, ""); !path.empty()) ddp::detail::write_error_file(path, error);
       }
     }
   }

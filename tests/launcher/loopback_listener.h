@@ -6,7 +6,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "ddp/base/route.h"
+#include "ddp/base/detail/route.h"
 
 namespace ddp::launcher::testing {
 
@@ -17,7 +17,7 @@ struct LoopbackListener {
 
 inline LoopbackListener listen_on_free_loopback_port() {
   LoopbackListener listener;
-  listener.fd = ddp::listen_on_address("127.0.0.1", 0);
+  listener.fd = ddp::detail::listen_on_address("127.0.0.1", 0);
   REQUIRE(listener.fd >= 0);
   sockaddr_in where{};
   socklen_t len = sizeof where;

@@ -12,7 +12,7 @@
 #include <memory>
 #include <thread>
 
-#include "ddp/base/route.h"
+#include "ddp/base/detail/route.h"
 #include "loopback_listener.h"
 #include "launcher/channel/job_channel.h"
 #include "launcher/channel/job_coordinator.h"

@@ -11,7 +11,7 @@
 
 #include "launcher/config/config.h"
 #include "tests/launcher/config_support.h"
-#include "ddp/base/error_file.h"
+#include "ddp/base/detail/error_file.h"
 #include "launcher/resources/gpu_select.h"
 #include "launcher/hosts/hostlist.h"
 #include "launcher/process/line_splitter.h"
@@ -25,11 +25,11 @@ using namespace ddp::launcher;
 using namespace ddp::launcher::testing;
 using ddp::EnvironmentSnapshot;
 using ddp::UsageError;
-using ddp::WorkerError;
-using ddp::parse_error_json;
-using ddp::read_error_file;
-using ddp::format_error_json;
-using ddp::write_error_file;
+using ddp::detail::WorkerError;
+using ddp::detail::parse_error_json;
+using ddp::detail::read_error_file;
+using ddp::detail::format_error_json;
+using ddp::detail::write_error_file;
 
 namespace {
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "config_support.h"
-#include "ddp/base/route.h"
+#include "ddp/base/detail/route.h"
 #include "loopback_listener.h"
 #include "launcher/channel/job_channel.h"
 #include "launcher/channel/live_watch.h"

@@ -1,4 +1,4 @@
-// Unit tests of the heartbeat channel (ddp/agent_channel.h, launcher/observe/agent_socket.h) and of what the
+// Unit tests of the heartbeat channel (ddp/runtime/agent_channel.h, launcher/observe/agent_socket.h) and of what the
 // launcher makes of heartbeats: the hang watchdog's choice of stuck ranks and the Prometheus text.
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -14,7 +14,7 @@
 #include <map>
 #include <thread>
 
-#include "ddp/agent_channel.h"
+#include "ddp/runtime/agent_channel.h"
 #include "ddp/base/error.h"
 #include "launcher/observe/agent_socket.h"
 #include "launcher/observe/progress_board.h"

@@ -8,7 +8,7 @@
 //   the job's nodes, as with torchrun's c10d backend. An endpoint named by the serving host's own
 //   Debian name (127.0.1.1 there, its network address elsewhere) listens on every interface, and
 //   the address published below is never a loopback one while nnodes > 1 (See Note [Advertised
-//   address] in ddp/base/route.h; launcher/rendezvous/store_client.cpp chooses both).
+//   address] in ddp/base/detail/route.h; launcher/rendezvous/store_client.cpp chooses both).
 // - Node ranks: slots claimed with compareSet, each claim proved with the job's token; nothing a
 //   foreign client writes counts as a join (See Note [Rendezvous token] in rdzv_records.cpp). A node
 //   that finds every slot held by a launcher of this job is refused.
@@ -37,7 +37,7 @@
 #include <string>
 #include <thread>
 
-#include "ddp/base/store_values.h"
+#include "ddp/base/detail/store_values.h"
 #include "ddp/base/str.h"
 #include "launcher/rendezvous/plugin/plugin_api.h"
 #include "launcher/rendezvous/plugin/plugin_store.h"
@@ -47,8 +47,8 @@ namespace {
 
 namespace rdzv = ddp::launcher::rdzv;
 using Clock = std::chrono::steady_clock;
-using ddp::bytes_to_text;
-using ddp::to_bytes;
+using ddp::detail::bytes_to_text;
+using ddp::detail::to_bytes;
 
 using ddp::launcher::rdzv_plugin::claim;
 using ddp::launcher::rdzv_plugin::Handle;

@@ -76,7 +76,7 @@ typedef int (*ddp_rdzv_waiting_fn)(void* handle, int round);
 // --recovery live: marks the workers of the node `node_key` (their member ids start "<node_key>/";
 // or one worker's key "<node key>/local<L>") gone in the training's membership under `prefix`,
 // exactly once per worker and round (See Note
-// [Marking a lost node gone] in ddp/membership_keys.h; `first_round_workers`: how many it has
+// [Marking a lost node gone] in ddp/elastic/detail/membership_keys.h; `first_round_workers`: how many it has
 // before any round closed). Returns how many were marked (> 0), 0 when none of them is in the
 // training now, -2 when another launcher marked them first, -1 when the store is unreachable.
 typedef int (*ddp_rdzv_mark_gone_fn)(void* handle, const char* prefix, const char* node_key, int first_round_workers);

@@ -11,7 +11,7 @@
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
-#include "ddp/membership_keys.h"
+#include "ddp/elastic/detail/membership_keys.h"
 #include "launcher/rendezvous/plugin/plugin_store.h"
 #include "launcher/rendezvous/records.h"
 #include "launcher/rendezvous/rounds.h"
@@ -154,15 +154,15 @@ class Round {
       const rdzv::RoundStep step = rdzv::decide_round(rules_, view);
       if (step == rdzv::RoundStep::kClose) {
         const std::string record = rdzv::make_closed_record(token_, id_, round, joined);
-        store_.compareSet(rdzv::closed_key(id_, round), {}, ddp::to_bytes(record));
+        store_.compareSet(rdzv::closed_key(id_, round), {}, ddp::detail::to_bytes(record));
         continue;  // read back whichever close won
       }
       if (step == rdzv::RoundStep::kTimedOut) {
         const std::string key = rdzv::slot_key(rdzv::round_id(id_, round), slot);
-        store_.compareSet(key, ddp::to_bytes(claim_of(round, slot)), ddp::to_bytes("left"));
+        store_.compareSet(key, ddp::detail::to_bytes(claim_of(round, slot)), ddp::detail::to_bytes("left"));
         if (auto closed = closed_members(round); closed && rdzv::node_rank_in(*closed, slot) >= 0) {
           members = *closed;  // closed with this node just before it left: it is a member after all
-          store_.compareSet(key, ddp::to_bytes("left"), ddp::to_bytes(claim_of(round, slot)));
+          store_.compareSet(key, ddp::detail::to_bytes("left"), ddp::detail::to_bytes(claim_of(round, slot)));
           return true;
         }
         if (view.joins_running_job) {
@@ -193,7 +193,7 @@ class Round {
     const std::string rid = rdzv::round_id(id_, round);
     if (rank == 0) {
       store_.set(rdzv::master_key(rid),
-                 ddp::to_bytes(rdzv::make_master_record(token_, rid, {req_.advertise_addr, req_.advertise_port})));
+                 ddp::detail::to_bytes(rdzv::make_master_record(token_, rid, {req_.advertise_addr, req_.advertise_port})));
     }
     std::string problem;
     while (true) {
@@ -286,7 +286,7 @@ extern "C" __attribute__((visibility("default"))) int ddp_rdzv_mark_gone(void* o
   auto& handle = *static_cast<Handle*>(opaque);
   try {
     c10d::PrefixStore job(prefix, handle.store);
-    const auto mark = ddp::membership_keys::mark_node_gone(job, node_key, first_round_workers);
+    const auto mark = ddp::detail::membership_keys::mark_node_gone(job, node_key, first_round_workers);
     return mark.marked > 0 ? mark.marked : mark.already ? -2 : 0;
   } catch (const std::exception&) {
     return -1;

@@ -11,8 +11,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "ddp/base/route.h"
-#include "ddp/base/store_values.h"
+#include "ddp/base/detail/route.h"
+#include "ddp/base/detail/store_values.h"
 #include "ddp/base/str.h"
 #include "launcher/rendezvous/plugin/plugin_api.h"
 
@@ -42,26 +42,26 @@ inline std::string one_line(const std::exception& e) {
 
 inline std::optional<std::string> try_get(c10d::TCPStore& store, const std::string& key) {
   if (!store.check({key})) return std::nullopt;
-  return ddp::bytes_to_text(store.get(key));
+  return ddp::detail::bytes_to_text(store.get(key));
 }
 
 // Writes `mine` to `key` unless it holds a valid claim of another launcher; returns what the key
 // holds afterwards.
 inline std::string claim(c10d::TCPStore& store, const std::string& key, const std::string& mine,
                          const std::function<bool(const std::string&)>& is_launchers) {
-  std::string current = ddp::bytes_to_text(store.compareSet(key, {}, ddp::to_bytes(mine)));
+  std::string current = ddp::detail::bytes_to_text(store.compareSet(key, {}, ddp::detail::to_bytes(mine)));
   if (current == mine || is_launchers(current)) return current;
   // Foreign bytes or a launcher that left: take the slot over, unless someone else does first.
-  return ddp::bytes_to_text(store.compareSet(key, ddp::to_bytes(current), ddp::to_bytes(mine)));
+  return ddp::detail::bytes_to_text(store.compareSet(key, ddp::detail::to_bytes(current), ddp::detail::to_bytes(mine)));
 }
 
 // A client first waits, with a real deadline, for the store to accept connections: c10d's own
 // connect retries overshoot the timeout about twofold (See Note [Bounded connect to the master] in
-// ddp/base/route.h). Throws when nothing accepted a connection within --rdzv_timeout.
+// ddp/base/detail/route.h). Throws when nothing accepted a connection within --rdzv_timeout.
 inline c10::intrusive_ptr<c10d::TCPStore> open_store(const ddp_rdzv_request& req) {
   const auto timeout = std::chrono::milliseconds(static_cast<long long>(req.timeout_s * 1000));
   if (req.listen_fd < 0 &&
-      !ddp::wait_until_listening(req.endpoint_host, req.endpoint_port, std::chrono::steady_clock::now() + timeout)) {
+      !ddp::detail::wait_until_listening(req.endpoint_host, req.endpoint_port, std::chrono::steady_clock::now() + timeout)) {
     throw std::runtime_error("nothing accepted a connection there");
   }
   c10d::TCPStoreOptions opts;

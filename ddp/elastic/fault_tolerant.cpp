@@ -1,0 +1,365 @@
+// Live recovery: See Note [Live recovery] in ddp/elastic/fault_tolerant.h.
+#include "ddp/elastic/fault_tolerant.h"
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include <algorithm>
+
+#include "ddp/amp/grad_scaler.h"
+#include "ddp/base/error.h"
+#include "ddp/base/str.h"
+#include "ddp/elastic/detail/fault_tolerant_state.h"
+#include "ddp/checkpoint/detail/trainer_state.h"
+#include "ddp/optim/zero_redundancy_optimizer.h"
+
+namespace ddp {
+namespace {
+
+constexpr const char* kStateMagic = "ddp live state 1";
+
+// A hook state's entries that belong to one rank only (See Note [Live recovery]).
+bool per_rank_entry(const std::string& name) { return name.rfind("error.", 0) == 0; }
+
+}  // namespace
+
+FaultTolerant::FaultTolerant(c10::intrusive_ptr<c10d::Store> store, std::shared_ptr<MembershipSource> membership,
+                             FaultTolerantOptions options)
+    : store_(std::move(store)), source_(std::move(membership)), options_(std::move(options)) {
+  if (!store_) throw InvalidArgument("FaultTolerant: the store is null");
+  if (!source_) throw InvalidArgument("FaultTolerant: the membership source is null");
+  if (options_.min_world_size < 1) throw InvalidArgument("FaultTolerantOptions::min_world_size must be at least 1");
+  if (options_.max_recovery_attempts < 1) {
+    throw InvalidArgument("FaultTolerantOptions::max_recovery_attempts must be at least 1");
+  }
+  // A group of this process alone, so that DistributedDataParallel can be built before start().
+  group_ = new_process_group(c10::make_intrusive<c10d::HashStore>(), 0, 1, options_.group);
+}
+
+FaultTolerant::~FaultTolerant() {
+  {
+    std::lock_guard<std::mutex> lock(watch_mutex_);
+    watch_stopping_ = true;
+    watched_.reset();
+  }
+  watch_wakeup_.notify_all();
+  if (watch_thread_.joinable()) watch_thread_.join();
+  for (auto& releaser : releasers_) releaser.join();
+}
+
+// Note [Watching the round]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// A rank learns that a peer is gone from its collectives: a closed connection fails the wait in
+// progress at once, a silent peer after the group's timeout. Gloo does not always tell: in one run
+// of hosts.live_recovery on a loaded machine (its folder kept by BED_KEEP_FAILED), host 1's worker
+// was SIGKILLed during a step agreement of three ranks; rank 2 failed at once and went on to the
+// next round, but rank 0 sat in the same agreement for its whole 10 s timeout (both of its peers
+// were gone from the group, yet no error reached its wait), and the next round closed without it
+// after the 2 s settle timeout. The job went on without a live member, which then waited for a
+// round nobody came to. The membership knows sooner: the launcher marks a dead worker gone ("left"
+// of the next round), and a member that regroups arrives in the next round ("previous"). Either
+// means the round's group can complete no more collectives. So a watch thread asks
+// MembershipSource::round_abandoned every watch_interval (two store reads) and aborts the group
+// when it answers: the blocked wait ends within ProcessGroup::kAbortPollInterval with PeerLostError, the rank regroups and arrives in time, and the
+// round closes by its count instead of the settle timeout. A planned change (a joiner) triggers it
+// too, but every member has left the round's collectives by then, and a wait whose work completed
+// returns that (ddp/distributed/detail/collective_wait.cpp), so a step applied everywhere is not dropped. The watch
+// holds the group only between watch() (once it is built, before the state agreement, which a
+// death can block too) and unwatch() (before release_group() aborts and destroys it), and aborts it
+// under watch_mutex_, so it never aborts a group being destroyed.
+void FaultTolerant::watch(const std::shared_ptr<ProcessGroup>& group, std::uint64_t round) {
+  if (options_.watch_interval.count() <= 0) return;
+  std::lock_guard<std::mutex> lock(watch_mutex_);
+  watched_ = group;
+  watched_round_ = round;
+  if (!watch_thread_.joinable()) watch_thread_ = std::thread([this] { watch_loop(); });
+}
+
+void FaultTolerant::unwatch() {
+  std::lock_guard<std::mutex> lock(watch_mutex_);
+  watched_.reset();
+}
+
+void FaultTolerant::watch_loop() {
+  std::unique_lock<std::mutex> lock(watch_mutex_);
+  while (!watch_stopping_) {
+    watch_wakeup_.wait_for(lock, options_.watch_interval, [this] { return watch_stopping_; });
+    if (watch_stopping_ || !watched_) continue;
+    const std::shared_ptr<ProcessGroup> group = watched_;
+    const std::uint64_t round = watched_round_;
+    lock.unlock();
+    std::string why;
+    try {
+      why = source_->round_abandoned(round);
+    } catch (const std::exception&) {
+      why.clear();  // the store did not answer: the collectives say what happened
+    }
+    lock.lock();
+    if (why.empty() || watched_ != group || watched_round_ != round) continue;
+    group->abort(str(why, " (the membership watch)"));
+    watched_.reset();
+  }
+}
+
+void FaultTolerant::track_model(TrackedModel model) {
+  if (model_) throw InvalidArgument("FaultTolerant::track: one DistributedDataParallel model per FaultTolerant");
+  model_ = std::move(model);
+}
+void FaultTolerant::track(torch::optim::Optimizer& optimizer) {
+  if (dynamic_cast<ZeroRedundancyOptimizer*>(&optimizer) != nullptr) {
+    throw InvalidArgument("FaultTolerant::track: ZeroRedundancyOptimizer is not supported by live recovery yet (a "
+                          "lost rank's optimizer shard exists nowhere else); track the optimizer it wraps without "
+                          "ZeRO, or restart from a checkpoint");
+  }
+  optimizer_ = &optimizer;
+}
+void FaultTolerant::track(amp::GradScaler& scaler) { scaler_ = &scaler; }
+void FaultTolerant::track(const std::string& name, std::int64_t& counter) { counters_.emplace_back(name, &counter); }
+
+void FaultTolerant::start() {
+  if (has_state_) throw InvalidArgument("FaultTolerant::start: already started");
+  regroup("start");
+}
+
+bool FaultTolerant::step(const std::function<void()>& compute, const std::function<void()>& apply) {
+  if (!has_state_) throw InvalidArgument("FaultTolerant::step: call start() first");
+  bool change_pending = false;
+  try {
+    compute();
+    const bool pending = group_->rank() == 0 && source_->change_pending(membership_.round);
+    auto agreement = torch::tensor({step_, -step_, std::int64_t{pending ? 1 : 0}}, torch::kLong);
+    group_->allreduce(agreement, c10d::ReduceOp::MAX, "step agreement");
+    const auto* agreed = agreement.data_ptr<std::int64_t>();
+    if (agreed[0] != step_ || -agreed[1] != step_) {
+      throw MismatchError(str("live recovery: rank ", group_->rank(), " is at step ", step_,
+                              " but another rank is at step ", agreed[0] != step_ ? agreed[0] : -agreed[1],
+                              "; every rank must call step() once per step"));
+    }
+    change_pending = agreed[2] > 0;
+  } catch (const PeerLostError& error) {
+    regroup(str("a peer was lost at step ", step_, ": ", error.what()));
+    return false;
+  } catch (const TimeoutError& error) {
+    regroup(str("a collective timed out at step ", step_, ": ", error.what()));
+    return false;
+  }
+  apply();
+  ++step_;
+  if (change_pending) regroup("a process waits to join");
+  return true;
+}
+
+void FaultTolerant::recover() { regroup("recover() was called"); }
+
+// Note [Releasing an aborted group]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Releasing a Gloo backend joins its worker threads, and a thread blocked in a collective whose
+// peer went silent returns only at the group's timeout (Gloo's own, the same bound): a rank whose
+// wait ended early (abort(): See Note [Watching the round]) would sit in destroy() until then and
+// miss the next round anyway. So the group's backend, sub-groups and store go to a thread of their
+// own, which drops them whenever Gloo lets go; the rank regroups at once. Closing a backend's
+// connections is what tells the peers blocked in it (See Note [Aborting a group] in
+// ddp/distributed/process_group.cpp); a backend still blocked holds its connections until its timeout, as the
+// peers blocked in the same collective do. The destructor joins these threads: at most one group
+// timeout after the last recovery.
+void FaultTolerant::release_group() {
+  unwatch();
+  if (model_) model_->abandon();
+  if (group_) {
+    group_->abort();
+    if (auto resources = group_->take_resources()) {
+      releasers_.emplace_back([resources = std::move(resources)]() mutable { resources.reset(); });
+    }
+  }
+}
+
+void FaultTolerant::regroup(const std::string& why) {
+  const Logger& logger = group_->logger();
+  if (has_state_) logger.warn(str("live recovery at step ", step_, ": ", why));
+  last_regroup_reason_ = why;
+  std::string last_error;
+  for (int attempt = 1; attempt <= options_.max_recovery_attempts; ++attempt) {
+    release_group();
+    Membership next = source_->next(membership_.round, options_.membership_timeout);
+    if (next.world_size < options_.min_world_size) {
+      throw Error(str("live recovery: round ", next.round, " has ", next.world_size, " member(s), below the minimum of ",
+                      options_.min_world_size, " (FaultTolerantOptions::min_world_size); the job cannot go on: ",
+                      "restart it from its last checkpoint"));
+    }
+    membership_ = std::move(next);
+    if (!membership_.closed_by.empty()) group_->logger().info(str("live recovery: ", membership_.closed_by));
+    try {
+      try {
+        group_ = new_process_group(c10::make_intrusive<c10d::PrefixStore>(membership_.store_prefix, store_),
+                                   membership_.rank, membership_.world_size, options_.group);
+      } catch (const PeerLostError&) {
+        throw;
+      } catch (const CommunicationError& error) {  // a member left while the group connected
+        throw PeerLostError(str("building the group of round ", membership_.round, ": ", error.what()));
+      }
+      watch(group_, membership_.round);
+      if (options_.on_group_built) options_.on_group_built(*group_, membership_);
+      synchronize_state();
+      ++regroups_;
+      group_->logger().info(str("live recovery: round ", membership_.round, ", rank ", membership_.rank, " of ",
+                                membership_.world_size, ", at step ", step_));
+      if (options_.on_new_group) options_.on_new_group(*group_, membership_);
+      return;
+    } catch (const PeerLostError& error) {
+      last_error = error.what();
+    } catch (const TimeoutError& error) {
+      last_error = error.what();
+    }
+    group_->logger().warn(str("live recovery: round ", membership_.round, " failed (attempt ", attempt, " of ",
+                              options_.max_recovery_attempts, "): ", last_error));
+  }
+  throw Error(str("live recovery failed after ", options_.max_recovery_attempts,
+                  " rounds (FaultTolerantOptions::max_recovery_attempts); the last error: ", last_error));
+}
+
+void FaultTolerant::synchronize_state() {
+  if (model_) model_->reset(group_);
+  if (scaler_ != nullptr) scaler_->reset_process_group(group_);
+  // [steps applied, holds no state] of every rank.
+  const auto info = torch::tensor({step_, std::int64_t{has_state_ ? 0 : 1}}, torch::kLong);
+  const auto all = group_->allgather(info, "state agreement");
+  int source = -1;
+  std::int64_t best = -1;
+  for (int r = 0; r < group_->size(); ++r) {
+    const auto* entry = all[static_cast<std::size_t>(r)].data_ptr<std::int64_t>();
+    if (entry[1] == 0 && entry[0] > best) best = entry[0], source = r;
+  }
+  if (source < 0) source = 0;  // the job's start: nobody holds state yet, rank 0's becomes it
+  bool anyone_receives = false;
+  bool receive = false;
+  for (int r = 0; r < group_->size(); ++r) {
+    const auto* entry = all[static_cast<std::size_t>(r)].data_ptr<std::int64_t>();
+    const bool needs = r != source && (entry[1] != 0 || entry[0] < best);
+    anyone_receives = anyone_receives || needs;
+    if (r == group_->rank()) receive = needs;
+  }
+  if (anyone_receives) {
+    std::string bytes = group_->rank() == source ? encode_state() : std::string();
+    auto checksum = torch::tensor({static_cast<std::int64_t>(detail::fnv1a64(bytes))}, torch::kLong);
+    group_->broadcast(checksum, source, "state checksum");
+    group_->broadcast_bytes(bytes, source, "training state");
+    if (receive) {
+      const auto expected = static_cast<std::uint64_t>(checksum.item<std::int64_t>());
+      const auto arrived = detail::fnv1a64(bytes);
+      if (arrived != expected) {
+        throw CommunicationError(str("live recovery: the state from rank ", source, " arrived with checksum ", arrived,
+                                     " but was sent with ", expected, " (", bytes.size(), " bytes)"));
+      }
+      load_state(bytes, source);
+      const auto loaded = detail::fnv1a64(encode_state());
+      if (loaded != expected) {
+        throw MismatchError(str("live recovery: rank ", group_->rank(), " loaded the state of rank ", source,
+                                " but its own state now has checksum ", loaded, " instead of ", expected,
+                                ": the model, optimizer, scaler or hook differs from the source's (same "
+                                "model and optimizer types on every rank?)"));
+      }
+    }
+  }
+  has_state_ = true;
+}
+
+std::string FaultTolerant::encode_state() const {
+  detail::StateWriter out;
+  out.text(kStateMagic);
+  out.integer(step_);
+  out.integer(static_cast<std::int64_t>(counters_.size()));
+  for (const auto& [name, counter] : counters_) {
+    out.text(name);
+    out.integer(*counter);
+  }
+  const auto tensors = model_ ? model_->tensors() : std::vector<std::pair<std::string, torch::Tensor>>();
+  out.integer(static_cast<std::int64_t>(tensors.size()));
+  for (const auto& [name, tensor] : tensors) {
+    out.text(name);
+    out.tensor(tensor);
+  }
+  out.integer(optimizer_ != nullptr ? 1 : 0);
+  if (optimizer_ != nullptr) out.value(detail::optimizer_state_dict(*optimizer_));
+  out.integer(scaler_ != nullptr ? 1 : 0);
+  if (scaler_ != nullptr) {
+    const amp::GradScalerState s = scaler_->state_dict();
+    out.real(s.scale);
+    out.real(s.growth_factor);
+    out.real(s.backoff_factor);
+    out.integer(s.growth_interval);
+    out.integer(s.growth_tracker);
+  }
+  StateDict hook_state = model_ ? model_->hook().state() : StateDict();
+  std::vector<std::pair<std::string, torch::Tensor>> shared;
+  for (const auto& item : hook_state) {
+    if (!per_rank_entry(item.key())) shared.emplace_back(item.key(), item.value());
+  }
+  out.integer(static_cast<std::int64_t>(shared.size()));
+  for (const auto& [name, tensor] : shared) {
+    out.text(name);
+    out.tensor(tensor);
+  }
+  return out.bytes();
+}
+
+void FaultTolerant::load_state(const std::string& bytes, int source) {
+  detail::StateReader in(bytes, str("rank ", source));
+  const auto mismatch = [&](const std::string& what) {
+    throw MismatchError(str("live recovery: rank ", group_->rank(), " cannot load the state of rank ", source, ": ",
+                            what, " (every rank must track the same model, optimizer, scaler and counters)"));
+  };
+  if (in.text() != kStateMagic) in.fail("not a live recovery state");
+  const std::int64_t step = in.integer();
+  std::vector<std::int64_t> counters;
+  if (in.integer() != static_cast<std::int64_t>(counters_.size())) mismatch("another number of counters");
+  for (const auto& [name, counter] : counters_) {
+    if (in.text() != name) mismatch(str("counter '", name, "' is not the source's"));
+    counters.push_back(in.integer());
+  }
+  const auto tensors = model_ ? model_->tensors() : std::vector<std::pair<std::string, torch::Tensor>>();
+  if (in.integer() != static_cast<std::int64_t>(tensors.size())) mismatch("another number of parameters and buffers");
+  std::vector<torch::Tensor> values;
+  for (const auto& [name, tensor] : tensors) {
+    if (in.text() != name) mismatch(str("'", name, "' is not the source's parameter or buffer at its place"));
+    auto value = in.tensor();
+    if (value.scalar_type() != tensor.scalar_type() || value.sizes() != tensor.sizes()) {
+      mismatch(str("'", name, "' is ", value.scalar_type(), value.sizes(), " there, ", tensor.scalar_type(),
+                   tensor.sizes(), " here"));
+    }
+    values.push_back(std::move(value));
+  }
+  const bool has_optimizer = in.integer() != 0;
+  if (has_optimizer != (optimizer_ != nullptr)) mismatch("one side tracks an optimizer, the other not");
+  std::optional<detail::PickleValue> optimizer_state;
+  if (has_optimizer) optimizer_state = in.value();
+  const bool has_scaler = in.integer() != 0;
+  if (has_scaler != (scaler_ != nullptr)) mismatch("one side tracks a GradScaler, the other not");
+  amp::GradScalerState scaler_state;
+  if (has_scaler) {
+    scaler_state.scale = in.real();
+    scaler_state.growth_factor = in.real();
+    scaler_state.backoff_factor = in.real();
+    scaler_state.growth_interval = in.integer();
+    scaler_state.growth_tracker = in.integer();
+  }
+  StateDict hook_state;
+  const std::int64_t hook_entries = in.integer();
+  for (std::int64_t i = 0; i < hook_entries; ++i) {
+    std::string name = in.text();
+    hook_state.insert(std::move(name), in.tensor());
+  }
+  if (!in.at_end()) in.fail("bytes left after the state");
+  // Everything was read: now change this rank's state.
+  const torch::Device device = tensors.empty() ? torch::Device(torch::kCPU) : tensors.front().second.device();
+  {
+    torch::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < tensors.size(); ++i) tensors[i].second.copy_(values[i]);
+  }
+  if (optimizer_state) detail::load_optimizer_state_dict(*optimizer_, *optimizer_state, device, str("the state of rank ", source));
+  if (has_scaler) scaler_->load_state_dict(scaler_state);
+  if (model_ && (hook_entries > 0 || !model_->hook().state().is_empty())) model_->hook().load_state(hook_state);
+  for (std::size_t i = 0; i < counters_.size(); ++i) *counters_[i].second = counters[i];
+  step_ = step;
+}
+
+}  // namespace ddp

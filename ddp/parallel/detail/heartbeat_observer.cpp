@@ -1,0 +1,27 @@
+#include "ddp/parallel/detail/heartbeat_observer.h"
+
+#include <unistd.h>
+
+namespace ddp::detail {
+
+// Note [Heartbeat at forward]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The heartbeat goes out when a training forward outside no_sync() starts, saying "entering
+// iteration N" with the previous iteration's times. A rank that hangs between two iterations
+// (data loading, its own code) then stays at N-1 while the others, blocked in iteration N's
+// all-reduce, said N: the watchdog can tell the rank that holds the job up from those waiting.
+void HeartbeatObserver::on_training_forward(std::int64_t now_ns) {
+  if (!channel_.active()) return;
+  AgentMessage m;
+  m.flags = AgentMessage::kHasStep;
+  m.rank = rank_;
+  m.pid = static_cast<std::int32_t>(::getpid());
+  m.step = ++step_;
+  m.step_time_s = last_heartbeat_ns_ > 0 ? static_cast<double>(now_ns - last_heartbeat_ns_) / 1e9 : 0.0;
+  m.comm_time_s = static_cast<double>(last_comm_ns_) / 1e9;
+  m.timestamp_s = wall_seconds_now();
+  last_heartbeat_ns_ = now_ns;
+  channel_.send(m);
+}
+
+}  // namespace ddp::detail

@@ -1,0 +1,27 @@
+#pragma once
+// The heartbeat to ddp_launch as an observer of DistributedDataParallel's iterations (internal):
+// one datagram per training forward over the agent channel (see Note [Agent channel] in
+// ddp/base/agent_message.h and Note [Heartbeat at forward]).
+#include <cstdint>
+#include <utility>
+
+#include "ddp/runtime/agent_channel.h"
+#include "ddp/parallel/detail/iteration_observer.h"
+
+namespace ddp::detail {
+
+class HeartbeatObserver : public IterationObserver {
+ public:
+  HeartbeatObserver(AgentChannel channel, int rank) : channel_(std::move(channel)), rank_(rank) {}
+  void on_training_forward(std::int64_t now_ns) override;
+  void on_synchronized_backward(std::int64_t communication_ns) override { last_comm_ns_ = communication_ns; }
+
+ private:
+  AgentChannel channel_;
+  int rank_;
+  std::int64_t last_heartbeat_ns_ = 0;
+  std::int64_t last_comm_ns_ = 0;
+  std::int64_t step_ = 0;
+};
+
+}  // namespace ddp::detail

@@ -1,0 +1,19 @@
+#pragma once
+// Observers of DistributedDataParallel's iterations (internal, not installed): what watches the
+// training loop from outside the gradient path (the launcher's heartbeat, ddp/parallel/detail/heartbeat_observer.h)
+// is told where an iteration starts and what its communication took, and changes nothing.
+#include <cstdint>
+
+namespace ddp::detail {
+
+class IterationObserver {
+ public:
+  virtual ~IterationObserver() = default;
+  // A training forward outside no_sync() starts (at world size 1 too), at steady-clock `now_ns`.
+  virtual void on_training_forward(std::int64_t now_ns) = 0;
+  // A synchronized backward ended; its communication took `communication_ns` (first launch to
+  // the end of the last bucket's work).
+  virtual void on_synchronized_backward(std::int64_t communication_ns) = 0;
+};
+
+}  // namespace ddp::detail

@@ -1,0 +1,39 @@
+#pragma once
+// DistributedDataParallel's timing statistics (internal; the public figures are ddp/parallel/ddp_stats.h,
+// see Note [Timing statistics] there): the marks of one iteration and their running sums.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "ddp/parallel/ddp_stats.h"
+
+namespace ddp::detail {
+
+std::int64_t now_ns();  // steady clock
+
+class IterationStats {
+ public:
+  struct BucketTimes {
+    std::int64_t launch_ns = 0;
+    std::int64_t done_ns = 0;  // 0: unknown (taken as the end of backward)
+  };
+  void forward_started(std::int64_t ns) { forward_start_ns_ = ns; }
+  void forward_ended(std::int64_t ns) { forward_end_ns_ = ns; }
+  void gradient_ready(std::int64_t ns) { last_ready_ns_ = ns; }
+  std::int64_t last_ready_ns() const { return last_ready_ns_; }
+  void set_bucket_bytes(std::vector<std::size_t> bytes) { sums_.bucket_bytes = std::move(bytes); }
+  const std::vector<std::size_t>& bucket_bytes() const { return sums_.bucket_bytes; }
+
+  // Adds one synchronized iteration whose backward computed until `compute_end_ns` and waited for
+  // the buckets from `wait_start_ns`; returns its communication time (first launch to last end).
+  std::int64_t add_iteration(const std::vector<BucketTimes>& buckets, std::int64_t compute_end_ns,
+                             std::int64_t wait_start_ns);
+  // Averages over the iterations so far.
+  DdpStats averages() const;
+
+ private:
+  std::int64_t forward_start_ns_ = 0, forward_end_ns_ = 0, last_ready_ns_ = 0;
+  DdpStats sums_;
+};
+
+}  // namespace ddp::detail
