@@ -3,26 +3,13 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <ctime>
+#include <string>
 
 #include "ddp/base/error.h"
 
 namespace ddp::launcher {
-namespace {
-
-std::string format_time(std::chrono::system_clock::time_point t) {
-  const std::time_t secs = std::chrono::system_clock::to_time_t(t);
-  std::tm tm{};
-  ::gmtime_r(&secs, &tm);
-  char buf[64];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count() % 1000;
-  char out[80];
-  std::snprintf(out, sizeof out, "%s.%03dZ", buf, static_cast<int>(ms));
-  return out;
-}
-
-}  // namespace
 
 std::string describe_exit(const WorkerExit& e) {
   if (e.unreaped) return ddp::str("<not reaped after SIGKILL: pid ", e.pid, " state ", *e.unreaped, ">");
@@ -61,9 +48,11 @@ std::string signal_name(int sig) {
 // same pass died too close together for waitpid to order them: when every one of them wrote an
 // error file, the one written first (its mtime, in nanoseconds) wins; otherwise (a worker killed by
 // a signal writes none, and a mtime cannot be compared with a death nobody timed) the lowest rank.
-std::size_t root_cause_index(const std::vector<WorkerExit>& failures) {
-  DDP_CHECK(!failures.empty(), "root_cause_index needs at least one failure");
-  const auto key = [](const WorkerExit& e) { return std::make_pair(e.after_stop, e.observed_pass); };
+// The same rule picks the root host of a --hostfile job (Note [Root cause across hosts] in
+// launcher/hosts/remote_launch.cpp): the hosts' summary times in place of the error files' mtimes.
+std::size_t earliest_failure(const std::vector<FailureOrder>& failures) {
+  DDP_CHECK(!failures.empty(), "earliest_failure needs at least one failure");
+  const auto key = [](const FailureOrder& f) { return std::make_pair(f.after_stop, f.pass); };
   std::size_t best = 0;
   for (std::size_t i = 1; i < failures.size(); ++i) {
     if (key(failures[i]) < key(failures[best])) best = i;
@@ -73,15 +62,46 @@ std::size_t root_cause_index(const std::vector<WorkerExit>& failures) {
     if (key(failures[i]) == key(failures[best])) tied.push_back(i);
   }
   const bool all_timed = std::all_of(tied.begin(), tied.end(), [&](std::size_t i) {
-    return failures[i].error_written.has_value();
+    return failures[i].time.has_value();
   });
   const auto earlier = [&](std::size_t a, std::size_t b) {
-    const WorkerExit& x = failures[a];
-    const WorkerExit& y = failures[b];
-    if (all_timed && *x.error_written != *y.error_written) return *x.error_written < *y.error_written;
-    return x.rank < y.rank;
+    const FailureOrder& x = failures[a];
+    const FailureOrder& y = failures[b];
+    if (all_timed && *x.time != *y.time) return *x.time < *y.time;
+    return x.tie < y.tie;
   };
   return *std::min_element(tied.begin(), tied.end(), earlier);
+}
+
+std::size_t root_cause_index(const std::vector<WorkerExit>& failures) {
+  std::vector<FailureOrder> order;
+  order.reserve(failures.size());
+  for (const WorkerExit& e : failures) order.push_back({e.after_stop, e.observed_pass, e.error_written, e.rank});
+  return earliest_failure(order);
+}
+
+std::string format_failure_time(std::chrono::system_clock::time_point t) {
+  const std::time_t secs = std::chrono::system_clock::to_time_t(t);
+  std::tm tm{};
+  ::gmtime_r(&secs, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count() % 1000;
+  char out[80];
+  std::snprintf(out, sizeof out, "%s.%03dZ", buf, static_cast<int>(ms));
+  return out;
+}
+
+std::optional<std::chrono::system_clock::time_point> parse_failure_time(const std::string& text) {
+  std::tm tm{};
+  const char* rest = ::strptime(text.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
+  int ms = 0;
+  int used = 0;
+  if (rest == nullptr || std::sscanf(rest, ".%3d%n", &ms, &used) != 1 || used != 4 || std::string(rest + used) != "Z") {
+    return std::nullopt;
+  }
+  const std::time_t secs = ::timegm(&tm);
+  return std::chrono::system_clock::from_time_t(secs) + std::chrono::milliseconds(ms);
 }
 
 std::string format_failure_summary(const SupervisorResult& result, const std::string& host_name) {
@@ -108,7 +128,7 @@ std::string format_failure_summary(const SupervisorResult& result, const std::st
                   result.launcher_signal ? " (launcher received " + signal_name(*result.launcher_signal) + ")" : "", "\n");
   out += job;
   out += "Root cause (first observed failure):\n";
-  out += ddp::str("  time      : ", format_time(e.time), "\n");
+  out += ddp::str("  time      : ", format_failure_time(e.time), "\n");
   out += ddp::str("  host      : ", host_name, "\n");
   out += ddp::str("  rank      : ", e.rank, " (local_rank: ", e.local_rank, ")\n");
   out += ddp::str("  pid       : ", e.pid, "\n");

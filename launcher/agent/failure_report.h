@@ -45,9 +45,28 @@ struct SupervisorResult {
   std::vector<std::string> elsewhere;
 };
 
-// Which of an attempt's failures is the root cause (an index into failures, which must not be
-// empty): See Note [Root cause] in failure_report.cpp.
+// One failure as the root-cause rule sees it: a worker's (root_cause_index) or a host's (the hosts'
+// launcher, See Note [Root cause across hosts] in launcher/hosts/remote_launch.cpp).
+struct FailureOrder {
+  bool after_stop = false;  // seen after the launcher began stopping the group
+  int pass = 0;             // when it was seen, coarsely: the monitor loop's pass
+  // When it failed, precisely enough to order failures of one pass; compared only when every
+  // failure of that pass has one.
+  std::optional<std::chrono::system_clock::time_point> time;
+  int tie = 0;              // the last resort, lower first: a worker's rank, a host's order
+};
+
+// The root cause among failures (an index; failures must not be empty): See Note [Root cause] in
+// failure_report.cpp. The one rule for workers and for hosts.
+std::size_t earliest_failure(const std::vector<FailureOrder>& failures);
+
+// Which of an attempt's failures is the root cause: earliest_failure over the workers' exits.
 std::size_t root_cause_index(const std::vector<WorkerExit>& failures);
+
+// The summary's "time" line ("2026-12-02T03:04:05.678Z", UTC, milliseconds) and back; nothing
+// when the text is not such a time.
+std::string format_failure_time(std::chrono::system_clock::time_point t);
+std::optional<std::chrono::system_clock::time_point> parse_failure_time(const std::string& text);
 
 // torchrun-like failure summary text (several lines).
 std::string format_failure_summary(const SupervisorResult& result, const std::string& host_name);

@@ -399,28 +399,29 @@ void print_job_summary(HostGroup& group, const HostProcess* root, std::optional<
 // --shutdown_grace. Each host's own summary names the time of its first failure (Note [Root cause]
 // in failure_report.cpp), so the root cause is the failed host with the earliest such time (the
 // hosts' clocks agree to far better than a connection timeout on a cluster with NTP); hosts without
-// one (ssh itself failed, a launcher error) count from when their ssh ended, as does everything
-// when no summary gives a time.
-std::optional<std::string> failure_time(const HostProcess& p) {
+// one (ssh itself failed, a launcher error) come after every host with one, and among them the
+// first whose ssh ended wins, as it does when no summary gives a time. The choice is the workers'
+// rule (earliest_failure in launcher/agent/failure_report.h), fed with the hosts' times.
+std::optional<std::chrono::system_clock::time_point> failure_time(const HostProcess& p) {
   static const std::string kTimeField = "  time      : ";
   for (const std::string& line : p.summary) {
-    if (line.rfind(kTimeField, 0) == 0) return line.substr(kTimeField.size());  // ISO 8601, UTC: ordered as text
+    if (line.rfind(kTimeField, 0) == 0) return parse_failure_time(line.substr(kTimeField.size()));
   }
   return std::nullopt;
 }
 
+// The hosts in the workers' rule (earliest_failure): those whose summary gives a time come first
+// (pass 0) and the earliest of them wins; without any, the first to fail (the lowest tie).
 const HostProcess* root_cause(HostGroup& group, const HostProcess* first_failed) {
-  const HostProcess* best = nullptr;
-  std::optional<std::string> best_time;
+  std::vector<const HostProcess*> failed;
+  std::vector<FailureOrder> order;
   for (const HostProcess& p : group.procs()) {
     if (!p.exit_code || *p.exit_code == 0) continue;
     const auto time = failure_time(p);
-    if (time && (!best_time || *time < *best_time)) {
-      best = &p;
-      best_time = time;
-    }
+    failed.push_back(&p);
+    order.push_back({false, time ? 0 : 1, time, &p == first_failed ? 0 : static_cast<int>(failed.size())});
   }
-  return best != nullptr ? best : first_failed;
+  return failed.empty() ? first_failed : failed[earliest_failure(order)];
 }
 
 // Note [Stopping the hosts]

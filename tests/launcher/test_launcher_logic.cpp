@@ -611,6 +611,43 @@ TEST_CASE("root cause: the earliest failure; within one monitor pass, the first 
   SECTION("no failures is a programming error") { CHECK_THROWS_AS(root_cause_index({}), ddp::Error); }
 }
 
+TEST_CASE("root cause across hosts: the workers' rule over the hosts' summary times",
+          "[launcher][root_cause]") {
+  using std::chrono::milliseconds;
+  using std::chrono::system_clock;
+  const system_clock::time_point t0(milliseconds(1764644645123));  // 2025-12-02T03:04:05.123Z
+  SECTION("a summary's time reads back as written, to the millisecond") {
+    CHECK(format_failure_time(t0) == "2025-12-02T03:04:05.123Z");
+    REQUIRE(parse_failure_time(format_failure_time(t0)));
+    CHECK(*parse_failure_time(format_failure_time(t0)) == t0);
+    CHECK(*parse_failure_time("1999-12-31T23:59:59.007Z") < *parse_failure_time("2000-01-01T00:00:00.000Z"));
+  }
+  SECTION("what is not such a time is nothing") {
+    for (const char* text : {"", "yesterday", "2025-12-02T03:04:05Z", "2025-12-02T03:04:05.12Z",
+                             "2025-12-02T03:04:05.123", "2025-12-02T03:04:05.123Z trailing"}) {
+      INFO(text);
+      CHECK_FALSE(parse_failure_time(text));
+    }
+  }
+  // As root_cause in launcher/hosts/remote_launch.cpp builds them: a host with a time is pass 0,
+  // without one pass 1; the first host to fail has tie 0.
+  const auto host = [](std::optional<system_clock::time_point> time, int tie) {
+    return FailureOrder{false, time ? 0 : 1, time, tie};
+  };
+  SECTION("the earliest summary time wins over the host that failed first") {
+    CHECK(earliest_failure({host(t0 + milliseconds(40), 0), host(t0, 2), host(t0 + milliseconds(5), 3)}) == 1);
+  }
+  SECTION("a host without a time (ssh failed) loses to any host with one") {
+    CHECK(earliest_failure({host(std::nullopt, 0), host(t0 + milliseconds(900), 2)}) == 1);
+  }
+  SECTION("no host gives a time: the first to fail") {
+    CHECK(earliest_failure({host(std::nullopt, 3), host(std::nullopt, 0), host(std::nullopt, 2)}) == 1);
+  }
+  SECTION("equal times: the first to fail") {
+    CHECK(earliest_failure({host(t0, 2), host(t0, 0)}) == 1);
+  }
+}
+
 TEST_CASE("a worker not reaped after SIGKILL is reported with its state and ends the wait", "[launcher][unreaped]") {
   // See Note [Unreapable workers]. The injected waiter plays a sandbox that never reaps a worker
   // killed by a signal (it stays a zombie, state Z); workers that exit by themselves are reaped.
