@@ -66,7 +66,7 @@ void print_dry_run(const LaunchConfig& c, const NodeAssignment& node, const Loca
   std::string cmd;
   for (const auto& a : c.program_args) cmd += (cmd.empty() ? "" : " ") + quote_for_shell(a);
   for (const WorkerLaunch& w : plan_workers(c, node, local, run, 0)) {
-    const std::string prefix = rank_prefix(w.rank);
+    const std::string& prefix = w.console_prefix;
     std::printf("%scommand: %s (executable: %s)\n", prefix.c_str(), cmd.c_str(), c.program_path.c_str());
     std::string vars;
     for (const auto& [k, v] : w.launcher_set) {
@@ -133,6 +133,7 @@ int run(const LaunchConfig& c, const EnvironmentSnapshot& env) {
 
   RunContext run;
   run.inherited = env.vars;
+  run.host_name = this_host_name();
   run.inherited.erase("DDP_RDZV_TOKEN");  // the launchers' secret (See Note [Rendezvous token]), not the workers'
   if (c.dry_run) {
     NodeAssignment node = assignment_from_flags(c, local.nproc);  // binds and probes nothing

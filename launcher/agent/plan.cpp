@@ -5,6 +5,7 @@
 #include "ddp/base/worker_variable_names.h"
 #include "ddp/base/str.h"
 #include "launcher/agent/live_recovery.h"
+#include "launcher/process/line_splitter.h"
 #include "launcher/process/log_layout.h"
 
 namespace ddp::launcher {
@@ -74,6 +75,7 @@ std::vector<WorkerLaunch> plan_workers(const LaunchConfig& c, const NodeAssignme
     w.local_rank = lr;
     w.rank = rank;
     w.cpus = slot.cpus;
+    w.console_prefix = line_prefix(c.log_line_prefix_template, {c.role, rank, lr, run.host_name});
     w.env = worker_environment(run.inherited, node, slot);
     w.launcher_set = launcher_variables(node, slot);
     if (auto omp = omp_threads_default(run.inherited, local.nproc, slot)) w.launcher_set.emplace_back(ddp::env::kOmpNumThreads, *omp);

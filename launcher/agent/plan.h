@@ -31,6 +31,7 @@ struct WorkerLaunch {
   std::string filtered_stdout_log;
   std::string filtered_stderr_log;
   std::vector<int> cpus;          // pinned to these CPUs (See Note [CPU binding]); empty: inherited
+  std::string console_prefix;     // what its console lines start with (See Note [Log line prefix])
 };
 
 // This node's workers as resolved against the machine, once, at start-up.
@@ -45,6 +46,7 @@ struct RunContext {
   std::map<std::string, std::string> inherited;  // the launcher's environment
   std::string run_folder;                        // see Note [Log folders]; a placeholder in a dry run
   std::optional<std::string> agent_socket;       // DDP_AGENT_SOCKET, when the job is watched
+  std::string host_name;                         // this machine's, for ${hostname} in the line prefix
 };
 
 // The workers of `attempt` (0 for the first, then the restart count). Pure: creates nothing.

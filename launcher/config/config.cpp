@@ -66,6 +66,10 @@ constexpr FlagSpec kFlags[] = {
     {"log_dir", true, "Write DIR/<run id>_<random>/attempt_<k>/<rank>/{stdout,stderr}.log (a new folder per run)", nullptr},
     {"redirects", true, "Streams sent only to the log files: 0..3 or local_rank:0..3,...", "0"},
     {"tee", true, "Streams sent to the log files and the console: 0..3 or local_rank:0..3,...", "0"},
+    {"log_line_prefix_template", true,
+     "Prefix of the workers' console lines, with ${role_name}, ${rank}, ${local_rank}, ${hostname} "
+     "(default: $TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, else '[rank N]: ')",
+     nullptr},
     {"local_ranks_filter", true, "Show only these local ranks on the console, e.g. 0,1", nullptr},
     {"ranks_filter", true, "Show only these global ranks on the console, e.g. 0,8-15 (with --local_ranks_filter: both)",
      nullptr},
@@ -510,6 +514,9 @@ static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSn
     if (c.local_addr.empty()) throw UsageError("--local_addr is empty");
   }
   c.role = text("role");
+  c.log_line_prefix_template = given("log_line_prefix_template")
+                                   ? text("log_line_prefix_template")
+                                   : env.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE").value_or("");
   if (c.role.empty()) throw UsageError("--role is empty");
   if (c.node_rank && *c.node_rank >= c.nnodes) {
     throw UsageError(ddp::str("--node_rank ", *c.node_rank, " must be below --nnodes ", c.nnodes));

@@ -91,6 +91,9 @@ struct LaunchConfig {
   int metrics_port = 0;       // 0: no metrics server
   std::string metrics_addr = "127.0.0.1";
   // Output.
+  // torchrun's TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, or --log_line_prefix_template (See Note [Log
+  // line prefix] in launcher/process/line_splitter.cpp); empty: "[rank N]: ".
+  std::string log_line_prefix_template;
   std::string log_dir;  // empty: no per-worker log files (unless redirects need them)
   StreamSpec redirects;
   StreamSpec tee;

@@ -1,8 +1,66 @@
 #include "launcher/process/line_splitter.h"
 
+#include <cctype>
+#include <optional>
+
 namespace ddp::launcher {
 
 std::string rank_prefix(int global_rank) { return "[rank " + std::to_string(global_rank) + "]: "; }
+
+// Note [Log line prefix]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// torchrun's TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE (and our --log_line_prefix_template, which wins)
+// is a Python string.Template that torchrun expands with safe_substitute: ${name} or $name (name:
+// a letter or '_', then letters, digits, '_') becomes role_name, rank or local_rank (and here also
+// hostname); $$ becomes $; anything else, an unknown name included, stays as written. The result
+// precedes each line with nothing in between, as torchrun's header does ("[${rank}]:" gives
+// "[3]:line"). Without a template the prefix is "[rank N]: ".
+std::string line_prefix(const std::string& line_template, const LinePrefixFields& fields) {
+  if (line_template.empty()) return rank_prefix(fields.rank);
+  const auto value = [&](const std::string& name) -> std::optional<std::string> {
+    if (name == "role_name") return fields.role_name;
+    if (name == "rank") return std::to_string(fields.rank);
+    if (name == "local_rank") return std::to_string(fields.local_rank);
+    if (name == "hostname") return fields.hostname;
+    return std::nullopt;
+  };
+  const auto starts_name = [](char ch) { return std::isalpha(static_cast<unsigned char>(ch)) || ch == '_'; };
+  const auto in_name = [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'; };
+  std::string out;
+  for (std::size_t i = 0; i < line_template.size(); ++i) {
+    const char ch = line_template[i];
+    if (ch != '$' || i + 1 == line_template.size()) {
+      out += ch;
+      continue;
+    }
+    const char next = line_template[i + 1];
+    if (next == '$') {
+      out += '$';
+      ++i;
+      continue;
+    }
+    std::size_t begin = i + 1;
+    std::size_t end = begin;
+    bool braced = false;
+    if (next == '{') {
+      braced = true;
+      begin = end = i + 2;
+    }
+    if (end < line_template.size() && starts_name(line_template[end])) {
+      while (end < line_template.size() && in_name(line_template[end])) ++end;
+    }
+    const bool closed = !braced || (end < line_template.size() && line_template[end] == '}');
+    const std::optional<std::string> replacement =
+        end > begin && closed ? value(line_template.substr(begin, end - begin)) : std::nullopt;
+    if (!replacement) {
+      out += ch;  // safe_substitute: left as written
+      continue;
+    }
+    out += *replacement;
+    i = braced ? end : end - 1;
+  }
+  return out;
+}
 
 bool is_progress_piece(std::string_view piece) { return !piece.empty() && piece.back() == '\r'; }
 

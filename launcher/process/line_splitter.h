@@ -6,8 +6,18 @@
 
 namespace ddp::launcher {
 
-// The one console prefix of a worker's lines: "[rank 3]: ".
+// The default console prefix of a worker's lines: "[rank 3]: ".
 std::string rank_prefix(int global_rank);
+
+// What a worker's console lines start with. See Note [Log line prefix] in line_splitter.cpp.
+struct LinePrefixFields {
+  std::string role_name;
+  int rank = 0;
+  int local_rank = 0;
+  std::string hostname;
+};
+// The template expanded (empty: rank_prefix(fields.rank)).
+std::string line_prefix(const std::string& line_template, const LinePrefixFields& fields);
 
 // Note [Progress lines]
 // ~~~~~~~~~~~~~~~~~~~~~

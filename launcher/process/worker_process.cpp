@@ -53,11 +53,11 @@ int create_log(const std::string& path) {
   return ddp::detail::create_new_file(path, 0600, /*append=*/true).release();
 }
 
-void setup_stream(OutputStream& s, int console_fd, int rank) {
+void setup_stream(OutputStream& s, int console_fd, int rank, const std::string& prefix) {
   ::fcntl(s.fd, F_SETFL, ::fcntl(s.fd, F_GETFL) | O_NONBLOCK);
   s.console_fd = console_fd;
   s.console_is_terminal = console_fd >= 0 && ::isatty(console_fd) == 1;
-  s.prefix = rank_prefix(rank);
+  s.prefix = prefix.empty() ? rank_prefix(rank) : prefix;  // a WorkerLaunch not from plan_workers: the default
   s.rank = rank;
 }
 
@@ -200,8 +200,8 @@ pid_t start_worker(const std::string& program_path, const std::vector<std::strin
   const SpawnedProcess child = spawn_process(options);
   out.fd = child.stdout_fd;
   err.fd = child.stderr_fd;
-  setup_stream(out, launch.stdout_to_console ? STDOUT_FILENO : -1, launch.rank);
-  setup_stream(err, launch.stderr_to_console ? STDERR_FILENO : -1, launch.rank);
+  setup_stream(out, launch.stdout_to_console ? STDOUT_FILENO : -1, launch.rank, launch.console_prefix);
+  setup_stream(err, launch.stderr_to_console ? STDERR_FILENO : -1, launch.rank, launch.console_prefix);
   return child.pid;
 }
 

@@ -429,6 +429,26 @@ TEST_CASE("--ranks_filter 0,8-15 of 16 workers shows exactly those global ranks"
   CHECK(count_lines(backwards.err) == 1);
 }
 
+TEST_CASE("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE and --log_line_prefix_template set the console prefix",
+          "[process][logs]") {
+  const auto from_env = run_launcher(with_worker({"--nproc_per_node", "2", "--master_port", "0", "--role", "trainer"},
+                                                 {"--print", "hello", "--eprint", "oops"}),
+                                     {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[${role_name}${local_rank}|$rank]:"}});
+  CHECK(from_env.exit_code == 0);
+  CHECK(count_of(from_env.out, "[trainer0|0]:hello\n") == 1);
+  CHECK(count_of(from_env.out, "[trainer1|1]:hello\n") == 1);
+  CHECK(count_of(from_env.err, "[trainer1|1]:oops\n") == 1);
+  CHECK(from_env.out.find("[rank ") == std::string::npos);
+  // The flag wins over the variable; ${hostname} is this machine's name.
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const auto from_flag = run_launcher(with_worker({"--nproc_per_node", "1", "--master_port", "0",
+                                                   "--log_line_prefix_template", "<${hostname} ${rank}> "},
+                                                  {"--print", "hello"}),
+                                      {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[${rank}]:"}});
+  CHECK(from_flag.out == std::string("<") + host + " 0> hello\n");
+}
+
 TEST_CASE("--dry_run prints commands and environments and starts nothing", "[process][dry_run]") {
   TempDir dir;
   const auto outcome = run_launcher(with_worker({"--nproc_per_node", "2", "--nnodes", "2", "--node_rank", "1",

@@ -71,3 +71,15 @@ TEST_CASE("live progress: one line per rank at the bottom, whole lines printed a
   CHECK(plain.before.empty());
   CHECK(plain.after.empty());
 }
+
+TEST_CASE("the log line prefix: torchrun's template, expanded as Python's safe_substitute", "[launcher][logs]") {
+  using ddp::launcher::line_prefix;
+  const ddp::launcher::LinePrefixFields fields{"trainer", 12, 3, "node7"};
+  CHECK(line_prefix("", fields) == "[rank 12]: ");
+  CHECK(line_prefix("[${role_name}${local_rank}]:", fields) == "[trainer3]:");
+  CHECK(line_prefix("[$rank|$local_rank@${hostname}] ", fields) == "[12|3@node7] ");
+  CHECK(line_prefix("$rank_x ${rankx} $Rank", fields) == "$rank_x ${rankx} $Rank");  // unknown names stay
+  CHECK(line_prefix("$$rank ${rank", fields) == "$rank ${rank");                    // $$ is $; unclosed stays
+  CHECK(line_prefix("cost $5 $ ${} $", fields) == "cost $5 $ ${} $");                // not a name: as written
+  CHECK(line_prefix("${rank}${rank}", fields) == "1212");
+}
