@@ -82,6 +82,7 @@ SupervisorOptions supervisor_options(const LaunchConfig& c, const std::string& h
   options.host_name = host_name;
   options.forwarded_signals = c.forwarded_signals;
   options.duplicate_stdout_filters = c.duplicate_stdout_filters;
+  options.collapse_window_s = c.collapse_window_s;
   options.duplicate_stderr_filters = c.duplicate_stderr_filters;
   options.round_timeout_s = c.rdzv_timeout_s;
   options.hang_timeout_s = c.hang_timeout_s;

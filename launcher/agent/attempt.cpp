@@ -79,9 +79,19 @@ class Attempt {
  public:
   Attempt(const SupervisorOptions& options, SignalPipe& signals, int attempt, std::vector<WorkerLaunch> launches)
       : options_(options), signals_(signals), attempt_(attempt) {
+    int shown_out = 0;
+    int shown_err = 0;
     for (auto& l : launches) {
+      shown_out += l.stdout_to_console ? 1 : 0;
+      shown_err += l.stderr_to_console ? 1 : 0;
       workers_.emplace_back();
       workers_.back().launch = std::move(l);
+    }
+    if (options_.collapse_window_s > 0) {  // See Note [Collapsed lines]
+      const std::chrono::milliseconds window(static_cast<long long>(options_.collapse_window_s * 1000));
+      collapse_out_.emplace(STDOUT_FILENO, shown_out, window);
+      collapse_err_.emplace(STDERR_FILENO, shown_err, window);
+      terminal_progress_.reset();
     }
   }
 
@@ -122,6 +132,7 @@ class Attempt {
       if (reap_deadline_ && Clock::now() >= *reap_deadline_) give_up_on_unreaped();
       if (running_count() == 0) break;
       wait_for_events(next_timeout_ms());
+      flush_collapsed(false);
     }
     if (options_.progress != nullptr) options_.progress->supervision_ended();
     drain_output();
@@ -162,6 +173,8 @@ class Attempt {
     w.err.filtered_fd = filtered_err;
     w.err.filters = &options_.duplicate_stderr_filters;
     w.out.live = w.err.live = terminal_progress_ ? &*terminal_progress_ : nullptr;  // See Note [Progress on a terminal]
+    w.out.collapser = collapse_out_ ? &*collapse_out_ : nullptr;
+    w.err.collapser = collapse_err_ ? &*collapse_err_ : nullptr;
     w.running = true;
   }
 
@@ -247,8 +260,19 @@ class Attempt {
     return static_cast<int>(std::count_if(workers_.begin(), workers_.end(), [](const Worker& w) { return w.running; }));
   }
 
+  void flush_collapsed(bool all) {
+    for (auto* c : {&collapse_out_, &collapse_err_}) {
+      if (!*c) continue;
+      if (all) (*c)->flush_all();
+      else (*c)->flush_due(Clock::now());
+    }
+  }
+
   int next_timeout_ms() const {
     int ms = std::max(1, static_cast<int>(options_.monitor_interval_s * 1000));
+    for (const auto* c : {&collapse_out_, &collapse_err_}) {  // a held line leaves on time
+      if (*c && (*c)->ms_until_due(Clock::now()) >= 0) ms = std::min(ms, (*c)->ms_until_due(Clock::now()));
+    }
     if (options_.link != nullptr || options_.membership_change) ms = std::min(ms, 250);  // its pings (See Note [Coordinated restarts])
     const auto until = [&](Clock::time_point deadline) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
@@ -453,11 +477,15 @@ class Attempt {
       w.out.finish();
       w.err.finish();
     }
+    flush_collapsed(true);
   }
 
   const SupervisorOptions& options_;
   SignalPipe& signals_;
   int attempt_;
+  // --collapse_lines, one per console stream; declared before workers_: outlives their streams.
+  std::optional<LineCollapser> collapse_out_;
+  std::optional<LineCollapser> collapse_err_;
   std::map<std::string, ddp::detail::FileDescriptor> filtered_files_;  // declared before workers_: outlives their streams
   // When the launcher's stdout is a terminal (See Note [Progress on a terminal]); before workers_ too.
   std::optional<TerminalProgress> terminal_progress_ =

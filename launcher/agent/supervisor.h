@@ -40,6 +40,7 @@ struct SupervisorOptions {
   std::vector<int> forwarded_signals;
   // --duplicate_stdout_filters / --duplicate_stderr_filters (see WorkerLaunch::filtered_stdout_log).
   std::vector<std::string> duplicate_stdout_filters;
+  double collapse_window_s = 0;  // --collapse_lines (See Note [Collapsed lines]); 0: off
   std::vector<std::string> duplicate_stderr_filters;
   // See Note [Unreapable workers] in launcher/agent/attempt.cpp: how long after SIGKILL a worker may stay
   // unreaped before the launcher reports it and gives up on it.

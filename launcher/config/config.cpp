@@ -70,6 +70,10 @@ constexpr FlagSpec kFlags[] = {
      "Prefix of the workers' console lines, with ${role_name}, ${rank}, ${local_rank}, ${hostname} "
      "(default: $TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, else '[rank N]: ')",
      nullptr},
+    {"collapse_lines", true,
+     "Hold each console line up to SECONDS for the same line from other ranks and print it once, as "
+     "[ranks 0-63]: ... (0: off; the log files keep every line), e.g. 0.5",
+     "0"},
     {"local_ranks_filter", true, "Show only these local ranks on the console, e.g. 0,1", nullptr},
     {"ranks_filter", true, "Show only these global ranks on the console, e.g. 0,8-15 (with --local_ranks_filter: both)",
      nullptr},
@@ -514,6 +518,10 @@ static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSn
     if (c.local_addr.empty()) throw UsageError("--local_addr is empty");
   }
   c.role = text("role");
+  c.collapse_window_s = parse_seconds_flag("--collapse_lines", text("collapse_lines"));
+  if (c.collapse_window_s > 60) {  // a console line held longer is no longer a console line
+    throw UsageError(ddp::str("--collapse_lines ", text("collapse_lines"), ": at most 60 seconds; 0.3-1 suits ranks in step"));
+  }
   c.log_line_prefix_template = given("log_line_prefix_template")
                                    ? text("log_line_prefix_template")
                                    : env.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE").value_or("");

@@ -94,6 +94,8 @@ struct LaunchConfig {
   // torchrun's TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, or --log_line_prefix_template (See Note [Log
   // line prefix] in launcher/process/line_splitter.cpp); empty: "[rank N]: ".
   std::string log_line_prefix_template;
+  // --collapse_lines SECONDS (0: off): See Note [Collapsed lines] in launcher/process/line_collapser.cpp.
+  double collapse_window_s = 0;
   std::string log_dir;  // empty: no per-worker log files (unless redirects need them)
   StreamSpec redirects;
   StreamSpec tee;

@@ -158,7 +158,9 @@ void OutputStream::emit(std::string_view line) {
   out.reserve(prefix.size() + line.size());
   out += prefix;
   out += line;
-  if (live != nullptr && console_is_terminal) {  // See Note [Progress on a terminal]
+  if (collapser != nullptr && console_fd >= 0 && !is_progress_piece(line)) {  // See Note [Collapsed lines]
+    collapser->add(rank, line, prefix, LineCollapser::Clock::now());
+  } else if (live != nullptr && console_is_terminal) {  // See Note [Progress on a terminal]
     if (is_progress_piece(line)) {
       write_or_drop(STDOUT_FILENO, live->update(rank, std::string_view(out).substr(0, out.size() - 1)));
     } else {

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "launcher/process/line_collapser.h"
 #include "launcher/process/line_splitter.h"
 #include "launcher/process/terminal_progress.h"
 #include "launcher/agent/plan.h"
@@ -56,6 +57,8 @@ struct OutputStream {
   // attempt, shared by the workers); -1: none.
   int filtered_fd = -1;
   const std::vector<std::string>* filters = nullptr;
+  // --collapse_lines: console lines go through the attempt's collapser (See Note [Collapsed lines]).
+  LineCollapser* collapser = nullptr;
 
   void close_all();
   // Reads what is there; returns false at EOF (or error).

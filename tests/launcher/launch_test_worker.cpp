@@ -4,6 +4,7 @@
 //   --ignore-sigterm        ignore SIGTERM
 //   --mark-sigterm          on SIGTERM write DIR/sigterm<RANK>, then exit 0
 //   --print TEXT / --eprint TEXT / --print-partial TEXT   write to stdout / stderr / stdout without '\n'
+//   --print-ranked TEXT     write "TEXT <RANK>" to stdout (after the --print lines)
 //   --error-message R:MSG   rank R writes MSG into TORCHELASTIC_ERROR_FILE (torchrun's format)
 //   --sleep R:SECONDS       rank R sleeps ("*" for every rank)
 //   --steps R:N             rank R sends heartbeats for steps 1..N through DDP_AGENT_SOCKET, 50 ms apart
@@ -98,6 +99,7 @@ int main(int argc, char** argv) {
   }
   for (const auto& t : value_of("--print")) std::printf("%s\n", t.c_str());
   for (const auto& t : value_of("--eprint")) std::fprintf(stderr, "%s\n", t.c_str());
+  for (const auto& t : value_of("--print-ranked")) std::printf("%s %d\n", t.c_str(), g_rank);
   for (const auto& t : value_of("--print-partial")) std::printf("%s", t.c_str());
   std::fflush(stdout);
   std::fflush(stderr);

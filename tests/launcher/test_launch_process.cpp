@@ -449,6 +449,28 @@ TEST_CASE("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE and --log_line_prefix_template 
   CHECK(from_flag.out == std::string("<") + host + " 0> hello\n");
 }
 
+TEST_CASE("--collapse_lines with 16 workers: one line for what all print alike, the rest per rank",
+          "[process][logs]") {
+  const auto outcome = run_launcher(with_worker({"--nproc_per_node", "16", "--master_port", "0", "--collapse_lines", "20"},
+                                                {"--print", "epoch 1", "--print-ranked", "loss of", "--eprint", "oops"}),
+                                    {}, 60s);
+  CHECK(outcome.exit_code == 0);
+  CHECK(count_of(outcome.out, "[ranks 0-15]: epoch 1\n") == 1);
+  CHECK(outcome.out.find("[rank 3]: epoch 1") == std::string::npos);
+  CHECK(count_of(outcome.err, "[ranks 0-15]: oops\n") == 1);
+  for (int rank = 0; rank < 16; ++rank) {  // the differing lines keep their rank, after the shared line
+    INFO("rank " << rank);
+    const std::string own = "[rank " + std::to_string(rank) + "]: loss of " + std::to_string(rank) + "\n";
+    CHECK(count_of(outcome.out, own) == 1);
+    CHECK(outcome.out.find(own) > outcome.out.find("epoch 1"));
+  }
+  CHECK(count_lines(outcome.out) == 17);
+  const auto too_long = run_launcher(with_worker({"--collapse_lines", "61"}, {}));
+  CHECK(too_long.exit_code == 2);
+  CHECK_THAT(too_long.err, Catch::Contains("--collapse_lines 61: at most 60 seconds"));
+  CHECK(count_lines(too_long.err) == 1);
+}
+
 TEST_CASE("--dry_run prints commands and environments and starts nothing", "[process][dry_run]") {
   TempDir dir;
   const auto outcome = run_launcher(with_worker({"--nproc_per_node", "2", "--nnodes", "2", "--node_rank", "1",

@@ -1,9 +1,14 @@
-// launcher/process/line_splitter.h and launcher/process/terminal_progress.h: '\r' progress updates (See Note [Progress lines]).
+// launcher/process/line_splitter.h and launcher/process/terminal_progress.h: '\r' progress updates (See Note
+// [Progress lines]); launcher/process/line_collapser.h: --collapse_lines.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include <string>
 #include <vector>
 
+#include "launcher/process/line_collapser.h"
 #include "launcher/process/line_splitter.h"
 #include "launcher/process/terminal_progress.h"
 
@@ -82,4 +87,45 @@ TEST_CASE("the log line prefix: torchrun's template, expanded as Python's safe_s
   CHECK(line_prefix("$$rank ${rank", fields) == "$rank ${rank");                    // $$ is $; unclosed stays
   CHECK(line_prefix("cost $5 $ ${} $", fields) == "cost $5 $ ${} $");                // not a name: as written
   CHECK(line_prefix("${rank}${rank}", fields) == "1212");
+}
+
+TEST_CASE("--collapse_lines: a line several ranks print alike leaves once, each rank's lines in order",
+          "[launcher][logs]") {
+  using ddp::launcher::format_rank_ranges;
+  using ddp::launcher::LineCollapser;
+  CHECK(format_rank_ranges({5, 0, 1, 2, 3, 7, 8}) == "0-3,5,7-8");
+  CHECK(format_rank_ranges({4}) == "4");
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  const auto read_all = [&] {
+    std::string out;
+    char buf[4096];
+    ::fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+    return out;
+  };
+  const auto t0 = LineCollapser::Clock::now();
+  const auto prefix = [](int rank) { return "[rank " + std::to_string(rank) + "]: "; };
+  {
+    LineCollapser c(fds[1], 4, std::chrono::milliseconds(300));
+    c.add(0, "epoch 1\n", prefix(0), t0);
+    c.add(2, "epoch 1\n", prefix(2), t0);
+    c.add(1, "only me\n", prefix(1), t0);
+    CHECK(read_all().empty());  // held: waiting for its twins
+    CHECK(c.ms_until_due(t0) > 0);
+    c.add(1, "epoch 1\n", prefix(1), t0);  // after its own "only me": a group of its own, not the first
+    c.add(3, "epoch 1\n", prefix(3), t0);
+    c.flush_due(t0 + std::chrono::milliseconds(301));
+    CHECK(read_all() == "[ranks 0,2-3]: epoch 1\n[rank 1]: only me\n[rank 1]: epoch 1\n");
+    c.add(0, "done\n", prefix(0), t0);
+    c.add(1, "done\n", prefix(1), t0);
+    c.add(2, "done\n", prefix(2), t0);
+    c.add(3, "done\n", prefix(3), t0);  // every rank: out at once, no waiting
+    CHECK(read_all() == "[ranks 0-3]: done\n");
+    CHECK(c.ms_until_due(t0) == -1);
+    c.add(2, "last words\n", prefix(2), t0);
+  }  // destroyed: what is held goes out
+  CHECK(read_all() == "[rank 2]: last words\n");
+  ::close(fds[0]);
+  ::close(fds[1]);
 }
