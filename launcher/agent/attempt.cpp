@@ -271,7 +271,8 @@ class Attempt {
   int next_timeout_ms() const {
     int ms = std::max(1, static_cast<int>(options_.monitor_interval_s * 1000));
     for (const auto* c : {&collapse_out_, &collapse_err_}) {  // a held line leaves on time
-      if (*c && (*c)->ms_until_due(Clock::now()) >= 0) ms = std::min(ms, (*c)->ms_until_due(Clock::now()));
+      const int due = *c ? (*c)->ms_until_due(Clock::now()) : -1;
+      if (due >= 0) ms = std::min(ms, due);
     }
     if (options_.link != nullptr || options_.membership_change) ms = std::min(ms, 250);  // its pings (See Note [Coordinated restarts])
     const auto until = [&](Clock::time_point deadline) {
