@@ -4,7 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include "ddp/base/str.h"
-#include "launcher/rendezvous/elastic_rendezvous.h"
+#include "launcher/rendezvous/store_rendezvous.h"
 #include "launcher/rendezvous/rendezvous.h"
 #include "launcher/channel/job_channel.h"
 #include "launcher/channel/job_link.h"

@@ -14,7 +14,7 @@
 #include "ddp/base/error.h"
 #include "ddp/base/detail/route.h"
 #include "ddp/base/str.h"
-#include "launcher/rendezvous/elastic_rendezvous.h"
+#include "launcher/rendezvous/store_rendezvous.h"
 #include "launcher/agent/live_respawn.h"
 #include "launcher/channel/live_watch.h"
 #include "launcher/process/log_layout.h"
@@ -76,7 +76,7 @@ constexpr char kLiveWatchName[] = "live_watch";
 // live job] in launcher/channel/live_watch.cpp).
 class LiveAdmission {
  public:
-  LiveAdmission(ElasticRendezvous& rendezvous, const rdzv::RoundRules& rules, const RendezvousRound& first,
+  LiveAdmission(StoreRendezvous& rendezvous, const rdzv::RoundRules& rules, const RendezvousRound& first,
                 std::function<int()> lost_nodes)
       : rendezvous_(rendezvous),
         poll_(rendezvous, "no newcomer can be admitted into this live job"),
@@ -115,7 +115,7 @@ class LiveAdmission {
   }
 
  private:
-  ElasticRendezvous& rendezvous_;
+  StoreRendezvous& rendezvous_;
   NewcomerPoll poll_;
   const rdzv::RoundRules& rules_;
   int round_;
@@ -135,7 +135,7 @@ struct LiveWatch {
 
 // The serving launcher listens on a port the OS picks, on the address the store listens on, and
 // publishes it before the first round (See Note [One port per job] in launcher/rendezvous/rendezvous.h).
-int listen_for_live_watch(ElasticRendezvous& rendezvous, const LaunchConfig& c) {
+int listen_for_live_watch(StoreRendezvous& rendezvous, const LaunchConfig& c) {
   const int fd = detail::listen_on_address(rendezvous.served_address(), 0);
   if (fd < 0) {
     throw ddp::Error(ddp::str("the live job's liveness channel cannot listen on ", rendezvous.served_address(), ": ",
@@ -242,7 +242,7 @@ class LiveRecovery : public PolicyWithContext {
   }
 
   rdzv::RoundRules rules_;
-  ElasticRendezvous rendezvous_;
+  StoreRendezvous rendezvous_;
   std::string prefix_;
   RendezvousRound first_;
   std::string node_key_;

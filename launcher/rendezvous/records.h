@@ -1,7 +1,7 @@
 #pragma once
 // What the rendezvous writes to and reads from the c10d store, and how each value is checked:
-// torch-free, so the plugin (which links LibTorch) and the unit tests share it. See
-// See Note [Rendezvous token] in rdzv_records.cpp.
+// torch-free, so the plugin (which links LibTorch) and the unit tests share it.
+// See Note [Rendezvous token] in launcher/rendezvous/records.cpp.
 #include <optional>
 #include <string>
 #include <vector>

@@ -2,8 +2,7 @@
 
 #include "ddp/base/error.h"
 #include "launcher/channel/net.h"
-#include "launcher/rendezvous/elastic_rendezvous.h"
-#include "launcher/rendezvous/store_client.h"
+#include "launcher/rendezvous/store_rendezvous.h"
 
 namespace ddp::launcher {
 namespace {
@@ -44,8 +43,7 @@ NodeAssignment assignment_from_flags(const LaunchConfig& c, int nproc_per_node) 
 
 std::unique_ptr<RendezvousHandler> make_rendezvous_handler(const LaunchConfig& config, int nproc_per_node) {
   if (config.rdzv_host.empty()) return std::make_unique<StaticRendezvous>(config, nproc_per_node);
-  if (config.elastic) return std::make_unique<ElasticRendezvous>(config, nproc_per_node);
-  return make_store_rendezvous(config, nproc_per_node);
+  return std::make_unique<StoreRendezvous>(config, nproc_per_node);
 }
 
 }  // namespace ddp::launcher

@@ -1,8 +1,8 @@
 #pragma once
 // Rendezvous: how this node learns its place in the job (node rank, master address and port), as
 // torchrun's RendezvousHandler. Two implementations: static (the flags say it all: --node_rank,
-// --master_addr, --master_port or Slurm's variables) and the c10d store (--rdzv_endpoint, in
-// launcher/rendezvous/store_client.h). The assignment is settled once, before anything else is built on it.
+// --master_addr, --master_port or Slurm's variables) and the c10d store's rounds (--rdzv_endpoint,
+// in launcher/rendezvous/store_rendezvous.h). The assignment is settled once, before anything else is built on it.
 #include <memory>
 #include <string>
 
@@ -48,7 +48,7 @@ struct RendezvousRound {
 };
 
 // The one rendezvous interface, as torchrun's RendezvousHandler: the static rendezvous (the flags
-// say it all), a fixed-size c10d job (store_client.h) and elastic rounds (elastic_rendezvous.h).
+// say it all) and the c10d store's rounds (store_rendezvous.h: one round for a fixed-size job).
 class RendezvousHandler {
  public:
   virtual ~RendezvousHandler() = default;
@@ -74,8 +74,7 @@ NodeAssignment assignment_from_flags(const LaunchConfig& config, int nproc_per_n
 
 // The handler the configuration asks for: the static one (assignment_from_flags(), with
 // --master_port 0 replaced by a free port and, on the rank-0 node, the master port checked to be
-// free) without --rdzv_endpoint; with it, the c10d store's fixed-size round, or its elastic rounds
-// for --nnodes MIN:MAX.
+// free) without --rdzv_endpoint; with it, the c10d store's rounds (MIN = MAX for a fixed --nnodes).
 std::unique_ptr<RendezvousHandler> make_rendezvous_handler(const LaunchConfig& config, int nproc_per_node);
 
 }  // namespace ddp::launcher

@@ -6,12 +6,14 @@ namespace ddp::launcher::rdzv {
 
 // Note [Elastic rounds]
 // ~~~~~~~~~~~~~~~~~~~~~
-// With --nnodes MIN:MAX and --rdzv_endpoint, membership is a sequence of rounds in the c10d store
-// (keys ddp_rdzv/<id>/r<R>/..., each value proved with the job's token as in Note [Rendezvous
-// token]); the store is served by the endpoint's node, so that node must stay (as with torchrun's
-// c10d backend). Round R:
-// - Join: a launcher skips every round that has a "closed" record and claims the first free slot
-//   of the first open one (compareSet, slots 0..MAX-1).
+// With --rdzv_endpoint, membership is a sequence of rounds in the c10d store (keys
+// ddp_rdzv/<id>/r<R>/..., each value proved with the job's token as in Note [Rendezvous token]);
+// the store is served by the endpoint's node, so that node must stay (as with torchrun's c10d
+// backend). --nnodes MIN:MAX makes it elastic; a fixed --nnodes N is MIN = MAX = N, one round (See
+// Note [Dynamic rendezvous] in launcher/rendezvous/plugin/plugin.cpp). Round R:
+// - Join: a launcher skips every round that has a launcher's "closed" record and claims the first
+//   slot of the first open one that holds no launcher's claim (compareSet, slots 0..MAX-1); while
+//   the round is open it puts its claim back if a foreign write replaced it.
 // - Close (decide_round): at MAX claims; or at >= MIN claims when every node the waiting launcher
 //   expects has come (a re-rendezvous knows its survivors: the last round's nodes less those the
 //   job channel reported lost, plus the newcomers it saw waiting) or when no claim arrived for the
@@ -20,8 +22,9 @@ namespace ddp::launcher::rdzv {
 //   writes "closed <slots> <proof>" with compareSet, so exactly one member list wins; every
 //   launcher reads it: node rank = the place of its slot in the list, WORLD_SIZE = members x nproc.
 //   A launcher whose claim came after the close is not a member and joins round R+1.
-// - Master: the round's node 0 publishes its address and a fresh port (its job channel on the next
-//   port, See Note [Coordinated restarts]); the others wait for it.
+// - Master: the round's node 0 publishes its address and a fresh port for its workers' store; the
+//   others wait for it. (The job channel's port is the OS's pick, published apart: See Note [One
+//   port per job] in launcher/rendezvous/rendezvous.h.)
 // - Below MIN, a launcher waits --rdzv_timeout, marks its slot "left" and stops with one line
 //   naming how many nodes came and MIN.
 // - Membership changes (launcher/agent/elastic_rounds.cpp): a lost host (the job channel's `lost`, or

@@ -91,7 +91,7 @@ wait_listening() {
 
 # Waits (bounded) until host K holds a TCP connection to PORT that stays open (a store client's,
 # not the one-shot probe that waits for the store to listen: See open_store in
-# launcher/rendezvous/plugin/plugin_store.h).
+# launcher/rendezvous/plugin/plugin.cpp).
 wait_connected() {
   local deadline=$((SECONDS + 30))
   until [[ -n $(on "$1" ss -Htn state established "( dport = :$2 )") ]] && sleep 0.3 &&
@@ -219,6 +219,8 @@ fault_job() {
 }
 
 host0=$("$cluster" addr "$name" 0)
+# Each host is a network namespace of its own that only this test uses: 29500 and the ports
+# after it are free there by construction (on a shared host a test picks free ports instead).
 port=29500
 # A TCP echo on port 7000 of the address given, and its client: the least of 20 round trips, in ms.
 echo_server='import socket, sys

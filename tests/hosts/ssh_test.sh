@@ -115,6 +115,8 @@ host1 slots=2
 host0 slots=2   # the second node
 EOF
 host_of_rank() { echo "host$((1 - $1 / 2))"; } # ranks 0, 1 on host1; 2, 3 on host0
+# Each host is a network namespace of its own that only this test uses: 29500 and the ports
+# after it are free there by construction (on a shared host a test picks free ports instead).
 port=29500
 mkdir out tmp
 # Every host's launcher makes its run folder in $work/tmp (forwarded by .ddp_env), so that the test
@@ -279,8 +281,16 @@ case $scenario in
         sleep 0.1
       done
     }
-    wait_for_line elastic.log "host0: [rank 0]: world 2 round 0"
-    wait_for_line elastic.log "host1: [rank 1]: world 2 round 0"
+    # Node ranks are the order in which the launchers claimed their slots (docs/launcher.md): either
+    # host may be node 0 of round 0.
+    wait_for_line elastic.log "]: world 2 round 0"
+    deadline=$((SECONDS + 30))
+    until (($(count_lines elastic.log "]: world 2 round 0") == 2)); do
+      ((SECONDS < deadline)) || fail "round 0 did not start both workers within 30 s"
+      sleep 0.1
+    done
+    [[ $(count_lines elastic.log "host0: [rank") == 1 && $(count_lines elastic.log "host1: [rank") == 1 ]] ||
+      fail "round 0 did not run one worker on each host"
     victim=""
     for p in $(ip netns pids "$name-h1"); do [[ $(cat "/proc/$p/comm" 2>/dev/null) != ddp_launch ]] || victim=$p; done
     [[ -n $victim ]] || fail "no ddp_launch on host 1"

@@ -327,10 +327,10 @@ TEST_CASE("a foreign c10d client that adds to counters and writes keys takes no 
   const std::string foreign = ddp::str(
       "import datetime, torch.distributed as d\n"
       "s = d.TCPStore('127.0.0.1', ", port, ", is_master=False, timeout=datetime.timedelta(seconds=10))\n"
-      "p = 'ddp_rdzv/job9/'\n"
+      "p = 'ddp_rdzv/job9/r0/'\n"
       "for k in ['joined', 'done', 'slot/0', 'slot/1']: s.add(p + 'x' + k, 5)\n"
       "s.add(p + 'joined', 5)\n"
-      "for k in ['slot/0', 'slot/1', 'slot/2', 'master', 'done/0', 'done/1']: s.set(p + k, 'abc')\n"
+      "for k in ['slot/0', 'slot/1', 'slot/2', 'master', 'closed', 'done/0', 'done/1']: s.set(p + k, 'abc')\n"
       "s.set(p + 'slot/1', 'claim 00ff 00ff')\n"
       "print('foreign client wrote', flush=True)\n");
   const auto stranger = run_launcher({python, "-c", foreign}, {}, 30s);
@@ -355,6 +355,34 @@ TEST_CASE("a foreign c10d client that adds to counters and writes keys takes no 
   }
   CHECK(ports.size() == 1);
   CHECK(*ports.begin() != "abc");
+}
+
+TEST_CASE("a node that comes to a full fixed-size job is refused at once, the job unharmed", "[process][rdzv]") {
+  // A fixed --nnodes 2 is rounds with MIN = MAX = 2 (Note [Dynamic rendezvous]): once round 0 is
+  // full the third launcher is one too many; it must not wait in round 1 until --rdzv_timeout.
+  TempDir dir;
+  TempDir extra;
+  const int port = pick_free_port("127.0.0.1");
+  const std::string endpoint = "127.0.0.1:" + std::to_string(port);
+  // The workers sleep long enough that the store is still served when the third node comes.
+  Child first(rdzv_node(endpoint, "full", dir.path(), "8"));
+  REQUIRE(wait_listening(port, 20s));
+  Child second(rdzv_node(endpoint, "full", dir.path(), "8"));
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (list_dir(dir.path()).size() < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(20ms);
+  REQUIRE(list_dir(dir.path()).size() >= 2);  // both workers started: the round is closed
+  const auto third = run_launcher(rdzv_node(endpoint, "full", extra.path(), "0"), {}, 20s);
+  INFO(third.err);
+  CHECK(third.exit_code == 1);
+  CHECK_THAT(third.err, Catch::Contains("rendezvous 'full' at " + endpoint + " already has all 2 nodes: this node is "
+                                        "one too many"));
+  CHECK(list_dir(extra.path()).empty());
+  for (Child* node : {&first, &second}) {
+    const auto outcome = node->wait(40s);
+    REQUIRE(outcome);
+    INFO(outcome->err);
+    CHECK(outcome->exit_code == 0);
+  }
 }
 
 TEST_CASE("a store that goes away mid-rendezvous: one line, no c10d backtrace", "[process][rdzv]") {

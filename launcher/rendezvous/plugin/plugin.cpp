@@ -1,4 +1,4 @@
-// The rendezvous plugin: node ranks from c10d's TCPStore. Built as libddp_launch_rdzv.so.
+// The rendezvous plugin: node ranks from c10d's TCPStore, in rounds. Built as libddp_launch_rdzv.so.
 // Note [Dynamic rendezvous]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~
 // - Serving: the node that can bind the endpoint's address and port serves the store; ddp_launch
@@ -8,17 +8,22 @@
 //   the job's nodes, as with torchrun's c10d backend. An endpoint named by the serving host's own
 //   Debian name (127.0.1.1 there, its network address elsewhere) listens on every interface, and
 //   the address published below is never a loopback one while nnodes > 1 (See Note [Advertised
-//   address] in ddp/base/detail/route.h; launcher/rendezvous/store_client.cpp chooses both).
-// - Node ranks: slots claimed with compareSet, each claim proved with the job's token; nothing a
-//   foreign client writes counts as a join (See Note [Rendezvous token] in rdzv_records.cpp). A node
-//   that finds every slot held by a launcher of this job is refused.
-// - Master: the node that gets rank 0 publishes "<addr> <port>" (its address towards the endpoint,
-//   by the kernel's route lookup, and a free port on it), proved likewise; every node waits until nnodes have joined, then reads
-//   it. Everything is bounded by --rdzv_timeout, and a timeout says how many nodes had joined.
-// - Lifetime: the serving node keeps the store until every node has marked itself done (each mark
-//   proved, bounded by the timeout), so nobody reads from a store that is gone.
-// - Elastic jobs (--nnodes MIN:MAX) use the same store in rounds: rdzv_plugin_rounds.cpp, See
-//   Note [Elastic rounds] in launcher/rendezvous/rounds.cpp.
+//   address] in ddp/base/detail/route.h; launcher/rendezvous/store_rendezvous.cpp chooses both).
+// - One kind of rendezvous: rounds (See Note [Elastic rounds] in launcher/rendezvous/rounds.cpp).
+//   A fixed `--nnodes N` job is rounds with MIN = MAX = N and has one round: its restarts go over
+//   the job channel (Note [Coordinated restarts]), its membership never changes. A node that comes
+//   to a fixed job whose round is full of launchers' claims, or closed, is one too many: refused.
+// - Trust: slots are claimed with compareSet, each claim, the master record, the closed record and
+//   each done mark proved with the job's token; nothing a foreign client writes counts (See Note
+//   [Rendezvous token] in launcher/rendezvous/records.cpp). Foreign bytes in a slot or in the closed
+//   key are taken over; while its round is open a node puts its own claim back when a foreign write
+//   replaced it, and the round's node 0 writes the master record over whatever the key holds.
+// - Master: the round's node 0 publishes "<addr> <port>" (its address towards the endpoint, by the
+//   kernel's route lookup, and a free port on it); every member waits for it, then marks itself
+//   done. Everything is bounded by --rdzv_timeout; a timeout says how many nodes had joined, and
+//   whether a claim that looked like a launcher's did not verify (a different DDP_RDZV_TOKEN).
+// - Lifetime: the serving node keeps the store until every member of the last round it joined has
+//   marked itself done (bounded by the timeout), so nobody reads from a store that is gone.
 // - Errors: one line each. c10d's exceptions carry a backtrace in what(); only the first line of
 //   what_without_backtrace() is reported. c10d also logs a failed store operation as a warning with
 //   a 17-line backtrace before it throws; unless the user asked for c10's logs (TORCH_CPP_LOG_LEVEL),
@@ -26,22 +31,26 @@
 //   the workers are other processes and keep theirs).
 #include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "ddp/base/detail/route.h"
 #include "ddp/base/detail/store_values.h"
 #include "ddp/base/str.h"
+#include "ddp/elastic/detail/membership_keys.h"
 #include "launcher/rendezvous/plugin/plugin_api.h"
-#include "launcher/rendezvous/plugin/plugin_store.h"
 #include "launcher/rendezvous/records.h"
+#include "launcher/rendezvous/rounds.h"
 
 namespace {
 
@@ -50,45 +59,118 @@ using Clock = std::chrono::steady_clock;
 using ddp::detail::bytes_to_text;
 using ddp::detail::to_bytes;
 
-using ddp::launcher::rdzv_plugin::claim;
-using ddp::launcher::rdzv_plugin::Handle;
-using ddp::launcher::rdzv_plugin::one_line;
-using ddp::launcher::rdzv_plugin::open_store;
-using ddp::launcher::rdzv_plugin::try_get;
+struct Handle {
+  c10::intrusive_ptr<c10d::TCPStore> store;
+  std::string run_id;
+  std::string token;
+  std::string where;  // "host:port"
+  int max_nodes = 0;
+  bool is_server = false;
+  double timeout_s = 0;
+  // The last round this node was a member of: a serving node waits for its members' done marks.
+  int last_round = -1;
+  int last_round_nodes = 0;
+};
 
-void set_error(ddp_rdzv_result* r, const std::string& text) {
-  ddp::launcher::rdzv_plugin::set_error(r->error, sizeof r->error, text);
+void set_error(char* error, std::size_t size, const std::string& text) { std::snprintf(error, size, "%s", text.c_str()); }
+
+// c10d's exceptions carry a backtrace in what(): only the first line, without it.
+std::string one_line(const std::exception& e) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  return ddp::first_line(c10_error != nullptr ? c10_error->what_without_backtrace() : e.what());
 }
 
-class Join {
- public:
-  Join(const ddp_rdzv_request& req, Handle& handle)
-      : req_(req),
-        store_(*handle.store),
-        token_(req.token),
-        id_(req.run_id),
-        where_(std::string(req.endpoint_host) + ":" + std::to_string(req.endpoint_port)),
-        nonce_(rdzv::random_nonce()),
-        deadline_(Clock::now() + std::chrono::milliseconds(static_cast<long long>(req.timeout_s * 1000))) {}
+std::optional<std::string> try_get(c10d::TCPStore& store, const std::string& key) {
+  if (!store.check({key})) return std::nullopt;
+  return bytes_to_text(store.get(key));
+}
 
-  // Fills result; returns false with result->error set.
-  bool run(ddp_rdzv_result* result) {
-    const int rank = take_slot(result);
-    if (rank < 0) return false;
-    result->node_rank = rank;
-    if (!wait_for_all(rank, result)) return false;
-    const std::optional<rdzv::MasterRecord> master = read_master(result);
-    if (!master) return false;
-    std::snprintf(result->master_addr, sizeof result->master_addr, "%s", master->addr.c_str());
-    result->master_port = master->port;
-    store_.set(rdzv::done_key(id_) + "/" + std::to_string(rank), to_bytes(my_claim(rank)));
-    return true;
+Clock::time_point deadline_after(double seconds) {
+  return Clock::now() + std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
+}
+
+void pause() { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string done_mark_key(const std::string& round_id, int rank) { return rdzv::done_key(round_id) + "/" + std::to_string(rank); }
+
+// A client first waits, with a real deadline, for the store to accept connections: c10d's own
+// connect retries overshoot the timeout about twofold (See Note [Bounded connect to the master] in
+// ddp/base/detail/route.h). Throws when nothing accepted a connection within --rdzv_timeout.
+c10::intrusive_ptr<c10d::TCPStore> open_store(const ddp_rdzv_request& req) {
+  if (req.listen_fd < 0 && !ddp::detail::wait_until_listening(req.endpoint_host, req.endpoint_port, deadline_after(req.timeout_s))) {
+    throw std::runtime_error("nothing accepted a connection there");
+  }
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<std::uint16_t>(req.endpoint_port);
+  opts.isServer = req.listen_fd >= 0;
+  if (opts.isServer) opts.masterListenFd = req.listen_fd;
+  opts.waitWorkers = false;
+  opts.timeout = std::chrono::milliseconds(static_cast<long long>(req.timeout_s * 1000));
+  return c10::make_intrusive<c10d::TCPStore>(req.endpoint_host, opts);
+}
+
+// One node's way through the rounds to a closed one it is a member of.
+class Round {
+ public:
+  Round(Handle& handle, const ddp_rdzv_round_request& req)
+      : handle_(handle),
+        store_(*handle.store),
+        req_(req),
+        token_(handle.token),
+        id_(handle.run_id),
+        nonce_(rdzv::random_nonce()),
+        started_(Clock::now()) {
+    rules_.min_nodes = req.min_nodes;
+    rules_.max_nodes = req.max_nodes;
+    rules_.last_call_s = req.last_call_s;
+    rules_.timeout_s = req.timeout_s;
+  }
+
+  bool run(ddp_rdzv_round_result* result) {
+    const int first = std::max(0, req_.after_round + 1);
+    int round = first;
+    while (true) {
+      round = first_open_round(round);
+      if (fixed_size() && round > first) return one_too_many(result);
+      const int slot = take_slot(round, result);
+      if (slot == kRoundFull) {  // MAX launchers' claims: it closes without this node
+        if (fixed_size()) return one_too_many(result);
+        ++round;
+        continue;
+      }
+      if (slot < 0) return false;
+      std::vector<int> members;
+      if (!wait_for_close(round, slot, members, result)) return false;
+      const int rank = rdzv::node_rank_in(members, slot);
+      if (rank < 0) {  // claimed after the round closed: the next one
+        if (fixed_size()) return one_too_many(result);
+        ++round;
+        continue;
+      }
+      result->round = round;
+      result->node_rank = rank;
+      result->nnodes = static_cast<int>(members.size());
+      if (!read_master(round, rank, result)) return false;
+      store_.set(done_mark_key(rdzv::round_id(id_, round), rank), to_bytes(claim_of(round, rank)));
+      handle_.last_round = round;
+      handle_.last_round_nodes = result->nnodes;
+      return true;
+    }
   }
 
  private:
-  std::string my_claim(int slot) const { return rdzv::make_claim(token_, id_, req_.nnodes, slot, nonce_); }
-  bool is_valid(int slot, const std::string& value) const {
-    const bool valid = rdzv::is_valid_claim(token_, id_, req_.nnodes, slot, value);
+  static constexpr int kRoundFull = -2;
+
+  bool fixed_size() const { return req_.min_nodes == req_.max_nodes; }
+  std::string prefix() const { return "rendezvous '" + id_ + "' at " + handle_.where; }
+  std::string timeout_text() const { return std::to_string(static_cast<int>(req_.timeout_s)) + " s (--rdzv_timeout)"; }
+  std::string claim_of(int round, int slot) const {
+    return rdzv::make_claim(token_, rdzv::round_id(id_, round), req_.max_nodes, slot, nonce_);
+  }
+  bool is_claim(int round, int slot, const std::string& value) const {
+    const bool valid = rdzv::is_valid_claim(token_, rdzv::round_id(id_, round), req_.max_nodes, slot, value);
     if (!valid && value.rfind("claim ", 0) == 0) saw_unproved_claim_ = true;
     return valid;
   }
@@ -98,144 +180,245 @@ class Join {
                                  "DDP_RDZV_TOKEN?)"
                                : "";
   }
-  std::string prefix() const { return "rendezvous '" + id_ + "' at " + where_; }
-  bool timed_out() const { return Clock::now() >= deadline_; }
-  static void pause() { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }
+  void note(const std::string& line) const {
+    if (req_.note != nullptr) req_.note(line.c_str());
+  }
+  bool fail(ddp_rdzv_round_result* result, const std::string& text) const {
+    set_error(result->error, sizeof result->error, text);
+    return false;
+  }
+  bool one_too_many(ddp_rdzv_round_result* result) const {
+    return fail(result, prefix() + " already has all " + std::to_string(req_.max_nodes) +
+                            " nodes: this node is one too many (same --rdzv_id reused, or --nnodes differs between nodes?)");
+  }
 
-  // The first slot this node can claim; -1 (error set) when every slot is a launcher's, or on timeout.
-  int take_slot(ddp_rdzv_result* result) {
+  // Writes this node's claim to `slot` unless it holds another launcher's; what the slot holds after.
+  std::string claim(int round, int slot) {
+    const std::string key = rdzv::slot_key(rdzv::round_id(id_, round), slot);
+    const std::string mine = claim_of(round, slot);
+    const std::string current = bytes_to_text(store_.compareSet(key, {}, to_bytes(mine)));
+    if (current == mine || is_claim(round, slot, current)) return current;
+    // Foreign bytes or a launcher that left: take the slot over, unless someone else does first.
+    return bytes_to_text(store_.compareSet(key, to_bytes(current), to_bytes(mine)));
+  }
+
+  int first_open_round(int round) {
+    while (closed_members(round)) ++round;
+    return round;
+  }
+
+  // This node's slot in `round`; kRoundFull when every slot holds a launcher's claim; -1 (error
+  // set) when foreign writes kept it from every slot until the timeout.
+  int take_slot(int round, ddp_rdzv_round_result* result) {
     while (true) {
-      bool all_taken = true;
-      for (int slot = 0; slot < req_.nnodes; ++slot) {
-        const std::string mine = my_claim(slot);
-        const std::string now = claim(store_, rdzv::slot_key(id_, slot), mine,
-                                      [&](const std::string& v) { return is_valid(slot, v); });
-        if (now == mine) return slot;
-        all_taken = all_taken && is_valid(slot, now);
+      bool all_launchers = true;
+      for (int slot = 0; slot < req_.max_nodes; ++slot) {
+        const std::string now = claim(round, slot);
+        if (now == claim_of(round, slot)) return slot;
+        all_launchers = all_launchers && is_claim(round, slot, now);
       }
-      if (all_taken) {
-        set_error(result, prefix() + " already has all " + std::to_string(req_.nnodes) +
-                              " nodes: this node is one too many (same --rdzv_id reused, or --nnodes differs "
-                              "between nodes?)");
-        return -1;
-      }
-      if (timed_out()) {
-        set_error(result, prefix() + " timed out after " + std::to_string(static_cast<int>(req_.timeout_s)) +
-                              " s (--rdzv_timeout) before this node could take a node rank" + token_hint());
+      if (all_launchers) return kRoundFull;
+      if (seconds_since(started_) >= req_.timeout_s) {
+        fail(result, prefix() + " timed out after " + timeout_text() + " before this node could claim a slot of round " +
+                         std::to_string(round) + token_hint());
         return -1;
       }
       pause();
     }
   }
 
-  // Waits until every slot holds a launcher's claim. Meanwhile this node puts back its own claim
-  // (and rank 0 the master record) when a foreign write replaced them.
-  bool wait_for_all(int rank, ddp_rdzv_result* result) {
-    const std::string master_record =
-        rdzv::make_master_record(token_, id_, {req_.advertise_addr, req_.advertise_port});
-    while (true) {
-      if (rank == 0) {
-        const std::optional<std::string> current = try_get(store_, rdzv::master_key(id_));
-        if (current != master_record) store_.set(rdzv::master_key(id_), to_bytes(master_record));
-      }
-      int joined = 0;
-      for (int slot = 0; slot < req_.nnodes; ++slot) {
-        std::optional<std::string> value = try_get(store_, rdzv::slot_key(id_, slot));
-        if (slot == rank && value != my_claim(slot)) {
-          if (value && is_valid(slot, *value)) {
-            set_error(result, prefix() + ": another launcher took this node's rank " + std::to_string(rank) +
-                                  " after a foreign client overwrote it; start the job again");
-            return false;
-          }
-          value = claim(store_, rdzv::slot_key(id_, slot), my_claim(slot),
-                        [&](const std::string& v) { return is_valid(slot, v); });
+  // The valid claims of `round`, ascending; this node's own (`slot`) put back if a foreign write
+  // replaced it. nullopt (error set) when another launcher took this node's slot meanwhile.
+  std::optional<std::vector<int>> claims(int round, int slot, ddp_rdzv_round_result* result) {
+    std::vector<int> slots;
+    for (int s = 0; s < req_.max_nodes; ++s) {
+      std::optional<std::string> value = try_get(store_, rdzv::slot_key(rdzv::round_id(id_, round), s));
+      if (s == slot && value != claim_of(round, s)) {
+        if (value && is_claim(round, s, *value)) {
+          fail(result, prefix() + ": another launcher took this node's slot " + std::to_string(s) + " of round " +
+                           std::to_string(round) + " after a foreign client overwrote it; start the node again");
+          return std::nullopt;
         }
-        if (value && is_valid(slot, *value)) ++joined;
+        value = claim(round, s);
       }
-      result->nodes_joined = joined;
-      if (joined >= req_.nnodes) return true;
-      if (timed_out()) {
-        set_error(result, prefix() + " timed out after " + std::to_string(static_cast<int>(req_.timeout_s)) +
-                              " s (--rdzv_timeout): " + std::to_string(joined) + " of " +
-                              std::to_string(req_.nnodes) + " nodes joined; waited for the other " +
-                              std::to_string(req_.nnodes - joined) + token_hint());
-        // Leave, so a retry with the same id can still complete.
-        store_.compareSet(rdzv::slot_key(id_, rank), to_bytes(my_claim(rank)), to_bytes("left"));
-        return false;
+      if (value && is_claim(round, s, *value)) slots.push_back(s);
+    }
+    return slots;
+  }
+
+  // The member slots of `round` once a launcher of this job closed it; a value that is not such a
+  // record is a foreign write, not a close.
+  std::optional<std::vector<int>> closed_members(int round) {
+    const auto value = try_get(store_, rdzv::closed_key(id_, round));
+    if (!value) return std::nullopt;
+    std::string problem;
+    return rdzv::parse_closed_record(token_, id_, round, req_.max_nodes, *value, problem);
+  }
+
+  // Writes the closed record unless a launcher's is there; foreign bytes are written over.
+  void close(int round, const std::vector<int>& joined) {
+    const std::string key = rdzv::closed_key(id_, round);
+    const std::string record = rdzv::make_closed_record(token_, id_, round, joined);
+    const std::string current = bytes_to_text(store_.compareSet(key, {}, to_bytes(record)));
+    if (current != record && !closed_members(round)) store_.compareSet(key, to_bytes(current), to_bytes(record));
+  }
+
+  // Whether the job is at max_nodes: the round before `round` closed with max_nodes members.
+  bool job_is_full(int round) {
+    if (round == 0) return false;
+    const auto before = closed_members(round - 1);
+    return before && static_cast<int>(before->size()) >= req_.max_nodes;
+  }
+
+  bool wait_for_close(int round, int slot, std::vector<int>& members, ddp_rdzv_round_result* result) {
+    int last_joined = -1;
+    Clock::time_point last_change = Clock::now();
+    bool told_full = false;
+    while (true) {
+      if (auto closed = closed_members(round)) {
+        members = *closed;
+        return true;
+      }
+      const std::optional<std::vector<int>> joined = claims(round, slot, result);
+      if (!joined) return false;
+      if (static_cast<int>(joined->size()) != last_joined) {
+        last_joined = static_cast<int>(joined->size());
+        last_change = Clock::now();
+      }
+      result->nodes_joined = last_joined;
+      rdzv::RoundView view;
+      view.joined = last_joined;
+      view.expected = req_.expected_nodes;
+      view.since_last_join_s = seconds_since(last_change);
+      view.waited_s = seconds_since(started_);
+      view.joins_running_job = req_.after_round < 0 && round > 0;
+      const rdzv::RoundStep step = rdzv::decide_round(rules_, view);
+      if (step == rdzv::RoundStep::kClose) {
+        close(round, *joined);
+        continue;  // read back whichever close won
+      }
+      if (step == rdzv::RoundStep::kTimedOut) {
+        const std::string key = rdzv::slot_key(rdzv::round_id(id_, round), slot);
+        store_.compareSet(key, to_bytes(claim_of(round, slot)), to_bytes("left"));  // a retry can still complete
+        if (auto closed = closed_members(round); closed && rdzv::node_rank_in(*closed, slot) >= 0) {
+          members = *closed;  // closed with this node just before it left: it is a member after all
+          store_.compareSet(key, to_bytes("left"), to_bytes(claim_of(round, slot)));
+          return true;
+        }
+        return fail(result, timed_out_line(round, last_joined, told_full));
+      }
+      if (!told_full && req_.after_round < 0 && job_is_full(round)) {  // a newcomer, not a member
+        told_full = true;
+        note(prefix() + ": the job runs with its maximum of " + std::to_string(req_.max_nodes) + " nodes (--nnodes " +
+             std::to_string(req_.min_nodes) + ":" + std::to_string(req_.max_nodes) +
+             "): this node waits for a place (a node leaving) until --rdzv_timeout");
       }
       pause();
     }
   }
 
-  std::optional<rdzv::MasterRecord> read_master(ddp_rdzv_result* result) {
+  std::string timed_out_line(int round, int joined, bool told_full) const {
+    if (req_.after_round < 0 && round > 0 && !fixed_size()) {
+      return prefix() + ": the running job did not admit this node into round " + std::to_string(round) + " within " +
+             timeout_text() + ": the job is at its maximum of " + std::to_string(req_.max_nodes) +
+             " nodes, has used up its --max_restarts, or has ended";
+    }
+    if (fixed_size()) {
+      return prefix() + " timed out after " + timeout_text() + ": " + std::to_string(joined) + " of " +
+             std::to_string(req_.max_nodes) + " nodes joined; waited for the other " +
+             std::to_string(req_.max_nodes - joined) + token_hint();
+    }
+    return prefix() + ": " + std::to_string(joined) + (joined == 1 ? " node" : " nodes") + " joined within " +
+           timeout_text() + ", fewer than the minimum of " + std::to_string(req_.min_nodes) + " (--nnodes " +
+           std::to_string(req_.min_nodes) + ":" + std::to_string(req_.max_nodes) + ")" +
+           (told_full ? "; the running job stayed at its maximum of nodes" : "") + token_hint();
+  }
+
+  bool read_master(int round, int rank, ddp_rdzv_round_result* result) {
+    const std::string rid = rdzv::round_id(id_, round);
+    if (rank == 0) {
+      store_.set(rdzv::master_key(rid),
+                 to_bytes(rdzv::make_master_record(token_, rid, {req_.advertise_addr, req_.advertise_port})));
+    }
     std::string problem;
     while (true) {
-      if (const auto value = try_get(store_, rdzv::master_key(id_))) {
-        if (auto master = rdzv::parse_master_record(token_, id_, *value, problem)) return master;
+      if (const auto value = try_get(store_, rdzv::master_key(rid))) {
+        if (auto master = rdzv::parse_master_record(token_, rid, *value, problem)) {
+          std::snprintf(result->master_addr, sizeof result->master_addr, "%s", master->addr.c_str());
+          result->master_port = master->port;
+          return true;
+        }
       } else {
-        problem = "key '" + rdzv::master_key(id_) + "' is missing";
+        problem = "key '" + rdzv::master_key(rid) + "' is missing";
       }
-      if (timed_out()) {
-        set_error(result, prefix() + ": " + problem);
-        return std::nullopt;
-      }
+      if (seconds_since(started_) >= req_.timeout_s) return fail(result, prefix() + ": round " + std::to_string(round) + ": " + problem);
       pause();
     }
   }
 
-  const ddp_rdzv_request& req_;
+  Handle& handle_;
   c10d::TCPStore& store_;
+  const ddp_rdzv_round_request& req_;
   rdzv::Token token_;
   std::string id_;
-  std::string where_;
   std::string nonce_;
-  Clock::time_point deadline_;
+  Clock::time_point started_;
+  rdzv::RoundRules rules_;
   mutable bool saw_unproved_claim_ = false;
 };
 
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) void* ddp_rdzv_join(const ddp_rdzv_request* req,
-                                                                      ddp_rdzv_result* result) {
+#define DDP_RDZV_EXPORT extern "C" __attribute__((visibility("default")))
+
+DDP_RDZV_EXPORT void* ddp_rdzv_open(const ddp_rdzv_request* req, ddp_rdzv_result* result) {
   std::memset(result, 0, sizeof *result);
   if (req->quiet_c10_logs != 0) FLAGS_caffe2_log_level = 3;  // FATAL only: see Note [Dynamic rendezvous]
-  const std::string where = std::string(req->endpoint_host) + ":" + std::to_string(req->endpoint_port);
-  const std::string id = req->run_id;
   auto handle = std::make_unique<Handle>();
-  handle->run_id = id;
+  handle->run_id = req->run_id;
   handle->token = req->token;
-  handle->nnodes = req->nnodes;
+  handle->max_nodes = req->nnodes;
   handle->timeout_s = req->timeout_s;
   handle->is_server = req->listen_fd >= 0;
-  handle->where = where;
+  handle->where = std::string(req->endpoint_host) + ":" + std::to_string(req->endpoint_port);
   try {
     handle->store = open_store(*req);
   } catch (const std::exception& e) {
-    set_error(result, ddp::launcher::rdzv_plugin::unreachable_store(*req, e));
-    return nullptr;
-  }
-  try {
-    Join join(*req, *handle);
-    if (!join.run(result)) return nullptr;
-  } catch (const std::exception& e) {
-    set_error(result, "rendezvous '" + id + "' at " + where + " failed: " + one_line(e));
+    set_error(result->error, sizeof result->error,
+              "rendezvous '" + handle->run_id + "': could not reach the store at " + handle->where + " within " +
+                  std::to_string(static_cast<int>(req->timeout_s)) +
+                  " s (--rdzv_timeout); waited for the node that serves it (the one whose address is the endpoint) "
+                  "to come up: " + one_line(e));
     return nullptr;
   }
   return handle.release();
 }
 
-extern "C" __attribute__((visibility("default"))) void ddp_rdzv_release(void* opaque) {
-  std::unique_ptr<Handle> handle(static_cast<Handle*>(opaque));
-  if (!handle || !handle->is_server) return;
-  const rdzv::Token token(handle->token);
-  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<long long>(handle->timeout_s * 1000));
+DDP_RDZV_EXPORT int ddp_rdzv_round(void* opaque, const ddp_rdzv_round_request* req, ddp_rdzv_round_result* result) {
+  std::memset(result, 0, sizeof *result);
+  auto& handle = *static_cast<Handle*>(opaque);
   try {
-    for (int slot = 0; slot < handle->nnodes && Clock::now() < deadline; ++slot) {
-      const std::string key = rdzv::done_key(handle->run_id) + "/" + std::to_string(slot);
+    Round round(handle, *req);
+    return round.run(result) ? 0 : -1;
+  } catch (const std::exception& e) {
+    set_error(result->error, sizeof result->error,
+              "rendezvous '" + handle.run_id + "' at " + handle.where + " failed: " + one_line(e));
+    return -1;
+  }
+}
+
+DDP_RDZV_EXPORT void ddp_rdzv_release(void* opaque) {
+  std::unique_ptr<Handle> handle(static_cast<Handle*>(opaque));
+  if (!handle || !handle->is_server || handle->last_round < 0) return;
+  const rdzv::Token token(handle->token);
+  const std::string rid = rdzv::round_id(handle->run_id, handle->last_round);
+  const auto deadline = deadline_after(handle->timeout_s);
+  try {
+    for (int rank = 0; rank < handle->last_round_nodes && Clock::now() < deadline; ++rank) {
       while (Clock::now() < deadline) {
-        const auto value = try_get(*handle->store, key);
-        if (value && rdzv::is_valid_claim(token, handle->run_id, handle->nnodes, slot, *value)) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        const auto value = try_get(*handle->store, done_mark_key(rid, rank));
+        if (value && rdzv::is_valid_claim(token, rid, handle->max_nodes, rank, *value)) break;
+        pause();
       }
     }
   } catch (const std::exception&) {
@@ -243,31 +426,53 @@ extern "C" __attribute__((visibility("default"))) void ddp_rdzv_release(void* op
   }
 }
 
-extern "C" __attribute__((visibility("default"))) int ddp_rdzv_publish(void* opaque, const char* name,
-                                                                       const char* addr, int port,
-                                                                       ddp_rdzv_endpoint* out) {
-  std::memset(out, 0, sizeof *out);
+DDP_RDZV_EXPORT int ddp_rdzv_waiting(void* opaque, int round) {
   auto& handle = *static_cast<Handle*>(opaque);
-  const std::string id = rdzv::endpoint_id(handle.run_id, name);
+  const rdzv::Token token(handle.token);
   try {
-    handle.store->set(rdzv::master_key(id),
-                      to_bytes(rdzv::make_master_record(rdzv::Token(handle.token), id, {addr, port})));
-    return 0;
-  } catch (const std::exception& e) {
-    ddp::launcher::rdzv_plugin::set_error(out->error, sizeof out->error,
-                                          "rendezvous '" + handle.run_id + "' at " + handle.where +
-                                              ": could not publish " + name + ": " + one_line(e));
+    int waiting = 0;
+    const std::string rid = rdzv::round_id(handle.run_id, round + 1);
+    for (int slot = 0; slot < handle.max_nodes; ++slot) {
+      const auto value = try_get(*handle.store, rdzv::slot_key(rid, slot));
+      if (value && rdzv::is_valid_claim(token, rid, handle.max_nodes, slot, *value)) ++waiting;
+    }
+    return waiting;
+  } catch (const std::exception&) {
     return -1;
   }
 }
 
-extern "C" __attribute__((visibility("default"))) int ddp_rdzv_lookup(void* opaque, const char* name,
-                                                                      double timeout_s, ddp_rdzv_endpoint* out) {
+DDP_RDZV_EXPORT int ddp_rdzv_mark_gone(void* opaque, const char* prefix, const char* node_key, int first_round_workers) {
+  auto& handle = *static_cast<Handle*>(opaque);
+  try {
+    c10d::PrefixStore job(prefix, handle.store);
+    const auto mark = ddp::detail::membership_keys::mark_node_gone(job, node_key, first_round_workers);
+    return mark.marked > 0 ? mark.marked : mark.already ? -2 : 0;
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+DDP_RDZV_EXPORT int ddp_rdzv_publish(void* opaque, const char* name, const char* addr, int port, ddp_rdzv_endpoint* out) {
+  std::memset(out, 0, sizeof *out);
+  auto& handle = *static_cast<Handle*>(opaque);
+  const std::string id = rdzv::endpoint_id(handle.run_id, name);
+  try {
+    handle.store->set(rdzv::master_key(id), to_bytes(rdzv::make_master_record(rdzv::Token(handle.token), id, {addr, port})));
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(out->error, sizeof out->error,
+              "rendezvous '" + handle.run_id + "' at " + handle.where + ": could not publish " + name + ": " + one_line(e));
+    return -1;
+  }
+}
+
+DDP_RDZV_EXPORT int ddp_rdzv_lookup(void* opaque, const char* name, double timeout_s, ddp_rdzv_endpoint* out) {
   std::memset(out, 0, sizeof *out);
   auto& handle = *static_cast<Handle*>(opaque);
   const rdzv::Token token(handle.token);
   const std::string id = rdzv::endpoint_id(handle.run_id, name);
-  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
+  const auto deadline = deadline_after(timeout_s);
   std::string problem = "nothing was published there";
   try {
     while (true) {
@@ -279,14 +484,13 @@ extern "C" __attribute__((visibility("default"))) int ddp_rdzv_lookup(void* opaq
         }
       }
       if (Clock::now() >= deadline) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      pause();
     }
   } catch (const std::exception& e) {
     problem = one_line(e);
   }
-  ddp::launcher::rdzv_plugin::set_error(out->error, sizeof out->error,
-                                        "rendezvous '" + handle.run_id + "' at " + handle.where + ": no " + name +
-                                            " within " + std::to_string(static_cast<int>(timeout_s)) +
-                                            " s (--rdzv_timeout): " + problem);
+  set_error(out->error, sizeof out->error,
+            "rendezvous '" + handle.run_id + "' at " + handle.where + ": no " + name + " within " +
+                std::to_string(static_cast<int>(timeout_s)) + " s (--rdzv_timeout): " + problem);
   return -1;
 }

@@ -6,16 +6,16 @@
 extern "C" {
 #endif
 
+// Opening the job's store (every c10d job's membership is rounds in it: See Note [Dynamic
+// rendezvous] in launcher/rendezvous/plugin/plugin.cpp; a fixed --nnodes N job has MIN = MAX = N).
 struct ddp_rdzv_request {
   const char* endpoint_host;
   int endpoint_port;
   const char* run_id;          // keys live under "ddp_rdzv/<run_id>/"
-  int nnodes;
+  int nnodes;                  // the job's max_nodes
   // >= 0: this node serves the store on this socket, bound to exactly the endpoint and listening
   // (the store takes it over); -1: this node is a client.
   int listen_fd;
-  const char* advertise_addr;  // where the other nodes reach this node's workers, if it gets rank 0
-  int advertise_port;          // a free port there, for MASTER_PORT if it gets rank 0
   double timeout_s;
   const char* token;           // the job's secret (DDP_RDZV_TOKEN), "" when none: see Note [Rendezvous token]
   // 1: print only c10's fatal logs (the plugin reports every failure in one line itself); 0: leave
@@ -24,20 +24,14 @@ struct ddp_rdzv_request {
 };
 
 struct ddp_rdzv_result {
-  int node_rank;
-  char master_addr[256];
-  int master_port;
-  int nodes_joined;  // on failure: how many nodes had joined when it gave up
   char error[1024];  // on failure: one line saying what went wrong
 };
 
-// Joins the rendezvous. Returns a handle (keep it until the workers are done: a serving node's store
-// lives in it) or NULL with result->error set.
-typedef void* (*ddp_rdzv_join_fn)(const struct ddp_rdzv_request* request, struct ddp_rdzv_result* result);
-// Releases the handle; a serving node first waits (bounded) until every node has read the result.
+// Releases the handle; a serving node first waits (bounded) until every member of the last round
+// it joined has read that round's master.
 typedef void (*ddp_rdzv_release_fn)(void* handle);
 
-// Elastic rounds (--nnodes MIN:MAX; See Note [Elastic rounds] in launcher/rendezvous/rounds.cpp).
+// The rounds (See Note [Elastic rounds] in launcher/rendezvous/rounds.cpp).
 struct ddp_rdzv_round_request {
   int min_nodes;
   int max_nodes;
@@ -45,7 +39,9 @@ struct ddp_rdzv_round_request {
   int expected_nodes;   // close as soon as this many joined (>= min_nodes); 0: none known
   double last_call_s;   // close at >= min_nodes once no node joined for this long
   double timeout_s;     // --rdzv_timeout: below min_nodes for this long, give up
-  const char* advertise_addr;  // as in ddp_rdzv_request, fresh for each round
+  // Where the other nodes reach this node's workers if it gets node rank 0 (its address towards the
+  // endpoint), and a free port there for MASTER_PORT, fresh for each round.
+  const char* advertise_addr;
   int advertise_port;
   // Called (from the calling thread) with one line to log, e.g. that the job is at max_nodes and
   // this node waits for a place; may be NULL.
@@ -62,9 +58,8 @@ struct ddp_rdzv_round_result {
   char error[1024];
 };
 
-// Opens (serving, with request->listen_fd >= 0) the store of an elastic job; joins nothing
-// (request->nnodes is the job's max_nodes). Returns a handle for the calls below, or NULL with
-// result->error set. Release it with ddp_rdzv_release.
+// Opens (serving, with request->listen_fd >= 0) the job's store; joins nothing. Returns a handle for
+// the calls below, or NULL with result->error set. Release it with ddp_rdzv_release.
 typedef void* (*ddp_rdzv_open_fn)(const struct ddp_rdzv_request* request, struct ddp_rdzv_result* result);
 // Joins the next round and waits (bounded) until it closes: 0 and result filled, or -1 with
 // result->error set.
@@ -103,7 +98,6 @@ typedef int (*ddp_rdzv_lookup_fn)(void* handle, const char* name, double timeout
 #define DDP_RDZV_OPEN_SYMBOL "ddp_rdzv_open"
 #define DDP_RDZV_ROUND_SYMBOL "ddp_rdzv_round"
 #define DDP_RDZV_WAITING_SYMBOL "ddp_rdzv_waiting"
-#define DDP_RDZV_JOIN_SYMBOL "ddp_rdzv_join"
 #define DDP_RDZV_RELEASE_SYMBOL "ddp_rdzv_release"
 
 #ifdef __cplusplus
