@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "benchmarks/harness.h"
-#include "launcher/channel/net.h"
+#include "launcher/process/net.h"
 
 extern char** environ;
 
@@ -79,7 +79,7 @@ Options parse(int argc, char** argv) {
 
 int run(const Options& o) {
   const std::string n = std::to_string(o.nproc);
-  const auto port = [] { return std::to_string(ddp::launcher::pick_free_port("127.0.0.1")); };
+  const auto port = [] { return std::to_string(ddp::launcher::process::pick_free_port("127.0.0.1")); };
   const auto ours = [&] {
     return std::vector<std::string>{o.launcher, "--nproc_per_node", n, "--master_port", port(), o.worker};
   };

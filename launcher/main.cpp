@@ -14,7 +14,8 @@
 #include "launcher/resources/gpu_select.h"
 #include "launcher/process/line_splitter.h"
 #include "launcher/process/log_layout.h"
-#include "launcher/channel/net.h"
+#include "launcher/process/net.h"
+#include "launcher/process/spawn.h"
 #include "launcher/hosts/remote_command.h"
 #include "launcher/hosts/remote_launch.h"
 #include "launcher/agent/plan.h"
@@ -38,8 +39,8 @@ bool has_collective_logs(const std::string& dir) {
 }
 
 // --dry_run: the plan of attempt 0, printed; nothing is started or created.
-void print_dry_run(const LaunchConfig& c, const NodeAssignment& node, const LocalWorkers& local, const RunContext& run,
-                   bool dynamic) {
+void print_dry_run(const config::LaunchConfig& c, const rendezvous::NodeAssignment& node, const agent::LocalWorkers& local,
+                   const agent::RunContext& run, bool dynamic) {
   // An elastic job's size is the round's (See Note [Elastic rounds]).
   const std::string nodes = c.elastic ? ddp::str(c.min_nnodes, " to ", c.nnodes, " (elastic)") : std::to_string(c.nnodes);
   const std::string world = c.elastic ? ddp::str(c.min_nnodes * local.nproc, " to ", c.nnodes * local.nproc)
@@ -53,7 +54,7 @@ void print_dry_run(const LaunchConfig& c, const NodeAssignment& node, const Loca
   // Everything else the flags decided, so that two command lines with the same meaning print the
   // same dry run (tests compare torchrun's spellings with ddp_launch's).
   std::vector<std::string> signals;
-  for (int sig : c.forwarded_signals) signals.push_back(signal_name(sig));
+  for (int sig : c.forwarded_signals) signals.push_back(process::signal_name(sig));
   std::printf("supervision: max_restarts %d, monitor_interval %g s, shutdown_grace %g s, forwarded signals %s; "
               "rendezvous %s, timeout %g s%s; log_dir %s\n",
               c.max_restarts, c.monitor_interval_s, c.shutdown_grace_s, ddp::join(signals, ",").c_str(),
@@ -64,17 +65,17 @@ void print_dry_run(const LaunchConfig& c, const NodeAssignment& node, const Loca
     return std::string(console ? (file.empty() ? "console" : "console and file") : (file.empty() ? "nowhere" : "file"));
   };
   std::string cmd;
-  for (const auto& a : c.program_args) cmd += (cmd.empty() ? "" : " ") + quote_for_shell(a);
-  for (const WorkerLaunch& w : plan_workers(c, node, local, run, 0)) {
+  for (const auto& a : c.program_args) cmd += (cmd.empty() ? "" : " ") + hosts::quote_for_shell(a);
+  for (const process::WorkerLaunch& w : agent::plan_workers(c, node, local, run, 0)) {
     const std::string& prefix = w.console_prefix;
     std::printf("%scommand: %s (executable: %s)\n", prefix.c_str(), cmd.c_str(), c.program_path.c_str());
     std::string vars;
     for (const auto& [k, v] : w.launcher_set) {
       const bool free_port = k == ddp::env::kMasterPort && v == "0";  // chosen at start (Note [Free port on one node])
-      vars += " " + k + "=" + (free_port ? std::string("<free port>") : quote_for_shell(v));
+      vars += " " + k + "=" + (free_port ? std::string("<free port>") : hosts::quote_for_shell(v));
     }
     std::printf("%senv:%s (plus the launcher's environment)\n", prefix.c_str(), vars.c_str());
-    if (!w.cpus.empty()) std::printf("%scpus: %s\n", prefix.c_str(), format_cpu_list(w.cpus).c_str());
+    if (!w.cpus.empty()) std::printf("%scpus: %s\n", prefix.c_str(), resources::format_cpu_list(w.cpus).c_str());
     std::printf("%soutput: stdout to %s, stderr to %s%s%s\n", prefix.c_str(),
                 route(w.stdout_to_console, w.stdout_log).c_str(), route(w.stderr_to_console, w.stderr_log).c_str(),
                 w.filtered_stdout_log.empty() ? "" : ("; stdout lines containing " + ddp::join(c.duplicate_stdout_filters, " or ") + " also to filtered_stdout.log").c_str(),
@@ -86,13 +87,13 @@ void print_dry_run(const LaunchConfig& c, const NodeAssignment& node, const Loca
 // removed at the end unless it holds something the user needs (logs, collective diagnostics).
 class RunFolder {
  public:
-  RunFolder(const LaunchConfig& c, const EnvironmentSnapshot& env) : temporary_(c.log_dir.empty()) {
+  RunFolder(const config::LaunchConfig& c, const EnvironmentSnapshot& env) : temporary_(c.log_dir.empty()) {
     if (temporary_) {
       std::string tmp = env.get("TMPDIR").value_or("");
       if (tmp.empty()) tmp = "/tmp";
-      path_ = create_run_folder(tmp, "ddp_launch_" + c.run_id + "_", "the temporary folder (TMPDIR)");
+      path_ = process::create_run_folder(tmp, "ddp_launch_" + c.run_id + "_", "the temporary folder (TMPDIR)");
     } else {
-      path_ = create_run_folder(c.log_dir, c.run_id + "_", "--log_dir");
+      path_ = process::create_run_folder(c.log_dir, c.run_id + "_", "--log_dir");
       spdlog::info("logs of this run: {}", path_);
     }
   }
@@ -121,22 +122,22 @@ class RunFolder {
 };
 
 // The launcher on one node: its workers planned, then the agent (See Note [One node agent]).
-int run(const LaunchConfig& c, const EnvironmentSnapshot& env) {
-  MachineResources machine = MachineResources::of_this_machine();
-  LocalWorkers local;
-  local.nproc = resolve_nproc(c, env, machine);
-  local.gpus = resolve_visible_gpus(c, env, local.nproc, machine);
-  local.cpu_slices = resolve_cpu_binding(c, local.nproc, machine);
-  if (c.gpus.mode == GpuRequest::Mode::kAuto) spdlog::info("--gpus auto picked GPUs {}", ddp::join(local.gpus, ","));
+int run(const config::LaunchConfig& c, const EnvironmentSnapshot& env) {
+  resources::MachineResources machine = resources::MachineResources::of_this_machine();
+  agent::LocalWorkers local;
+  local.nproc = resources::resolve_nproc(c, env, machine);
+  local.gpus = resources::resolve_visible_gpus(c, env, local.nproc, machine);
+  local.cpu_slices = resources::resolve_cpu_binding(c, local.nproc, machine);
+  if (c.gpus.mode == config::GpuRequest::Mode::kAuto) spdlog::info("--gpus auto picked GPUs {}", ddp::join(local.gpus, ","));
   for (const auto& note : c.notes) spdlog::info("{}", note);
   for (const auto& warning : c.warnings) spdlog::warn("{}", warning);
 
-  RunContext run;
+  agent::RunContext run;
   run.inherited = env.vars;
-  run.host_name = this_host_name();
+  run.host_name = process::this_host_name();
   run.inherited.erase("DDP_RDZV_TOKEN");  // the launchers' secret (See Note [Rendezvous token]), not the workers'
   if (c.dry_run) {
-    NodeAssignment node = assignment_from_flags(c, local.nproc);  // binds and probes nothing
+    rendezvous::NodeAssignment node = rendezvous::assignment_from_flags(c, local.nproc);  // binds and probes nothing
     if (node.nnodes > 1) node.master_port = 0;  // the workers' store: a free port (See Note [One port per job])
     run.run_folder = "<per-run folder>";
     print_dry_run(c, node, local, run, !c.rdzv_host.empty());
@@ -146,11 +147,11 @@ int run(const LaunchConfig& c, const EnvironmentSnapshot& env) {
   if (!local.cpu_slices.empty()) {
     std::string bound;
     for (int lr = 0; lr < local.nproc; ++lr) {
-      bound += ddp::str(lr == 0 ? "" : ", ", "local rank ", lr, ": ", format_cpu_list(local.cpu_slices[lr]));
+      bound += ddp::str(lr == 0 ? "" : ", ", "local rank ", lr, ": ", resources::format_cpu_list(local.cpu_slices[lr]));
     }
     spdlog::info("--cpu_bind exclusive: {}{}", bound,
                  env.get(ddp::env::kOmpNumThreads) ? "" : " (OMP_NUM_THREADS = each worker's CPU count)");
-  } else if (needs_omp_default(env.vars, local.nproc)) {
+  } else if (agent::needs_omp_default(env.vars, local.nproc)) {
     spdlog::warn("setting OMP_NUM_THREADS=1 for each of the {} workers to avoid overloading the machine; "
                  "set OMP_NUM_THREADS to tune it",
                  local.nproc);
@@ -158,8 +159,8 @@ int run(const LaunchConfig& c, const EnvironmentSnapshot& env) {
   // Made before the rendezvous: a --log_dir that cannot hold the run fails before other nodes wait.
   RunFolder folder(c, env);
   run.run_folder = folder.path();
-  if (writes_log_files(c, local.nproc)) folder.keep();
-  return run_agent(c, env, local, run);
+  if (agent::writes_log_files(c, local.nproc)) folder.keep();
+  return agent::run_agent(c, env, local, run);
 }
 
 }  // namespace
@@ -173,17 +174,17 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(logger);
   const ddp::EnvironmentSnapshot env = ddp::EnvironmentSnapshot::from_process();
   try {
-    const ParseResult parsed = parse_launch_args(argc, argv, env);
-    if (parsed.action == ParseResult::Action::kHelp) {
+    const config::ParseResult parsed = config::parse_launch_args(argc, argv, env);
+    if (parsed.action == config::ParseResult::Action::kHelp) {
       std::fputs(parsed.help_text.c_str(), stdout);
       return 0;
     }
-    if (parsed.action == ParseResult::Action::kVersion) {
+    if (parsed.action == config::ParseResult::Action::kVersion) {
       std::printf("ddp_launch %s\n", DDP_LAUNCH_VERSION);
       return 0;
     }
-    if (starts_every_host(parsed.config)) return launch_on_hosts(parsed.config, env);  // docs/launcher.md
-    if (parsed.config.watch_stdin) stop_when_stdin_closes();
+    if (hosts::starts_every_host(parsed.config)) return hosts::launch_on_hosts(parsed.config, env);  // docs/launcher.md
+    if (parsed.config.watch_stdin) hosts::stop_when_stdin_closes();
     return run(parsed.config, env);
   } catch (const ddp::UsageError& e) {
     std::fprintf(stderr, "ddp_launch: error: %s\n", e.what());

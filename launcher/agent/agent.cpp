@@ -10,7 +10,7 @@
 #include "launcher/agent/elastic_rounds.h"
 #include "launcher/agent/live_recovery.h"
 #include "launcher/observe/metrics_server.h"
-#include "launcher/channel/net.h"
+#include "launcher/process/net.h"
 #include "launcher/observe/progress_board.h"
 #include "launcher/rendezvous/rendezvous.h"
 
@@ -32,14 +32,14 @@
 // heartbeats and the hang watchdog, /metrics, the start line, the end of the run. A policy owns its
 // rendezvous and its channels (they live as long as it does).
 
-namespace ddp::launcher {
+namespace ddp::launcher::agent {
 namespace {
 
 // A fixed-size job: one rendezvous, the whole group restarted (coordinated across hosts).
 class GroupRestart : public PolicyWithContext {
  public:
   explicit GroupRestart(const AgentContext& context)
-      : PolicyWithContext(context), rendezvous_(make_rendezvous_handler(config_, local_.nproc)) {}
+      : PolicyWithContext(context), rendezvous_(rendezvous::make_rendezvous_handler(config_, local_.nproc)) {}
 
   AgentRound next_round() override {
     if (!config_.rdzv_host.empty()) {
@@ -49,7 +49,7 @@ class GroupRestart : public PolicyWithContext {
     AgentRound round;
     round.node = rendezvous_->next_rendezvous(-1, 0).node;
     // A static job's workers' store port comes with the coordinator's welcome (See Note [One port per job]).
-    round.channel = open_job_channel(config_, round.node, local_.nproc, host_name_, rendezvous_->directory(),
+    round.channel = channel::open_job_channel(config_, round.node, local_.nproc, host_name_, rendezvous_->directory(),
                                      "job_channel");
     if (round.channel) round.node.master_port = round.channel->workers_store_port(config_.rdzv_timeout_s);
     return round;
@@ -65,14 +65,14 @@ class GroupRestart : public PolicyWithContext {
     return false;
   }
 
-  RendezvousHandler& rendezvous() override { return *rendezvous_; }
+  rendezvous::RendezvousHandler& rendezvous() override { return *rendezvous_; }
 
  private:
-  std::unique_ptr<RendezvousHandler> rendezvous_;
+  std::unique_ptr<rendezvous::RendezvousHandler> rendezvous_;
 };
 
 // What the flags say about supervision, for every round.
-SupervisorOptions supervisor_options(const LaunchConfig& c, const std::string& host_name) {
+SupervisorOptions supervisor_options(const config::LaunchConfig& c, const std::string& host_name) {
   SupervisorOptions options;
   options.program_path = c.program_path;
   options.program_args = c.program_args;
@@ -111,22 +111,22 @@ int finish_run(const SupervisorResult& result, const std::string& host_name) {
 
 std::unique_ptr<RecoveryPolicy> make_recovery_policy(const AgentContext& context) {
   if (!context.config.elastic) return std::make_unique<GroupRestart>(context);
-  if (context.config.recovery == Recovery::kLive) return make_live_recovery(context);
+  if (context.config.recovery == config::Recovery::kLive) return make_live_recovery(context);
   return make_elastic_rounds(context);
 }
 
-int run_agent(const LaunchConfig& c, const EnvironmentSnapshot& env, const LocalWorkers& local, RunContext& run) {
-  const std::string host_name = this_host_name();
+int run_agent(const config::LaunchConfig& c, const EnvironmentSnapshot& env, const LocalWorkers& local, RunContext& run) {
+  const std::string host_name = process::this_host_name();
   // Heartbeats and metrics (docs/observability.md): only when asked for, so that by default no
   // socket is opened and workers send nothing. Bound before the rendezvous: a port in use fails
   // before other nodes wait.
-  std::unique_ptr<AgentSocket> agent;
-  ProgressBoard board(c.node_rank.value_or(0), c.nnodes * local.nproc);
-  std::unique_ptr<MetricsServer> metrics;
-  if (c.hang_timeout_s > 0 || c.metrics_port > 0) agent = AgentSocket::open(env.get("TMPDIR").value_or("/tmp"));
+  std::unique_ptr<observe::AgentSocket> agent;
+  observe::ProgressBoard board(c.node_rank.value_or(0), c.nnodes * local.nproc);
+  std::unique_ptr<observe::MetricsServer> metrics;
+  if (c.hang_timeout_s > 0 || c.metrics_port > 0) agent = observe::AgentSocket::open(env.get("TMPDIR").value_or("/tmp"));
   // /healthz: a supervision loop that has not turned for 10 passes (at least 10 s) is stuck.
   if (c.metrics_port > 0) {
-    metrics = std::make_unique<MetricsServer>(c.metrics_addr, c.metrics_port, board,
+    metrics = std::make_unique<observe::MetricsServer>(c.metrics_addr, c.metrics_port, board,
                                               std::max(10.0, 10 * c.monitor_interval_s));
   }
   if (agent) run.agent_socket = agent->path();
@@ -137,7 +137,7 @@ int run_agent(const LaunchConfig& c, const EnvironmentSnapshot& env, const Local
   base.progress = agent ? &board : nullptr;
   while (true) {
     AgentRound round = policy->next_round();
-    const NodeAssignment& node = round.node;
+    const rendezvous::NodeAssignment& node = round.node;
     board.set_membership(node.node_rank, node.nnodes * local.nproc);
     spdlog::info("{}starting {} workers (ranks {}..{} of {}) on node {} of {}, master {}:{}, run id {}{}",
                  round.elastic ? ddp::str("round ", round.number, ": ") : std::string(), local.nproc,
@@ -156,4 +156,4 @@ int run_agent(const LaunchConfig& c, const EnvironmentSnapshot& env, const Local
   }
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::agent

@@ -11,7 +11,7 @@
 #include "launcher/agent/plan.h"
 #include "launcher/agent/supervisor.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::agent {
 
 // One rendezvous round, as this node sees it.
 struct AgentRound {
@@ -19,14 +19,14 @@ struct AgentRound {
   // fixed-size job, whose restarts are the supervisor's attempts of its one round.
   int number = 0;
   bool elastic = false;  // the start line names the round
-  NodeAssignment node;
-  std::unique_ptr<JobChannel> channel;  // nullptr with one node
+  rendezvous::NodeAssignment node;
+  std::unique_ptr<channel::JobChannel> channel;  // nullptr with one node
   std::string start_note;               // what the start line adds (live: a lost host stops nothing)
 };
 
 // What every policy plans its workers from (all of it outlives the policy).
 struct AgentContext {
-  const LaunchConfig& config;
+  const config::LaunchConfig& config;
   const LocalWorkers& local;
   const RunContext& run;
   std::string host_name;
@@ -46,7 +46,7 @@ class RecoveryPolicy {
   // After the round's group ended: true when a new round follows (result then says nothing).
   virtual bool next_round_follows(AgentRound& round, SupervisorResult& result) = 0;
   // The policy's rendezvous: the agent shuts it down at the end, once the round's channel closed.
-  virtual RendezvousHandler& rendezvous() = 0;
+  virtual rendezvous::RendezvousHandler& rendezvous() = 0;
 };
 
 // What the policies share: their context, its parts by name.
@@ -54,7 +54,7 @@ class PolicyWithContext : public RecoveryPolicy {
  protected:
   explicit PolicyWithContext(const AgentContext& context) : context_(context) {}
   AgentContext context_;
-  const LaunchConfig& config_ = context_.config;
+  const config::LaunchConfig& config_ = context_.config;
   const LocalWorkers& local_ = context_.local;
   const RunContext& run_ = context_.run;
   const std::string& host_name_ = context_.host_name;
@@ -67,6 +67,6 @@ std::unique_ptr<RecoveryPolicy> make_recovery_policy(const AgentContext& context
 
 // The agent's loop: rounds until one ends the job; the launcher's exit code. `run` is complete but
 // for the agent socket, which the agent opens when heartbeats are asked for.
-int run_agent(const LaunchConfig& config, const EnvironmentSnapshot& env, const LocalWorkers& local, RunContext& run);
+int run_agent(const config::LaunchConfig& config, const EnvironmentSnapshot& env, const LocalWorkers& local, RunContext& run);
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::agent

@@ -17,6 +17,7 @@
 #include "launcher/observe/agent_socket.h"
 #include "launcher/channel/job_link.h"
 #include "launcher/observe/progress_board.h"
+#include "launcher/process/spawn.h"
 
 // Note [Supervision]
 // ~~~~~~~~~~~~~~~~~~
@@ -52,18 +53,18 @@
 // held, does not restart the group: the launcher exits non-zero. The wait is a WNOHANG poll inside
 // the loop (never a blocking waitpid), also when start-up failed half-way.
 
-namespace ddp::launcher {
+namespace ddp::launcher::agent {
 namespace {
 
 struct Worker {
-  WorkerLaunch launch;
+  process::WorkerLaunch launch;
   pid_t pid = -1;
   bool running = false;
   bool unreaped = false;  // given up on after SIGKILL (See Note [Unreapable workers])
   std::optional<size_t> hang_failure;  // index in Attempt::failures when the watchdog stopped it
   std::optional<std::string> hang_killed;  // --recovery live: the watchdog killed it alone (its line)
-  OutputStream out;
-  OutputStream err;
+  process::OutputStream out;
+  process::OutputStream err;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -77,7 +78,7 @@ std::optional<std::chrono::system_clock::time_point> file_mtime(const std::strin
 
 class Attempt {
  public:
-  Attempt(const SupervisorOptions& options, SignalPipe& signals, int attempt, std::vector<WorkerLaunch> launches)
+  Attempt(const SupervisorOptions& options, process::SignalPipe& signals, int attempt, std::vector<process::WorkerLaunch> launches)
       : options_(options), signals_(signals), attempt_(attempt) {
     int shown_out = 0;
     int shown_err = 0;
@@ -99,7 +100,7 @@ class Attempt {
   ~Attempt() {
     const auto deadline = Clock::now() + seconds(options_.reap_timeout_s);
     for (auto& w : workers_) {
-      if (w.running && w.pid > 0) signal_group(w.pid, SIGKILL);
+      if (w.running && w.pid > 0) process::signal_group(w.pid, SIGKILL);
     }
     for (auto& w : workers_) {
       int status = 0;
@@ -110,7 +111,7 @@ class Attempt {
       }
       if (!reaped) {
         spdlog::error("rank {} (pid {}) was not reaped {} s after SIGKILL: state {}", w.launch.rank, w.pid,
-                      options_.reap_timeout_s, process_state(w.pid));
+                      options_.reap_timeout_s, process::process_state(w.pid));
       }
       w.out.close_all();
       w.err.close_all();
@@ -158,7 +159,7 @@ class Attempt {
   void start_all() {
     for (auto& w : workers_) start(w);
     if (options_.progress != nullptr) {
-      std::vector<WorkerIdentity> ids;
+      std::vector<observe::WorkerIdentity> ids;
       for (const auto& w : workers_) ids.push_back({w.launch.rank, w.launch.local_rank, static_cast<int>(w.pid)});
       options_.progress->begin_attempt(attempt_, ids);
     }
@@ -167,7 +168,7 @@ class Attempt {
   void start(Worker& w) {
     const int filtered_out = filtered_file(w.launch.filtered_stdout_log);
     const int filtered_err = filtered_file(w.launch.filtered_stderr_log);
-    w.pid = start_worker(options_.program_path, options_.program_args, w.launch, w.out, w.err);
+    w.pid = process::start_worker(options_.program_path, options_.program_args, w.launch, w.out, w.err);
     w.out.filtered_fd = filtered_out;
     w.out.filters = &options_.duplicate_stdout_filters;
     w.err.filtered_fd = filtered_err;
@@ -191,16 +192,16 @@ class Attempt {
       for (const auto& s : stuck) {
         for (auto& w : workers_) {
           if (w.launch.rank != s.worker.rank || !w.running || w.hang_killed) continue;
-          w.hang_killed = describe_stuck(s);
+          w.hang_killed = observe::describe_stuck(s);
           spdlog::error("{} (--hang_timeout {} s): killing it, to restart it alone (--recovery live)", *w.hang_killed,
                         options_.hang_timeout_s);
-          signal_group(w.pid, SIGKILL);
+          process::signal_group(w.pid, SIGKILL);
         }
       }
       return;
     }
     for (const auto& s : stuck) {
-      std::string line = describe_stuck(s);
+      std::string line = observe::describe_stuck(s);
       if (options_.link != nullptr) line += options_.link->describe_behind(attempt_, local_steps());
       spdlog::error("{} (--hang_timeout {} s): stopping the job", line, options_.hang_timeout_s);
       for (auto& w : workers_) {
@@ -214,7 +215,7 @@ class Attempt {
       }
     }
     if (options_.link != nullptr) {
-      options_.link->report_failure(attempt_, describe_stuck(stuck.front()) +
+      options_.link->report_failure(attempt_, observe::describe_stuck(stuck.front()) +
                                                   options_.link->describe_behind(attempt_, local_steps()) +
                                                   " (--hang_timeout)");
     }
@@ -225,7 +226,7 @@ class Attempt {
   std::vector<std::pair<int, std::int64_t>> local_steps() const {
     std::vector<std::pair<int, std::int64_t>> steps;
     if (options_.progress == nullptr) return steps;
-    for (const RankProgress& r : options_.progress->snapshot().ranks) {
+    for (const observe::RankProgress& r : options_.progress->snapshot().ranks) {
       if (r.step) steps.emplace_back(r.worker.rank, *r.step);
     }
     return steps;
@@ -296,7 +297,7 @@ class Attempt {
   void give_up_on_unreaped() {
     for (auto& w : workers_) {
       if (!w.running) continue;
-      const std::string state = process_state(w.pid);
+      const std::string state = process::process_state(w.pid);
       spdlog::error("rank {} (pid {}) was not reaped {} s after SIGKILL: state {} (from /proc/{}/stat); giving up "
                     "on it, the group is not restarted",
                     w.launch.rank, w.pid, options_.reap_timeout_s, state, w.pid);
@@ -321,9 +322,9 @@ class Attempt {
   // poll() on the signal pipe and every open output pipe; reads what is ready.
   void wait_for_events(int timeout_ms) {
     std::vector<pollfd> fds{{signals_.read_fd(), POLLIN, 0}};
-    std::vector<OutputStream*> streams;
+    std::vector<process::OutputStream*> streams;
     for (auto& w : workers_) {
-      for (OutputStream* s : {&w.out, &w.err}) {
+      for (process::OutputStream* s : {&w.out, &w.err}) {
         if (s->fd >= 0) {
           fds.push_back({s->fd, POLLIN, 0});
           streams.push_back(s);
@@ -341,7 +342,7 @@ class Attempt {
     }
     if (agent_fd >= 0 && fds.back().revents != 0) {
       const auto now = Clock::now();
-      options_.agent->drain([&](const AgentDatagram& d) { options_.progress->record(d, now); });
+      options_.agent->drain([&](const observe::AgentDatagram& d) { options_.progress->record(d, now); });
     }
   }
 
@@ -349,9 +350,9 @@ class Attempt {
     for (int sig : signals_.drain()) {
       if (sig == SIGCHLD) continue;
       if (!launcher_signal) launcher_signal = sig;
-      spdlog::warn("received {}: forwarding it to {} workers", signal_name(sig), running_count());
+      spdlog::warn("received {}: forwarding it to {} workers", process::signal_name(sig), running_count());
       for (auto& w : workers_) {
-        if (w.running) signal_group(w.pid, sig);
+        if (w.running) process::signal_group(w.pid, sig);
       }
       begin_stop(false);
     }
@@ -418,7 +419,7 @@ class Attempt {
   // worker's entry stays (not running) for its output and its process group's final SIGKILL.
   bool respawn(WorkerExit exit) {
     if (options_.progress != nullptr) options_.progress->count_failure();
-    std::optional<WorkerLaunch> launch = options_.respawn_worker(exit.local_rank);
+    std::optional<process::WorkerLaunch> launch = options_.respawn_worker(exit.local_rank);
     if (!launch) {
       failures.push_back(std::move(exit));
       return false;
@@ -443,7 +444,7 @@ class Attempt {
       spdlog::warn("{}: sending SIGTERM to the {} running workers (SIGKILL after {} s)", why, running_count(),
                    options_.shutdown_grace_s);
       for (auto& w : workers_) {
-        if (w.running) signal_group(w.pid, SIGTERM);
+        if (w.running) process::signal_group(w.pid, SIGTERM);
       }
     }
     if (!stopping_) {
@@ -458,8 +459,8 @@ class Attempt {
     for (auto& w : workers_) {
       if (w.running) {
         spdlog::warn("rank {} (pid {}) still running after the {} s grace period: sending {}", w.launch.rank,
-                     w.pid, options_.shutdown_grace_s, signal_name(sig));
-        signal_group(w.pid, sig);
+                     w.pid, options_.shutdown_grace_s, process::signal_name(sig));
+        process::signal_group(w.pid, sig);
       }
     }
   }
@@ -482,16 +483,17 @@ class Attempt {
   }
 
   const SupervisorOptions& options_;
-  SignalPipe& signals_;
+  process::SignalPipe& signals_;
   int attempt_;
   // --collapse_lines, one per console stream; declared before workers_: outlives their streams.
-  std::optional<LineCollapser> collapse_out_;
-  std::optional<LineCollapser> collapse_err_;
+  std::optional<process::LineCollapser> collapse_out_;
+  std::optional<process::LineCollapser> collapse_err_;
   std::map<std::string, ddp::detail::FileDescriptor> filtered_files_;  // declared before workers_: outlives their streams
   // When the launcher's stdout is a terminal (See Note [Progress on a terminal]); before workers_ too.
-  std::optional<TerminalProgress> terminal_progress_ =
-      terminal_width(STDOUT_FILENO) > 0 ? std::optional<TerminalProgress>(TerminalProgress(terminal_width(STDOUT_FILENO)))
-                                        : std::nullopt;
+  std::optional<process::TerminalProgress> terminal_progress_ =
+      process::terminal_width(STDOUT_FILENO) > 0
+          ? std::optional<process::TerminalProgress>(process::TerminalProgress(process::terminal_width(STDOUT_FILENO)))
+          : std::nullopt;
   std::deque<Worker> workers_;
   bool stopping_ = false;
   bool killed_ = false;
@@ -504,10 +506,10 @@ class Attempt {
 
 }  // namespace
 
-AttemptOutcome run_attempt(const SupervisorOptions& options, SignalPipe& signals, int attempt,
-                           std::vector<WorkerLaunch> launches) {
+AttemptOutcome run_attempt(const SupervisorOptions& options, process::SignalPipe& signals, int attempt,
+                           std::vector<process::WorkerLaunch> launches) {
   Attempt run(options, signals, attempt, std::move(launches));
   return run.run();
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::agent

@@ -9,7 +9,7 @@
 #include "launcher/agent/supervisor.h"
 #include "launcher/process/worker_process.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::agent {
 
 struct AttemptOutcome {
   std::vector<WorkerExit> failures;    // empty: every worker exited 0
@@ -21,7 +21,7 @@ struct AttemptOutcome {
 
 // Starts `launches`, supervises them until every one has ended (and every process group is gone),
 // and says what failed.
-AttemptOutcome run_attempt(const SupervisorOptions& options, SignalPipe& signals, int attempt,
-                           std::vector<WorkerLaunch> launches);
+AttemptOutcome run_attempt(const SupervisorOptions& options, process::SignalPipe& signals, int attempt,
+                           std::vector<process::WorkerLaunch> launches);
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::agent

@@ -10,7 +10,7 @@
 #include "launcher/channel/job_link.h"
 #include "launcher/process/log_layout.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::agent {
 namespace {
 
 
@@ -18,8 +18,8 @@ namespace {
 // the attempt at most every 250 ms, one small store query each).
 class NewcomerWatch {
  public:
-  NewcomerWatch(RendezvousHandler& rendezvous, const rdzv::RoundRules& rules, const RendezvousRound& m,
-                bool restarts_left)
+  NewcomerWatch(rendezvous::RendezvousHandler& rendezvous, const rendezvous::RoundRules& rules,
+                const rendezvous::RendezvousRound& m, bool restarts_left)
       : poll_(rendezvous, "no newcomer can be admitted into this round"),
         rules_(rules),
         m_(m),
@@ -28,7 +28,7 @@ class NewcomerWatch {
   std::optional<std::string> poll() {
     const int waiting = poll_.waiting_after(m_.round);
     if (waiting == 0) return std::nullopt;
-    if (rdzv::admits_newcomers(rules_, m_.node.nnodes, waiting, restarts_left_)) {
+    if (rendezvous::admits_newcomers(rules_, m_.node.nnodes, waiting, restarts_left_)) {
       waiting_ = waiting;
       reason_ = ddp::str(waiting, waiting == 1 ? " node waits" : " nodes wait", " to join the job (", m_.node.nnodes,
                       " of at most ", rules_.max_nodes, " nodes): every node restarts its workers into round ",
@@ -49,9 +49,9 @@ class NewcomerWatch {
   const std::string& reason() const { return reason_; }
 
  private:
-  NewcomerPoll poll_;
-  const rdzv::RoundRules& rules_;
-  const RendezvousRound& m_;
+  rendezvous::NewcomerPoll poll_;
+  const rendezvous::RoundRules& rules_;
+  const rendezvous::RendezvousRound& m_;
   bool restarts_left_;
   int waiting_ = 0;
   std::string reason_;
@@ -62,8 +62,8 @@ class ElasticRounds : public PolicyWithContext {
  public:
   explicit ElasticRounds(const AgentContext& context)
       : PolicyWithContext(context),
-        rules_(round_rules(context.config)),
-        rendezvous_(make_rendezvous_handler(context.config, context.local.nproc)) {}
+        rules_(rendezvous::round_rules(context.config)),
+        rendezvous_(rendezvous::make_rendezvous_handler(context.config, context.local.nproc)) {}
 
   AgentRound next_round() override {
     spdlog::info("rendezvous '{}' at {}:{}: joining a round of {} to {} nodes (last call {} s, timeout {} s)",
@@ -76,9 +76,9 @@ class ElasticRounds : public PolicyWithContext {
     round.node = membership_.node;
     // The round's job channel relays failures and losses (See Note [Coordinated restarts]); its
     // rounds never restart: a new membership round does.
-    NodeAssignment channel_node = round.node;
+    rendezvous::NodeAssignment channel_node = round.node;
     channel_node.max_restarts = 0;
-    round.channel = open_job_channel(config_, channel_node, local_.nproc, host_name_, rendezvous_->directory(),
+    round.channel = channel::open_job_channel(config_, channel_node, local_.nproc, host_name_, rendezvous_->directory(),
                                      ddp::str("job_channel/r", round.number));
     return round;
   }
@@ -109,21 +109,21 @@ class ElasticRounds : public PolicyWithContext {
                     config_.max_restarts);
       return false;
     }
-    expected_ = rdzv::expected_next_round(rules_, round.node.nnodes, lost, newcomers.waiting());
+    expected_ = rendezvous::expected_next_round(rules_, round.node.nnodes, lost, newcomers.waiting());
     spdlog::warn("round {} ended ({}): joining round {} with the nodes that remain, restart {} of {}", round.number,
                  why, round.number + 1, round.number + 1, config_.max_restarts);
     after_round_ = round.number;
     return true;
   }
 
-  RendezvousHandler& rendezvous() override { return *rendezvous_; }
+  rendezvous::RendezvousHandler& rendezvous() override { return *rendezvous_; }
 
  private:
   bool restarts_left() const { return membership_.round < config_.max_restarts; }
 
-  rdzv::RoundRules rules_;
-  std::unique_ptr<RendezvousHandler> rendezvous_;
-  RendezvousRound membership_;
+  rendezvous::RoundRules rules_;
+  std::unique_ptr<rendezvous::RendezvousHandler> rendezvous_;
+  rendezvous::RendezvousRound membership_;
   std::unique_ptr<NewcomerWatch> newcomers_;
   int after_round_ = -1;
   int expected_ = 0;
@@ -135,4 +135,4 @@ std::unique_ptr<RecoveryPolicy> make_elastic_rounds(const AgentContext& context)
   return std::make_unique<ElasticRounds>(context);
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::agent

@@ -7,10 +7,10 @@
 
 #include "launcher/agent/agent.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::agent {
 
 // Rounds until this node's workers succeed, --max_restarts is used up, the launcher is signalled,
 // or a round cannot form (ddp::TimeoutError with one line).
 std::unique_ptr<RecoveryPolicy> make_elastic_rounds(const AgentContext& context);
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::agent

@@ -1,5 +1,7 @@
 #include "launcher/agent/failure_report.h"
 
+#include "launcher/process/spawn.h"
+
 #include <signal.h>
 
 #include <algorithm>
@@ -9,36 +11,14 @@
 
 #include "ddp/base/error.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::agent {
 
 std::string describe_exit(const WorkerExit& e) {
   if (e.unreaped) return ddp::str("<not reaped after SIGKILL: pid ", e.pid, " state ", *e.unreaped, ">");
-  if (e.signal) return ddp::str(signal_name(*e.signal), " (signal ", *e.signal, ", exit code ", 128 + *e.signal, ")");
+  if (e.signal) return ddp::str(process::signal_name(*e.signal), " (signal ", *e.signal, ", exit code ", 128 + *e.signal, ")");
   return ddp::str(e.exit_code);
 }
 
-
-std::string signal_name(int sig) {
-  switch (sig) {
-    case SIGHUP: return "SIGHUP";
-    case SIGINT: return "SIGINT";
-    case SIGQUIT: return "SIGQUIT";
-    case SIGILL: return "SIGILL";
-    case SIGTRAP: return "SIGTRAP";
-    case SIGABRT: return "SIGABRT";
-    case SIGBUS: return "SIGBUS";
-    case SIGFPE: return "SIGFPE";
-    case SIGKILL: return "SIGKILL";
-    case SIGUSR1: return "SIGUSR1";
-    case SIGSEGV: return "SIGSEGV";
-    case SIGUSR2: return "SIGUSR2";
-    case SIGPIPE: return "SIGPIPE";
-    case SIGALRM: return "SIGALRM";
-    case SIGTERM: return "SIGTERM";
-    case SIGXCPU: return "SIGXCPU";
-    default: return ddp::str("signal ", sig);
-  }
-}
 
 // Note [Root cause]
 // ~~~~~~~~~~~~~~~~~
@@ -119,13 +99,13 @@ std::string format_failure_summary(const SupervisorResult& result, const std::st
     return out + rule + "\n";
   }
   if (!result.root_cause) {
-    out += ddp::str("ddp_launch: stopped by ", signal_name(result.launcher_signal.value_or(0)),
+    out += ddp::str("ddp_launch: stopped by ", process::signal_name(result.launcher_signal.value_or(0)),
                     "; every worker exited cleanly\n");
     return out + rule + "\n";
   }
   const WorkerExit& e = *result.root_cause;
   out += ddp::str("ddp_launch: worker group FAILED", result.attempts > 1 ? ddp::str(" after ", result.attempts, " attempts") : "",
-                  result.launcher_signal ? " (launcher received " + signal_name(*result.launcher_signal) + ")" : "", "\n");
+                  result.launcher_signal ? " (launcher received " + process::signal_name(*result.launcher_signal) + ")" : "", "\n");
   out += job;
   out += "Root cause (first observed failure):\n";
   out += ddp::str("  time      : ", format_failure_time(e.time), "\n");
@@ -153,4 +133,4 @@ std::string format_failure_summary(const SupervisorResult& result, const std::st
   return out + rule + "\n";
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::agent

@@ -9,7 +9,7 @@
 
 #include "ddp/base/detail/error_file.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::agent {
 
 // How a worker ended.
 struct WorkerExit {
@@ -74,7 +74,4 @@ std::string format_failure_summary(const SupervisorResult& result, const std::st
 // "3", or "SIGKILL (signal 9, exit code 137)".
 std::string describe_exit(const WorkerExit& exit);
 
-// "SIGTERM" for 15, "signal 99" for unknown numbers.
-std::string signal_name(int signal);
-
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::agent

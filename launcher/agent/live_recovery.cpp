@@ -18,9 +18,9 @@
 #include "launcher/agent/live_respawn.h"
 #include "launcher/channel/live_watch.h"
 #include "launcher/process/log_layout.h"
-#include "launcher/channel/net.h"
+#include "launcher/process/net.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::agent {
 
 // Note [Live recovery with ddp_launch]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -63,7 +63,7 @@ namespace ddp::launcher {
 //     "node<N>.r<R>" for one that joined in round R (live_node_key), unique in the job.
 // Not done yet: the loss of the host that serves the store (it ends the job).
 // c10d's PrefixStore adds the '/' after it.
-std::string live_store_prefix(const LaunchConfig& c) { return "ddp/live/" + c.rdzv_id; }
+std::string live_store_prefix(const config::LaunchConfig& c) { return "ddp/live/" + c.rdzv_id; }
 
 namespace {
 
@@ -76,8 +76,8 @@ constexpr char kLiveWatchName[] = "live_watch";
 // live job] in launcher/channel/live_watch.cpp).
 class LiveAdmission {
  public:
-  LiveAdmission(StoreRendezvous& rendezvous, const rdzv::RoundRules& rules, const RendezvousRound& first,
-                std::function<int()> lost_nodes)
+  LiveAdmission(rendezvous::StoreRendezvous& rendezvous, const rendezvous::RoundRules& rules,
+                const rendezvous::RendezvousRound& first, std::function<int()> lost_nodes)
       : rendezvous_(rendezvous),
         poll_(rendezvous, "no newcomer can be admitted into this live job"),
         rules_(rules),
@@ -90,7 +90,7 @@ class LiveAdmission {
     if (waiting == 0) return std::nullopt;
     const int lost_total = lost_nodes_();
     const int lost = lost_total - lost_before_round_;
-    const rdzv::LiveAdmissionStep step = rdzv::decide_live_admission(rules_, nodes_, lost, waiting);
+    const rendezvous::LiveAdmissionStep step = rendezvous::decide_live_admission(rules_, nodes_, lost, waiting);
     if (!step.admit) {
       if (!told_full_) {
         told_full_ = true;
@@ -102,7 +102,7 @@ class LiveAdmission {
     }
     // A lost host that the liveness channel has not reported yet is expected: the round then
     // closes after the last call.
-    const RendezvousRound next = rendezvous_.next_rendezvous(round_, step.expected_nodes);
+    const rendezvous::RendezvousRound next = rendezvous_.next_rendezvous(round_, step.expected_nodes);
     spdlog::info("round {}: {} node(s) joined ({} in the round{}); --recovery live: the workers keep running, the "
                  "newcomers' workers join the training",
                  next.round, next.node.nnodes - step.current_nodes, next.node.nnodes,
@@ -115,9 +115,9 @@ class LiveAdmission {
   }
 
  private:
-  StoreRendezvous& rendezvous_;
-  NewcomerPoll poll_;
-  const rdzv::RoundRules& rules_;
+  rendezvous::StoreRendezvous& rendezvous_;
+  rendezvous::NewcomerPoll poll_;
+  const rendezvous::RoundRules& rules_;
   int round_;
   int nodes_;
   std::function<int()> lost_nodes_;
@@ -128,14 +128,14 @@ class LiveAdmission {
 // The liveness channel's end on this node (See Note [Lost hosts in a live job]): the server where
 // the store is served, a client elsewhere.
 struct LiveWatch {
-  std::unique_ptr<LiveWatchServer> server;
-  std::unique_ptr<LiveWatchClient> client;
+  std::unique_ptr<channel::LiveWatchServer> server;
+  std::unique_ptr<channel::LiveWatchClient> client;
   int lost_nodes() const { return server ? server->lost_nodes() : client ? client->lost_nodes() : 0; }
 };
 
 // The serving launcher listens on a port the OS picks, on the address the store listens on, and
 // publishes it before the first round (See Note [One port per job] in launcher/rendezvous/rendezvous.h).
-int listen_for_live_watch(StoreRendezvous& rendezvous, const LaunchConfig& c) {
+int listen_for_live_watch(rendezvous::StoreRendezvous& rendezvous, const config::LaunchConfig& c) {
   const int fd = detail::listen_on_address(rendezvous.served_address(), 0);
   if (fd < 0) {
     throw ddp::Error(ddp::str("the live job's liveness channel cannot listen on ", rendezvous.served_address(), ": ",
@@ -143,7 +143,7 @@ int listen_for_live_watch(StoreRendezvous& rendezvous, const LaunchConfig& c) {
   }
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-  rendezvous.directory()->publish(kLiveWatchName, {c.rdzv_host, bound_port(fd)});
+  rendezvous.directory()->publish(kLiveWatchName, {c.rdzv_host, process::bound_port(fd)});
   return fd;
 }
 
@@ -163,31 +163,31 @@ class LiveRecovery : public PolicyWithContext {
  public:
   explicit LiveRecovery(const AgentContext& context)
       : PolicyWithContext(context),
-        rules_(round_rules(context.config)),
+        rules_(rendezvous::round_rules(context.config)),
         rendezvous_(context.config, context.local.nproc),  // serves the store on one host: kept to the end
         prefix_(live_store_prefix(context.config)),
         respawns_(context.local.nproc, context.config.max_restarts, 0) {}
 
   AgentRound next_round() override {
-    const LaunchConfig& c = config_;
+    const config::LaunchConfig& c = config_;
     const int watch_fd = rendezvous_.serves_store() ? listen_for_live_watch(rendezvous_, c) : -1;
     spdlog::info("rendezvous '{}' at {}:{}: joining a round of {} to {} nodes (--recovery live)", c.rdzv_id,
                  c.rdzv_host, c.rdzv_port, rules_.min_nodes, rules_.max_nodes);
     first_ = rendezvous_.next_rendezvous(-1, 0);
-    node_key_ = live_node_key(first_.round, first_.node.node_rank);
+    node_key_ = channel::live_node_key(first_.round, first_.node.node_rank);
     const int first_round_workers = first_.round == 0 ? local_.nproc : 0;
     const double silence_s = c.live_keep_alive_s * c.live_keep_alive_max_attempt;
     if (watch_fd >= 0) {
       spdlog::info("watching the live job's launchers on port {} (a lost one: at once when its connection closes, "
                    "after {} s of silence otherwise)",
-                   bound_port(watch_fd), silence_s);
-      watch_.server = std::make_unique<LiveWatchServer>(watch_fd, silence_s, [this](const LostNode& lost) {
+                   process::bound_port(watch_fd), silence_s);
+      watch_.server = std::make_unique<channel::LiveWatchServer>(watch_fd, silence_s, [this](const channel::LostNode& lost) {
         const int marked = rendezvous_.mark_node_gone(prefix_, lost.node_key, lost.first_round_workers);
         spdlog::warn("lost node {} ({}): {}; {}", lost.node_key, lost.host, lost.why, describe_mark(marked));
       });
     } else {
-      const Endpoint server = rendezvous_.directory()->lookup(kLiveWatchName, c.rdzv_timeout_s);
-      watch_.client = std::make_unique<LiveWatchClient>(
+      const rendezvous::Endpoint server = rendezvous_.directory()->lookup(kLiveWatchName, c.rdzv_timeout_s);
+      watch_.client = std::make_unique<channel::LiveWatchClient>(
           server.addr, server.port, ddp::str(node_key_, " ", first_round_workers, " ", host_name_), c.live_keep_alive_s);
     }
     admission_ = std::make_unique<LiveAdmission>(rendezvous_, rules_, first_, [this] { return watch_.lost_nodes(); });
@@ -217,10 +217,10 @@ class LiveRecovery : public PolicyWithContext {
     return false;
   }
 
-  RendezvousHandler& rendezvous() override { return rendezvous_; }
+  rendezvous::RendezvousHandler& rendezvous() override { return rendezvous_; }
 
  private:
-  std::optional<WorkerLaunch> respawn(const NodeAssignment& node, int local_rank) {
+  std::optional<process::WorkerLaunch> respawn(const rendezvous::NodeAssignment& node, int local_rank) {
     const bool first_round = respawns_.in_first_round(local_rank);
     const std::optional<int> restart = respawns_.next(local_rank);
     if (!restart) {
@@ -241,10 +241,10 @@ class LiveRecovery : public PolicyWithContext {
     return prepare_worker(config_, node, local_, run_, *restart, local_rank);
   }
 
-  rdzv::RoundRules rules_;
-  StoreRendezvous rendezvous_;
+  rendezvous::RoundRules rules_;
+  rendezvous::StoreRendezvous rendezvous_;
   std::string prefix_;
-  RendezvousRound first_;
+  rendezvous::RendezvousRound first_;
   std::string node_key_;
   LiveWatch watch_;
   std::unique_ptr<LiveAdmission> admission_;
@@ -257,4 +257,4 @@ std::unique_ptr<RecoveryPolicy> make_live_recovery(const AgentContext& context) 
   return std::make_unique<LiveRecovery>(context);
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::agent

@@ -7,15 +7,15 @@
 
 #include "launcher/agent/agent.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::agent {
 
 // The job's keys in the rendezvous store (DDP_LIVE_PREFIX): "ddp/live/<rdzv_id>" (keys under
 // "ddp/live/<rdzv_id>/").
-std::string live_store_prefix(const LaunchConfig& config);
+std::string live_store_prefix(const config::LaunchConfig& config);
 
 // Joins the job's first round, then this node's workers run until they succeed, restarts (of a
 // worker that died here: it comes back alone, as a joiner) are used up, or the launcher is
 // signalled. A lost host elsewhere stops nothing here.
 std::unique_ptr<RecoveryPolicy> make_live_recovery(const AgentContext& context);
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::agent

@@ -6,7 +6,7 @@
 #include "ddp/base/str.h"
 #include "launcher/process/log_layout.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::agent {
 
 LiveRespawnPolicy::LiveRespawnPolicy(int nproc, int max_restarts, int first_restart_count)
     : max_restarts_(max_restarts), first_(first_restart_count), restarts_(static_cast<std::size_t>(nproc), 0) {}
@@ -23,18 +23,18 @@ std::optional<int> LiveRespawnPolicy::next(int local_rank) {
   return first_ + restarts;
 }
 
-WorkerLaunch prepare_worker(const LaunchConfig& config, const NodeAssignment& node, const LocalWorkers& local,
+process::WorkerLaunch prepare_worker(const config::LaunchConfig& config, const rendezvous::NodeAssignment& node, const LocalWorkers& local,
                             const RunContext& run, int restart_count, int local_rank) {
-  std::vector<WorkerLaunch> group = plan_workers(config, node, local, run, restart_count);
+  std::vector<process::WorkerLaunch> group = plan_workers(config, node, local, run, restart_count);
   if (local_rank < 0 || local_rank >= static_cast<int>(group.size())) {
     throw ddp::InvalidArgument(ddp::str("prepare_worker: local rank ", local_rank, " of ", group.size()));
   }
-  const std::string dir = attempt_dir(run.run_folder, restart_count);
+  const std::string dir = process::attempt_dir(run.run_folder, restart_count);
   struct stat st {};
-  if (::lstat(dir.c_str(), &st) != 0) make_new_dir(dir);  // else a node-mate's restart made it
-  WorkerLaunch& w = group[static_cast<std::size_t>(local_rank)];
-  make_new_dir(w.dir);
+  if (::lstat(dir.c_str(), &st) != 0) process::make_new_dir(dir);  // else a node-mate's restart made it
+  process::WorkerLaunch& w = group[static_cast<std::size_t>(local_rank)];
+  process::make_new_dir(w.dir);
   return std::move(w);
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::agent

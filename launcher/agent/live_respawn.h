@@ -5,7 +5,7 @@
 
 #include "launcher/agent/plan.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::agent {
 
 // Note [Restarting one live worker]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -49,7 +49,7 @@ class LiveRespawnPolicy {
 
 // Plans local_rank's process of restart count `restart_count` and makes its folders (the attempt's
 // when no other worker of that count made it before).
-WorkerLaunch prepare_worker(const LaunchConfig& config, const NodeAssignment& node, const LocalWorkers& local,
+process::WorkerLaunch prepare_worker(const config::LaunchConfig& config, const rendezvous::NodeAssignment& node, const LocalWorkers& local,
                             const RunContext& run, int restart_count, int local_rank);
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::agent

@@ -8,7 +8,7 @@
 #include "launcher/process/line_splitter.h"
 #include "launcher/process/log_layout.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::agent {
 
 // Note [One plan]
 // ~~~~~~~~~~~~~~~
@@ -21,7 +21,7 @@ namespace ddp::launcher {
 namespace {
 
 // --local_ranks_filter and --ranks_filter: a rank is shown when both (those given) name it.
-bool shown_on_console(const LaunchConfig& c, int local_rank, int rank) {
+bool shown_on_console(const config::LaunchConfig& c, int local_rank, int rank) {
   if (c.local_ranks_filter) {
     const auto& f = *c.local_ranks_filter;
     if (std::find(f.begin(), f.end(), local_rank) == f.end()) return false;
@@ -33,82 +33,82 @@ bool shown_on_console(const LaunchConfig& c, int local_rank, int rank) {
 
 // Which streams of a local rank go to its files: with --log_dir both, else what --redirects and
 // --tee name (their files then go to the temporary run folder).
-StdStreams streams_to_file(const LaunchConfig& c, int local_rank) {
-  if (!c.log_dir.empty()) return StdStreams::kBoth;
+config::StdStreams streams_to_file(const config::LaunchConfig& c, int local_rank) {
+  if (!c.log_dir.empty()) return config::StdStreams::kBoth;
   return c.redirects.for_local_rank(local_rank) | c.tee.for_local_rank(local_rank);
 }
 
 }  // namespace
 
-bool writes_log_files(const LaunchConfig& config, int nproc) {
+bool writes_log_files(const config::LaunchConfig& config, int nproc) {
   for (int lr = 0; lr < nproc; ++lr) {
-    if (streams_to_file(config, lr) != StdStreams::kNone) return true;
+    if (streams_to_file(config, lr) != config::StdStreams::kNone) return true;
   }
   return false;
 }
 
-std::vector<WorkerLaunch> plan_workers(const LaunchConfig& c, const NodeAssignment& node, const LocalWorkers& local,
+std::vector<process::WorkerLaunch> plan_workers(const config::LaunchConfig& c, const rendezvous::NodeAssignment& node, const LocalWorkers& local,
                                        const RunContext& run, int attempt) {
-  std::vector<WorkerLaunch> group;
+  std::vector<process::WorkerLaunch> group;
   for (int lr = 0; lr < local.nproc; ++lr) {
     const int rank = global_rank(node, lr);
-    const WorkerFiles files = worker_files(run.run_folder, attempt, rank);
+    const process::WorkerFiles files = process::worker_files(run.run_folder, attempt, rank);
     WorkerSlot slot;
     slot.local_rank = lr;
     slot.restart_count = attempt;
     slot.error_file = files.error_file;
     // Diagnostics of the ddp library (collectives-rank<R>.json), side by side for every rank.
-    if (!c.log_dir.empty()) slot.log_dir = attempt_dir(run.run_folder, attempt);
+    if (!c.log_dir.empty()) slot.log_dir = process::attempt_dir(run.run_folder, attempt);
     if (!local.gpus.empty()) slot.visible_gpu = local.gpus[lr];
     slot.virtual_local_rank = c.virtual_local_rank;
     slot.signals_to_handle = c.signals_to_handle;
     slot.agent_socket = run.agent_socket;
     slot.join_timeout_s = c.rdzv_timeout_s;  // See Note [Waiting is never silent] in ddp/distributed/detail/join_wait.h
     if (!local.cpu_slices.empty()) slot.cpus = local.cpu_slices[lr];
-    if (c.recovery == Recovery::kLive) {  // See Note [Live recovery with ddp_launch] in launcher/agent/live_recovery.cpp
+    if (c.recovery == config::Recovery::kLive) {  // See Note [Live recovery with ddp_launch] in launcher/agent/live_recovery.cpp
       slot.live = WorkerSlot::LivePlace{ddp::str(c.rdzv_host, ":", c.rdzv_port), live_store_prefix(c),
                                         ddp::str(node.live_node_key.empty() ? ddp::str("node", node.node_rank)
                                                                             : node.live_node_key,
                                                  "/local", lr, "/attempt", attempt)};
     }
-    WorkerLaunch w;
+    process::WorkerLaunch w;
     w.local_rank = lr;
     w.rank = rank;
     w.cpus = slot.cpus;
-    w.console_prefix = line_prefix(c.log_line_prefix_template, {c.role, rank, lr, run.host_name});
+    w.console_prefix = process::line_prefix(c.log_line_prefix_template, {c.role, rank, lr, run.host_name});
     w.env = worker_environment(run.inherited, node, slot);
     w.launcher_set = launcher_variables(node, slot);
     if (auto omp = omp_threads_default(run.inherited, local.nproc, slot)) w.launcher_set.emplace_back(ddp::env::kOmpNumThreads, *omp);
     w.dir = files.dir;
     w.error_file = files.error_file;
-    const StdStreams redirected = c.redirects.for_local_rank(lr);
-    const StdStreams teed = c.tee.for_local_rank(lr);
-    const StdStreams to_file = streams_to_file(c, lr);
+    const config::StdStreams redirected = c.redirects.for_local_rank(lr);
+    const config::StdStreams teed = c.tee.for_local_rank(lr);
+    const config::StdStreams to_file = streams_to_file(c, lr);
     const bool shown = shown_on_console(c, lr, rank);
-    constexpr StdStreams kOut = StdStreams::kOut;
-    constexpr StdStreams kErr = StdStreams::kErr;
-    w.stdout_to_console = shown && (!includes(redirected, kOut) || includes(teed, kOut));
-    w.stderr_to_console = shown && (!includes(redirected, kErr) || includes(teed, kErr));
-    if (includes(to_file, kOut)) w.stdout_log = files.stdout_log;
-    if (includes(to_file, kErr)) w.stderr_log = files.stderr_log;
+    constexpr config::StdStreams kOut = config::StdStreams::kOut;
+    constexpr config::StdStreams kErr = config::StdStreams::kErr;
+    w.stdout_to_console = shown && (!config::includes(redirected, kOut) || config::includes(teed, kOut));
+    w.stderr_to_console = shown && (!config::includes(redirected, kErr) || config::includes(teed, kErr));
+    if (config::includes(to_file, kOut)) w.stdout_log = files.stdout_log;
+    if (config::includes(to_file, kErr)) w.stderr_log = files.stderr_log;
     // As torchrun's, the filters read the tee'd streams only.
-    if (!c.duplicate_stdout_filters.empty() && includes(teed, kOut)) {
-      w.filtered_stdout_log = attempt_dir(run.run_folder, attempt) + "/filtered_stdout.log";
+    if (!c.duplicate_stdout_filters.empty() && config::includes(teed, kOut)) {
+      w.filtered_stdout_log = process::attempt_dir(run.run_folder, attempt) + "/filtered_stdout.log";
     }
-    if (!c.duplicate_stderr_filters.empty() && includes(teed, kErr)) {
-      w.filtered_stderr_log = attempt_dir(run.run_folder, attempt) + "/filtered_stderr.log";
+    if (!c.duplicate_stderr_filters.empty() && config::includes(teed, kErr)) {
+      w.filtered_stderr_log = process::attempt_dir(run.run_folder, attempt) + "/filtered_stderr.log";
     }
     group.push_back(std::move(w));
   }
   return group;
 }
 
-std::vector<WorkerLaunch> prepare_attempt(const LaunchConfig& config, const NodeAssignment& node,
+std::vector<process::WorkerLaunch> prepare_attempt(const config::LaunchConfig& config, const rendezvous::NodeAssignment& node,
                                           const LocalWorkers& local, const RunContext& run, int attempt) {
-  std::vector<WorkerLaunch> group = plan_workers(config, node, local, run, attempt);
-  make_new_dir(attempt_dir(run.run_folder, attempt));
-  for (const WorkerLaunch& w : group) make_new_dir(w.dir);
+  std::vector<process::WorkerLaunch> group = plan_workers(config, node, local, run, attempt);
+  process::make_new_dir(process::attempt_dir(run.run_folder, attempt));
+  for (const process::WorkerLaunch& w : group) process::make_new_dir(w.dir);
   return group;
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::agent

@@ -5,14 +5,14 @@
 #include "launcher/agent/attempt.h"
 #include "launcher/channel/job_link.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::agent {
 namespace {
 
 // What the rest of a multi-node job says after this node's round `attempt` ended: whether every
 // node restarts together (See Note [Coordinated restarts] in launcher/channel/job_channel.cpp).
-bool coordinated_restart(const SupervisorOptions& options, SignalPipe& signals, int attempt, const AttemptOutcome& run,
+bool coordinated_restart(const SupervisorOptions& options, process::SignalPipe& signals, int attempt, const AttemptOutcome& run,
                          SupervisorResult& result) {
-  JobLink& link = *options.link;
+  channel::JobLink& link = *options.link;
   const bool failed = result.root_cause.has_value() || run.stopped_by.has_value();
   const bool final = run.launcher_signal.has_value() || run.unreaped;
   const bool restarts_left = attempt < options.max_restarts;
@@ -22,12 +22,12 @@ bool coordinated_restart(const SupervisorOptions& options, SignalPipe& signals, 
   double wait_s = restarts_left && !final ? options.round_timeout_s : (link.connected_once() ? 2 : 0);
   if (!failed && !restarts_left) wait_s = 0;
   std::string why;
-  const RoundVerdict verdict = link.finish_round(attempt, kind, wait_s, signals, why);
+  const channel::RoundVerdict verdict = link.finish_round(attempt, kind, wait_s, signals, why);
   result.stopped_by = run.stopped_by;
   result.elsewhere = link.news();
   // Stopped from elsewhere while its own workers exited cleanly: the job failed all the same.
   if (failed && result.exit_code == 0) result.exit_code = 1;
-  if (verdict == RoundVerdict::kRestart && !final) {
+  if (verdict == channel::RoundVerdict::kRestart && !final) {
     if (failed) {
       spdlog::warn("the job's round {} failed ({}): every host restarts its group, restart {} of {}", attempt,
                    run.stopped_by ? *run.stopped_by
@@ -41,20 +41,20 @@ bool coordinated_restart(const SupervisorOptions& options, SignalPipe& signals, 
     }
     return true;
   }
-  if (verdict == RoundVerdict::kNoAnswer && wait_s > 2 && failed) {
+  if (verdict == channel::RoundVerdict::kNoAnswer && wait_s > 2 && failed) {
     spdlog::error("{}: ending", why);
     result.elsewhere.push_back(why);
-  } else if (verdict == RoundVerdict::kNoAnswer && wait_s > 2) {
+  } else if (verdict == channel::RoundVerdict::kNoAnswer && wait_s > 2) {
     spdlog::warn("{}: this host's group succeeded, ending", why);  // as torchrun's exit barrier timing out
   }
-  if (verdict == RoundVerdict::kSignalled && result.exit_code == 0) result.exit_code = 1;
+  if (verdict == channel::RoundVerdict::kSignalled && result.exit_code == 0) result.exit_code = 1;
   return false;
 }
 
 }  // namespace
 
 SupervisorResult supervise(const SupervisorOptions& options, const GroupFactory& make_group) {
-  SignalPipe signals(options.forwarded_signals);
+  process::SignalPipe signals(options.forwarded_signals);
   SupervisorResult result;
   for (int attempt = 0;; ++attempt) {
     AttemptOutcome run = run_attempt(options, signals, attempt, make_group(attempt));
@@ -89,4 +89,4 @@ SupervisorResult supervise(const SupervisorOptions& options, const GroupFactory&
   }
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::agent

@@ -13,15 +13,19 @@
 #include "launcher/agent/failure_report.h"
 #include "launcher/agent/plan.h"
 
-namespace ddp::launcher {
-
+namespace ddp::launcher::observe {
 class AgentSocket;
-class JobLink;
 class ProgressBoard;
+}  // namespace ddp::launcher::observe
+namespace ddp::launcher::channel {
+class JobLink;
+}  // namespace ddp::launcher::channel
+
+namespace ddp::launcher::agent {
 
 // One attempt's workers, built by the caller for attempt k (restart count k); the caller also makes
 // their folders (see plan_workers and see Note [Log folders]).
-using GroupFactory = std::function<std::vector<WorkerLaunch>(int attempt)>;
+using GroupFactory = std::function<std::vector<process::WorkerLaunch>(int attempt)>;
 
 struct SupervisorOptions {
   std::string program_path;               // resolved executable
@@ -32,8 +36,8 @@ struct SupervisorOptions {
   std::string host_name;
   // Heartbeats (docs/observability.md): read from `agent` into `progress`; with hang_timeout_s > 0,
   // a rank silent for longer is stopped as a failure (See Note [Hang watchdog]).
-  AgentSocket* agent = nullptr;
-  ProgressBoard* progress = nullptr;
+  observe::AgentSocket* agent = nullptr;
+  observe::ProgressBoard* progress = nullptr;
   double hang_timeout_s = 0;
   // Signals forwarded to the workers, each then stopping the job (--signals_to_handle); empty:
   // kForwardedSignals (SIGINT, SIGTERM, SIGHUP, SIGQUIT).
@@ -51,7 +55,7 @@ struct SupervisorOptions {
   // A multi-node job's channel to the other launchers (nullptr with one node): a failure anywhere
   // stops every host's group and restarts are rounds of the whole job. See Note [Coordinated
   // restarts] in launcher/channel/job_channel.cpp.
-  JobLink* link = nullptr;
+  channel::JobLink* link = nullptr;
   double round_timeout_s = 600;  // --rdzv_timeout: how long a round's end waits for the other nodes
   // Elastic membership (See Note [Elastic rounds] in launcher/rendezvous/rounds.cpp): polled while the
   // group runs (at least every 250 ms); a line (why the membership changes) stops the group as
@@ -61,7 +65,7 @@ struct SupervisorOptions {
   // worker that fails while the group runs is restarted alone, its node-mates keep running. Called
   // with its local rank; returns its new launch (its folder made), or nothing when --max_restarts
   // is used up: the group then stops as without it. The group itself is never restarted whole.
-  std::function<std::optional<WorkerLaunch>(int local_rank)> respawn_worker;
+  std::function<std::optional<process::WorkerLaunch>(int local_rank)> respawn_worker;
 };
 
 // Runs attempts until one succeeds, restarts are used up, or the launcher is signalled.
@@ -69,4 +73,4 @@ struct SupervisorOptions {
 // worker unreaped (see Note [Unreapable workers]) is not restarted.
 SupervisorResult supervise(const SupervisorOptions& options, const GroupFactory& make_group);
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::agent

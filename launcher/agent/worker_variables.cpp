@@ -5,7 +5,7 @@
 #include "ddp/base/worker_variable_names.h"
 #include "ddp/base/str.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::agent {
 
 // Note [GPU numbering]
 // ~~~~~~~~~~~~~~~~~~~~
@@ -22,11 +22,11 @@ namespace ddp::launcher {
 // does, as under a plain `MASTER_ADDR=... python train.py`), so the variable is never true here and
 // never set: set to True it would leave every Python rank waiting for a store nobody serves.
 
-int global_rank(const NodeAssignment& node, int local_rank) {
+int global_rank(const rendezvous::NodeAssignment& node, int local_rank) {
   return node.node_rank * node.nproc_per_node + local_rank;
 }
 
-std::vector<std::pair<std::string, std::string>> launcher_variables(const NodeAssignment& node,
+std::vector<std::pair<std::string, std::string>> launcher_variables(const rendezvous::NodeAssignment& node,
                                                                     const WorkerSlot& slot) {
   const int world = node.nnodes * node.nproc_per_node;
   const std::string rank = std::to_string(global_rank(node, slot.local_rank));
@@ -76,7 +76,7 @@ std::optional<std::string> omp_threads_default(const std::map<std::string, std::
 }
 
 std::vector<std::string> worker_environment(const std::map<std::string, std::string>& inherited,
-                                            const NodeAssignment& node, const WorkerSlot& slot) {
+                                            const rendezvous::NodeAssignment& node, const WorkerSlot& slot) {
   std::map<std::string, std::string> env = inherited;
   for (auto& [key, value] : launcher_variables(node, slot)) env[key] = value;
   if (auto omp = omp_threads_default(inherited, node.nproc_per_node, slot)) env[env::kOmpNumThreads] = *omp;
@@ -90,4 +90,4 @@ std::vector<std::string> worker_environment(const std::map<std::string, std::str
   return out;
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::agent

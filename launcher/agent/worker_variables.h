@@ -5,22 +5,9 @@
 #include <string>
 #include <vector>
 
-namespace ddp::launcher {
+#include "launcher/rendezvous/rendezvous.h"
 
-// Where this node sits in the job, once rendezvous (static or dynamic) is done.
-struct NodeAssignment {
-  int nnodes = 1;
-  int node_rank = 0;
-  int nproc_per_node = 1;
-  std::string master_addr = "127.0.0.1";
-  int master_port = 29500;
-  std::string run_id = "none";
-  int max_restarts = 0;
-  std::string role = "default";  // ROLE_NAME (--role)
-  // --recovery live: the prefix of this node's workers' member ids ("" : "node<node_rank>"); See
-  // Note [Lost hosts in a live job] in launcher/channel/live_watch.cpp.
-  std::string live_node_key;
-};
+namespace ddp::launcher::agent {
 
 // What differs per worker and per attempt.
 struct WorkerSlot {
@@ -45,10 +32,10 @@ struct WorkerSlot {
 };
 
 // rank = node_rank * nproc_per_node + local_rank (every node runs the same number of workers).
-int global_rank(const NodeAssignment& node, int local_rank);
+int global_rank(const rendezvous::NodeAssignment& node, int local_rank);
 
 // The variables ddp_launch sets for one worker (not the inherited ones), in a stable order.
-std::vector<std::pair<std::string, std::string>> launcher_variables(const NodeAssignment& node,
+std::vector<std::pair<std::string, std::string>> launcher_variables(const rendezvous::NodeAssignment& node,
                                                                     const WorkerSlot& slot);
 
 // Whether OMP_NUM_THREADS=1 is added (torchrun: unset and more than one worker on the node).
@@ -62,6 +49,6 @@ std::optional<std::string> omp_threads_default(const std::map<std::string, std::
 // The complete environment of a worker: inherited variables, overridden by the launcher's, plus
 // omp_threads_default(). Returned as "KEY=VALUE" strings for execve.
 std::vector<std::string> worker_environment(const std::map<std::string, std::string>& inherited,
-                                            const NodeAssignment& node, const WorkerSlot& slot);
+                                            const rendezvous::NodeAssignment& node, const WorkerSlot& slot);
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::agent

@@ -14,7 +14,7 @@
 #include "ddp/base/str.h"
 #include "launcher/channel/job_coordinator.h"
 #include "launcher/channel/job_link.h"
-#include "launcher/channel/net.h"
+#include "launcher/process/net.h"
 
 // Note [Coordinated restarts]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -59,7 +59,7 @@
 //   write to): a launcher is recognised by its hello (a node rank not taken); anything else that is
 //   not a launcher's line closes the connection.
 
-namespace ddp::launcher {
+namespace ddp::launcher::channel {
 
 int start_connect(const std::string& host, int port) {
   addrinfo hints{};
@@ -176,11 +176,11 @@ JobChannel::~JobChannel() {
   coordinator_.reset();
 }
 
-std::unique_ptr<JobChannel> open_job_channel(const LaunchConfig& config, const NodeAssignment& node,
+std::unique_ptr<JobChannel> open_job_channel(const config::LaunchConfig& config, const rendezvous::NodeAssignment& node,
                                              int nproc_per_node, const std::string& host_name,
-                                             EndpointDirectory* directory, const std::string& name) {
+                                             rendezvous::EndpointDirectory* directory, const std::string& name) {
   if (node.nnodes <= 1) return nullptr;
-  Endpoint coordinator_at{node.master_addr, node.master_port};
+  rendezvous::Endpoint coordinator_at{node.master_addr, node.master_port};
   std::unique_ptr<JobCoordinator> coordinator;
   int store_port = 0;
   if (node.node_rank == 0) {
@@ -201,10 +201,10 @@ std::unique_ptr<JobChannel> open_job_channel(const LaunchConfig& config, const N
     options.max_restarts = node.max_restarts;
     options.join_timeout_s = config.rdzv_timeout_s;
     if (directory != nullptr) {
-      coordinator_at.port = bound_port(fd);
+      coordinator_at.port = process::bound_port(fd);
       directory->publish(name, coordinator_at);
     } else {
-      store_port = options.store_port = pick_free_port(node.master_addr);
+      store_port = options.store_port = process::pick_free_port(node.master_addr);
     }
     coordinator = std::make_unique<JobCoordinator>(fd, options);
   } else if (directory != nullptr) {
@@ -225,4 +225,4 @@ std::unique_ptr<JobChannel> open_job_channel(const LaunchConfig& config, const N
                                       config.rdzv_timeout_s, store_port);
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::channel

@@ -11,9 +11,8 @@
 
 #include "launcher/config/config.h"
 #include "launcher/rendezvous/rendezvous.h"
-#include "launcher/agent/worker_variables.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::channel {
 
 class JobCoordinator;
 class JobLink;
@@ -89,8 +88,8 @@ class JobChannel {
 // launcher/rendezvous/rendezvous.h): with a rendezvous store (`directory`), on a port the OS picks, published
 // as `name`; without one (a static job), on --master_port (UsageError when it is in use), the
 // workers' store then on a free port of node 0 (workers_store_port()).
-std::unique_ptr<JobChannel> open_job_channel(const LaunchConfig& config, const NodeAssignment& node,
+std::unique_ptr<JobChannel> open_job_channel(const config::LaunchConfig& config, const rendezvous::NodeAssignment& node,
                                              int nproc_per_node, const std::string& host_name,
-                                             EndpointDirectory* directory, const std::string& name);
+                                             rendezvous::EndpointDirectory* directory, const std::string& name);
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::channel

@@ -17,7 +17,7 @@
 #include "ddp/base/str.h"
 #include "launcher/channel/job_channel.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::channel {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -324,4 +324,4 @@ JobCoordinator::~JobCoordinator() {
   ::close(wake_[1]);
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::channel

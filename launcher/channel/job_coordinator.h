@@ -5,7 +5,7 @@
 #include <atomic>
 #include <thread>
 
-namespace ddp::launcher {
+namespace ddp::launcher::channel {
 
 struct JobCoordinatorOptions {
   int nnodes = 1;
@@ -34,4 +34,4 @@ class JobCoordinator {
   std::thread thread_;
 };
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::channel

@@ -12,10 +12,10 @@
 
 #include "ddp/base/error.h"
 #include "ddp/base/str.h"
-#include "launcher/agent/failure_report.h"
+#include "launcher/process/spawn.h"
 #include "launcher/process/worker_process.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::channel {
 
 JobLink::JobLink(JobLinkOptions options)
     : options_(std::move(options)), started_(Clock::now()), next_try_(Clock::now()) {
@@ -198,7 +198,7 @@ std::string JobLink::describe_behind(int round, const std::vector<std::pair<int,
                   ", the others at up to ", high, ")");
 }
 
-RoundVerdict JobLink::finish_round(int round, const std::string& kind, double timeout_s, SignalPipe& signals,
+RoundVerdict JobLink::finish_round(int round, const std::string& kind, double timeout_s, process::SignalPipe& signals,
                                    std::string& why) {
   const auto until =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
@@ -225,7 +225,7 @@ RoundVerdict JobLink::finish_round(int round, const std::string& kind, double ti
     ::poll(fds, link_.is_open() ? 2 : 1, 50);
     for (int sig : signals.drain()) {
       if (sig != SIGCHLD) {
-        why = ddp::str("received ", signal_name(sig));
+        why = ddp::str("received ", process::signal_name(sig));
         return RoundVerdict::kSignalled;
       }
     }
@@ -270,4 +270,4 @@ std::string JobLink::name_of_rank(int rank) const {
   return ddp::str("rank ", rank);
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::channel

@@ -13,9 +13,11 @@
 
 #include "launcher/channel/job_channel.h"
 
-namespace ddp::launcher {
-
+namespace ddp::launcher::process {
 class SignalPipe;
+}  // namespace ddp::launcher::process
+
+namespace ddp::launcher::channel {
 
 struct JobLinkOptions {
   std::string coordinator_host;  // the job's master address
@@ -62,7 +64,7 @@ class JobLink {
   // Reports the end of this node's group in `round` ("ok", "failed" or "final": cannot restart)
   // and waits, at most `timeout_s` and never past a forwarded signal, for the coordinator's
   // verdict. A kNoAnswer's reason is in `why`.
-  RoundVerdict finish_round(int round, const std::string& kind, double timeout_s, SignalPipe& signals,
+  RoundVerdict finish_round(int round, const std::string& kind, double timeout_s, process::SignalPipe& signals,
                             std::string& why);
   // How many nodes the coordinator reported lost (node 0 included when the coordinator is gone).
   int lost_nodes() const { return static_cast<int>(lost_.size()); }
@@ -119,4 +121,4 @@ class JobLink {
   int store_port_ = 0;
 };
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::channel

@@ -51,7 +51,7 @@
 // comes back reconnects and is watched again, but stays counted as lost for admission (its workers
 // rejoin the training as joiners only if its launcher restarts them).
 
-namespace ddp::launcher {
+namespace ddp::launcher::channel {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -292,4 +292,4 @@ void LiveWatchClient::run(std::string host, int port, std::string hello, double 
   }
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::channel

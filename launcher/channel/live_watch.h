@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-namespace ddp::launcher {
+namespace ddp::launcher::channel {
 
 // A launcher's name in the training's member ids ("<node key>/local<L>/attempt<K>"): "node<N>" for
 // a node of the job's first rendezvous round, "node<N>.r<R>" for one that joined in round R > 0
@@ -97,4 +97,4 @@ class LiveWatchClient {
   std::thread thread_;
 };
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::channel

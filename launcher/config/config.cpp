@@ -15,7 +15,7 @@
 #include "launcher/config/torchrun_flags.h"
 #include "launcher/config/worker_command.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::config {
 namespace {
 
 // Every flag once: its (underscore) name, whether it takes a value, its help text and default.
@@ -680,4 +680,4 @@ static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSn
   c.program_args = std::move(command.args);
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::config

@@ -8,7 +8,7 @@
 #include "launcher/config/slurm_placement.h"
 #include "ddp/base/error.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::config {
 
 // Which standard streams of a worker go somewhere (torchrun's Std: 0 none, 1 out, 2 err, 3 both).
 enum class StdStreams { kNone = 0, kOut = 1, kErr = 2, kBoth = 3 };
@@ -153,4 +153,4 @@ std::string trim_blanks(const std::string& text);
 // Strict number parsing for flags: the whole text must be the number. Throw UsageError naming flag.
 int parse_int_flag(const std::string& flag, const std::string& text, int min, int max);
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::config

@@ -14,7 +14,7 @@
 // (the user never typed the flag): parsing is shared with the flags, and the flag's error is
 // rethrown with the variable's name and value in front.
 
-namespace ddp::launcher {
+namespace ddp::launcher::config {
 
 FlagValues::FlagValues(std::function<bool(const char*)> on_command_line,
                        std::function<std::string(const char*)> command_line_value, const EnvironmentSnapshot& env)
@@ -76,4 +76,4 @@ void FlagValues::naming_variables(const std::function<void()>& parse) {
   }
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::config

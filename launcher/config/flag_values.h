@@ -8,7 +8,7 @@
 
 #include "ddp/base/worker_variables.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::config {
 
 class FlagValues {
  public:
@@ -42,4 +42,4 @@ class FlagValues {
   std::vector<FromEnvironment> used_;  // every variable read, for naming_variables()
 };
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::config

@@ -2,9 +2,9 @@
 
 #include "ddp/base/worker_variable_names.h"
 #include "ddp/base/error.h"
-#include "launcher/hosts/hostlist.h"
+#include "ddp/base/detail/hostlist.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::config {
 namespace {
 
 long long parse_env_integer(const std::string& name, const std::string& text, long long min) {
@@ -42,4 +42,4 @@ std::optional<SlurmInfo> slurm_info(const EnvironmentSnapshot& env) {
   return info;
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::config

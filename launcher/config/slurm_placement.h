@@ -7,7 +7,7 @@
 
 #include "ddp/base/worker_variables.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::config {
 
 // What Slurm tells a job step about itself (only the variables ddp_launch uses).
 struct SlurmInfo {
@@ -27,4 +27,4 @@ std::optional<SlurmInfo> slurm_info(const EnvironmentSnapshot& env);
 // in ddp/base/worker_variables.h), the same as a binary that srun starts directly computes.
 using ddp::slurm_default_port;
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::config

@@ -29,7 +29,7 @@
 // --start_method is accepted with any of torchrun's choices: a binary is always fork()ed and
 // exec()ed, which is what every start method amounts to for a binary.
 
-namespace ddp::launcher {
+namespace ddp::launcher::config {
 namespace {
 
 // torchrun's flags whose default comes from PET_<NAME> (argparse actions env and check_env in
@@ -243,4 +243,4 @@ void refuse_torchrun_only(const std::string& name, const std::string& value) {
   }
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::config

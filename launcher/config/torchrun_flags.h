@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace ddp::launcher {
+namespace ddp::launcher::config {
 
 // The short options torchrun has ("-r" is --redirects); nullptr for any other letter.
 const char* torchrun_short_option(char letter);
@@ -59,4 +59,4 @@ inline constexpr char kDefaultSignalsToHandle[] = "SIGTERM,SIGINT,SIGHUP,SIGQUIT
 // binary. `value` is the flag's text ("1" for a switch that is on).
 void refuse_torchrun_only(const std::string& name, const std::string& value);
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::config

@@ -17,7 +17,7 @@
 // PATH; it is looked up once, here, so a missing interpreter or script is one line before any worker
 // starts. `-u` (unbuffered) keeps every rank's lines in order in the prefixed console, as torchrun's.
 
-namespace ddp::launcher {
+namespace ddp::launcher::config {
 namespace {
 
 bool ends_with(const std::string& text, const std::string& suffix) {
@@ -107,4 +107,4 @@ WorkerCommand resolve_worker_command(const std::vector<std::string>& program, co
   return command;
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::config

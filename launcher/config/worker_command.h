@@ -6,7 +6,7 @@
 
 #include "ddp/base/worker_variables.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::config {
 
 // torchrun's switches that choose how the target runs, and ddp_launch's --python.
 struct PythonRequest {
@@ -32,4 +32,4 @@ WorkerCommand resolve_worker_command(const std::vector<std::string>& program, co
 // `what` names it in errors ("training binary"). Throws UsageError (missing, not executable).
 std::string resolve_program(const std::string& what, const std::string& name, const std::string& path_var);
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::config

@@ -9,7 +9,7 @@
 #include "ddp/base/str.h"
 #include "launcher/config/config.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::hosts {
 namespace {
 
 // Note [Host names]
@@ -41,18 +41,18 @@ HostSlots make_host(const std::string& host, int slots) { return HostSlots{host,
 std::map<std::string, std::set<int>> parse_selection(const std::string& flag, const std::string& text,
                                                      const std::vector<HostSlots>& hosts) {
   std::map<std::string, std::set<int>> out;
-  for (const std::string& item : split_list(text, '@')) {
+  for (const std::string& item : config::split_list(text, '@')) {
     const auto colon = item.find(':');
-    const std::string host = trim_blanks(item.substr(0, colon));
+    const std::string host = config::trim_blanks(item.substr(0, colon));
     const auto known = std::find_if(hosts.begin(), hosts.end(), [&](const HostSlots& h) { return h.host == host; });
     if (known == hosts.end()) {
       throw UsageError(ddp::str(flag, " '", text, "': host '", host, "' is not one of the job's hosts"));
     }
     std::set<int>& slots = out[host];
     if (colon == std::string::npos) continue;
-    for (const std::string& slot : split_list(item.substr(colon + 1), ',')) {
-      slots.insert(parse_int_flag(ddp::str(flag, " slot of ", host, " (", host, " has ", known->slots, " slots)"),
-                                  trim_blanks(slot), 0, known->slots - 1));
+    for (const std::string& slot : config::split_list(item.substr(colon + 1), ',')) {
+      slots.insert(config::parse_int_flag(ddp::str(flag, " slot of ", host, " (", host, " has ", known->slots, " slots)"),
+                                  config::trim_blanks(slot), 0, known->slots - 1));
     }
   }
   return out;
@@ -71,7 +71,7 @@ std::vector<HostSlots> parse_hostfile(const std::string& text, const std::string
   std::istringstream in(text);
   std::string raw;
   for (int number = 1; std::getline(in, raw); ++number) {
-    const std::string line = trim_blanks(raw.substr(0, raw.find('#')));
+    const std::string line = config::trim_blanks(raw.substr(0, raw.find('#')));
     if (line.empty() || line == "\r") continue;
     const std::string where = ddp::str("hostfile ", source, " line ", number);
     std::istringstream words(line);
@@ -84,7 +84,7 @@ std::vector<HostSlots> parse_hostfile(const std::string& text, const std::string
       if (word.rfind("slots=", 0) != 0 || slots_seen) {
         throw UsageError(ddp::str(where, " (host ", host, "): '", line, "' is not 'HOST slots=N'"));
       }
-      slots = parse_int_flag(ddp::str(where, " (host ", host, ") slots="), word.substr(6), 1, 1 << 16);
+      slots = config::parse_int_flag(ddp::str(where, " (host ", host, ") slots="), word.substr(6), 1, 1 << 16);
       slots_seen = true;
     }
     const auto [it, added] = first_line.emplace(host, number);
@@ -101,14 +101,14 @@ std::vector<HostSlots> parse_hostfile(const std::string& text, const std::string
 std::vector<HostSlots> parse_hosts_list(const std::string& text) {
   std::vector<HostSlots> hosts;
   std::set<std::string> seen;
-  for (const std::string& raw : split_list(text, ',')) {
-    const std::string item = trim_blanks(raw);
+  for (const std::string& raw : config::split_list(text, ',')) {
+    const std::string item = config::trim_blanks(raw);
     const auto colon = item.find(':');
     const std::string host = item.substr(0, colon);
     check_host_name(host, ddp::str("--hosts '", text, "'"));
     const int slots = colon == std::string::npos
                           ? 1
-                          : parse_int_flag(ddp::str("--hosts slots of ", host), item.substr(colon + 1), 1, 1 << 16);
+                          : config::parse_int_flag(ddp::str("--hosts slots of ", host), item.substr(colon + 1), 1, 1 << 16);
     if (!seen.insert(host).second) {
       throw UsageError(ddp::str("--hosts '", text, "': host ", host, " is listed twice; give each host once"));
     }
@@ -148,7 +148,7 @@ std::vector<std::pair<std::string, std::string>> parse_env_file(const std::strin
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    const std::string trimmed = trim_blanks(line);
+    const std::string trimmed = config::trim_blanks(line);
     if (trimmed.empty() || trimmed[0] == '#') continue;
     const auto eq = trimmed.find('=');
     const std::string name = eq == std::string::npos ? trimmed : trimmed.substr(0, eq);
@@ -161,4 +161,4 @@ std::vector<std::pair<std::string, std::string>> parse_env_file(const std::strin
   return out;
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::hosts

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-namespace ddp::launcher {
+namespace ddp::launcher::hosts {
 
 // One host of the job: its name as ssh is given it, its slot count, and the slots it may use
 // (ascending, a subset of 0..slots-1; all of them unless --include/--exclude narrowed it).
@@ -38,4 +38,4 @@ std::vector<std::pair<std::string, std::string>> parse_env_file(const std::strin
 // Whether `name` is a portable environment variable name ([A-Za-z_][A-Za-z0-9_]*).
 bool is_env_name(const std::string& name);
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::hosts

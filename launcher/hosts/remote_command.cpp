@@ -3,7 +3,7 @@
 #include "ddp/base/error.h"
 #include "ddp/base/str.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::hosts {
 namespace {
 
 constexpr const char* kLocalOnlyFlags[] = {"hostfile", "hosts",     "include",        "exclude", "ssh_cmd",
@@ -143,4 +143,4 @@ std::vector<std::string> ssh_argv(const std::string& ssh_cmd, const std::string&
   return {"/bin/sh", "-c", "exec " + ssh_cmd + " \"$@\"", "sh", host, remote_line};
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::hosts

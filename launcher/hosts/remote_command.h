@@ -7,7 +7,7 @@
 
 #include "launcher/hosts/hostfile.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::hosts {
 
 // One word for a POSIX shell: as is when it holds only characters no shell treats specially,
 // else in single quotes (a ' inside becomes '\''). See Note [Remote command line].
@@ -63,4 +63,4 @@ int uniform_slot_count(const std::vector<HostSlots>& hosts);
 // ssh, and is this launcher's child itself (it gets the parent-death signal).
 std::vector<std::string> ssh_argv(const std::string& ssh_cmd, const std::string& host, const std::string& remote_line);
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::hosts

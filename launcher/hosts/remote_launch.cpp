@@ -26,7 +26,7 @@
 #include "launcher/process/spawn.h"
 #include "launcher/process/worker_process.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::hosts {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -85,7 +85,7 @@ std::string working_directory() {
 
 // The forwarded variables: the .ddp_env file of the working directory, then each --env NAME with
 // this launcher's value (a name in both: --env's value).
-std::vector<std::pair<std::string, std::string>> forwarded_env(const LaunchConfig& c, const EnvironmentSnapshot& env) {
+std::vector<std::pair<std::string, std::string>> forwarded_env(const config::LaunchConfig& c, const EnvironmentSnapshot& env) {
   std::vector<std::pair<std::string, std::string>> out;
   if (::access(".ddp_env", F_OK) == 0) {
     try {
@@ -104,7 +104,7 @@ std::vector<std::pair<std::string, std::string>> forwarded_env(const LaunchConfi
   return out;
 }
 
-std::vector<HostSlots> read_hosts(const LaunchConfig& c) {
+std::vector<HostSlots> read_hosts(const config::LaunchConfig& c) {
   if (!c.hostfile.empty() && !c.hosts.empty()) throw UsageError("--hostfile and --hosts exclude each other: give one");
   std::vector<HostSlots> hosts;
   if (!c.hostfile.empty()) {
@@ -121,7 +121,7 @@ std::vector<HostSlots> read_hosts(const LaunchConfig& c) {
   return select_hosts(std::move(hosts), c.include_hosts, c.exclude_hosts);
 }
 
-std::vector<HostNode> plan_nodes(const LaunchConfig& c, const EnvironmentSnapshot& env) {
+std::vector<HostNode> plan_nodes(const config::LaunchConfig& c, const EnvironmentSnapshot& env) {
   for (const char* flag : {"nnodes", "node_rank", "rdzv_endpoint", "standalone"}) {
     const bool elastic_flag = c.elastic && (std::string(flag) == "nnodes" || std::string(flag) == "rdzv_endpoint");
     if (has_flag(c.launcher_args, flag) && !elastic_flag) {
@@ -165,8 +165,8 @@ struct HostProcess {
   int stdin_fd = -1;  // our end of its stdin; closing it stops that host (Note [Stopping the hosts])
   int out_fd = -1;
   int err_fd = -1;
-  LineSplitter out_lines;
-  LineSplitter err_lines;
+  process::LineSplitter out_lines;
+  process::LineSplitter err_lines;
   std::deque<std::string> last_err;     // its last stderr lines (a failed check's reason)
   std::vector<std::string> summary;     // its launcher's failure summary, held back
   bool in_summary = false;
@@ -184,14 +184,14 @@ void close_fd(int& fd) {
 // Starts argv in a process group of its own (a Ctrl-C on the terminal reaches only this launcher,
 // which then stops the hosts in order), stdin from a pipe (keep_stdin) or /dev/null.
 void start_process(HostProcess& p, const std::vector<std::string>& argv, bool keep_stdin) {
-  SpawnOptions options;
+  process::SpawnOptions options;
   options.path = argv.front();
   options.argv = argv;
   options.new_session = false;
   // This launcher SIGKILLed: the --ssh_cmd process ends too (See Note [Stopping the hosts]).
   options.death_signal = SIGTERM;
-  options.stdin_from = keep_stdin ? SpawnOptions::Stdin::kPipe : SpawnOptions::Stdin::kNull;
-  const SpawnedProcess child = spawn_process(options);
+  options.stdin_from = keep_stdin ? process::SpawnOptions::Stdin::kPipe : process::SpawnOptions::Stdin::kNull;
+  const process::SpawnedProcess child = process::spawn_process(options);
   p.pid = child.pid;
   p.stdin_fd = child.stdin_fd;
   p.out_fd = child.stdout_fd;
@@ -286,7 +286,7 @@ class HostGroup {
  private:
   void pump(HostProcess& p, bool is_err) {
     int& fd = is_err ? p.err_fd : p.out_fd;
-    LineSplitter& lines = is_err ? p.err_lines : p.out_lines;
+    process::LineSplitter& lines = is_err ? p.err_lines : p.out_lines;
     char buf[65536];
     const ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
@@ -345,7 +345,7 @@ std::string check_problem(const HostProcess& p) {
 
 // Every host's check at once (Note [Start-up check]); returns the exit code to stop with, or
 // nullopt when every host passed.
-std::optional<int> check_hosts(const std::vector<HostNode>& nodes, const LaunchConfig& c, SignalPipe& signals) {
+std::optional<int> check_hosts(const std::vector<HostNode>& nodes, const config::LaunchConfig& c, process::SignalPipe& signals) {
   HostGroup group(false);
   for (const HostNode& node : nodes) group.start(node, c.ssh_cmd, true);
   const auto deadline = after_seconds(kCheckTimeoutS);
@@ -377,7 +377,7 @@ void print_job_summary(HostGroup& group, const HostProcess* root, std::optional<
       out += ddp::str("  last words: ", root->last_err.back(), "\n");
     }
   } else {
-    out += ddp::str("ddp_launch: stopped by ", signal_name(local_signal.value_or(0)), "; every host was stopped\n");
+    out += ddp::str("ddp_launch: stopped by ", process::signal_name(local_signal.value_or(0)), "; every host was stopped\n");
   }
   out += "Hosts:\n";
   for (const HostProcess& p : group.procs()) {
@@ -405,7 +405,7 @@ void print_job_summary(HostGroup& group, const HostProcess* root, std::optional<
 std::optional<std::chrono::system_clock::time_point> failure_time(const HostProcess& p) {
   static const std::string kTimeField = "  time      : ";
   for (const std::string& line : p.summary) {
-    if (line.rfind(kTimeField, 0) == 0) return parse_failure_time(line.substr(kTimeField.size()));
+    if (line.rfind(kTimeField, 0) == 0) return agent::parse_failure_time(line.substr(kTimeField.size()));
   }
   return std::nullopt;
 }
@@ -414,14 +414,14 @@ std::optional<std::chrono::system_clock::time_point> failure_time(const HostProc
 // (pass 0) and the earliest of them wins; without any, the first to fail (the lowest tie).
 const HostProcess* root_cause(HostGroup& group, const HostProcess* first_failed) {
   std::vector<const HostProcess*> failed;
-  std::vector<FailureOrder> order;
+  std::vector<agent::FailureOrder> order;
   for (const HostProcess& p : group.procs()) {
     if (!p.exit_code || *p.exit_code == 0) continue;
     const auto time = failure_time(p);
     failed.push_back(&p);
     order.push_back({false, time ? 0 : 1, time, &p == first_failed ? 0 : static_cast<int>(failed.size())});
   }
-  return failed.empty() ? first_failed : failed[earliest_failure(order)];
+  return failed.empty() ? first_failed : failed[agent::earliest_failure(order)];
 }
 
 // Note [Stopping the hosts]
@@ -440,7 +440,7 @@ const HostProcess* root_cause(HostGroup& group, const HostProcess* first_failed)
 // less useful message), and the job's exit code is the root cause's (See Note [Root cause across
 // hosts]). The ssh processes run in process groups of their own, so a Ctrl-C on the terminal
 // reaches this launcher only, which stops the hosts in this order rather than cutting their ssh.
-int supervise_hosts(const std::vector<HostNode>& nodes, const LaunchConfig& c, SignalPipe& signals) {
+int supervise_hosts(const std::vector<HostNode>& nodes, const config::LaunchConfig& c, process::SignalPipe& signals) {
   HostGroup group(true);
   for (const HostNode& node : nodes) group.start(node, c.ssh_cmd, false);
   const HostProcess* root = nullptr;
@@ -475,7 +475,7 @@ int supervise_hosts(const std::vector<HostNode>& nodes, const LaunchConfig& c, S
     for (int sig : signals.drain()) {
       if (sig == SIGCHLD || local_signal) continue;
       local_signal = sig;
-      spdlog::warn("received {}: stopping every host", signal_name(sig));
+      spdlog::warn("received {}: stopping every host", process::signal_name(sig));
       begin_stop();
     }
     if (next_at && Clock::now() >= *next_at) {
@@ -502,7 +502,7 @@ int supervise_hosts(const std::vector<HostNode>& nodes, const LaunchConfig& c, S
 
 }  // namespace
 
-bool starts_every_host(const LaunchConfig& c) {
+bool starts_every_host(const config::LaunchConfig& c) {
   const bool on_hosts = !c.hostfile.empty() || !c.hosts.empty();
   if (!on_hosts) {
     for (const char* flag : {"include", "exclude", "env"}) {
@@ -514,7 +514,7 @@ bool starts_every_host(const LaunchConfig& c) {
   return on_hosts;
 }
 
-int launch_on_hosts(const LaunchConfig& c, const EnvironmentSnapshot& env) {
+int launch_on_hosts(const config::LaunchConfig& c, const EnvironmentSnapshot& env) {
   const std::vector<HostNode> nodes = plan_nodes(c, env);
   if (c.dry_run) {
     std::printf("ddp_launch dry run: %zu hosts, master %s; nothing is started\n", nodes.size(),
@@ -526,7 +526,7 @@ int launch_on_hosts(const LaunchConfig& c, const EnvironmentSnapshot& env) {
     }
     return 0;
   }
-  SignalPipe signals({SIGINT, SIGTERM, SIGHUP});
+  process::SignalPipe signals({SIGINT, SIGTERM, SIGHUP});
   std::vector<std::string> names;
   for (const HostNode& node : nodes) names.push_back(node.slots.host);
   spdlog::info("checking {} hosts over '{}': {}", nodes.size(), c.ssh_cmd, ddp::join(names, ", "));
@@ -547,4 +547,4 @@ void stop_when_stdin_closes() {
   }).detach();
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::hosts

@@ -10,7 +10,7 @@
 
 #include "ddp/base/error.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::observe {
 
 std::unique_ptr<AgentSocket> AgentSocket::open(const std::string& parent) {
   constexpr const char* kName = "/agent.sock";
@@ -90,4 +90,4 @@ void AgentSocket::drain(const std::function<void(const AgentDatagram&)>& on_data
   }
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::observe

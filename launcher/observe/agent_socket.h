@@ -11,7 +11,7 @@
 
 #include "ddp/base/agent_message.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::observe {
 
 // Note [Agent sender credentials]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -62,4 +62,4 @@ class AgentSocket {
   std::string path_;
 };
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::observe

@@ -4,7 +4,7 @@
 
 #include "ddp/base/error.h"
 #include "launcher/observe/metrics_plugin_api.h"
-#include "launcher/channel/net.h"
+#include "launcher/process/net.h"
 #include "launcher/resources/nvml_provider.h"
 #include "launcher/process/plugin_loader.h"
 #include "ddp/base/error.h"
@@ -13,7 +13,7 @@
 #define DDP_METRICS_PLUGIN_NAME "libddp_launch_metrics.so"
 #endif
 
-namespace ddp::launcher {
+namespace ddp::launcher::observe {
 namespace {
 
 int answer_into(void* context, const char* path, void* sink, ddp_metrics_write_fn write) {
@@ -27,21 +27,21 @@ int answer_into(void* context, const char* path, void* sink, ddp_metrics_write_f
 
 MetricsServer::MetricsServer(const std::string& addr, int port, const ProgressBoard& board, double stall_s)
     : board_(board), stall_s_(stall_s) {
-  switch (probe_bind(addr, port)) {
-    case BindProbe::kInUse:
+  switch (process::probe_bind(addr, port)) {
+    case process::BindProbe::kInUse:
       throw UsageError(ddp::str("--metrics_port ", port, " on ", addr, " is already in use: pick another port"));
-    case BindProbe::kNotLocal:
-    case BindProbe::kUnresolvable:
+    case process::BindProbe::kNotLocal:
+    case process::BindProbe::kUnresolvable:
       throw UsageError(ddp::str("--metrics_addr ", addr, " is not an address of this machine"));
-    case BindProbe::kFree:
+    case process::BindProbe::kFree:
       break;
   }
-  SharedLibrary lib = SharedLibrary::load_plugin(DDP_METRICS_PLUGIN_NAME, "--metrics_port");
+  process::SharedLibrary lib = process::SharedLibrary::load_plugin(DDP_METRICS_PLUGIN_NAME, "--metrics_port");
   lib.keep_loaded();  // its threads are joined in stop, but unloading buys nothing
   auto start = lib.symbol<ddp_metrics_start_fn>(DDP_METRICS_START_SYMBOL);
   stop_ = lib.symbol<ddp_metrics_stop_fn>(DDP_METRICS_STOP_SYMBOL);
   try {
-    gpus_ = load_nvml_provider();
+    gpus_ = resources::load_nvml_provider();
   } catch (const std::exception& e) {
     spdlog::debug("no GPU series in the metrics: {}", e.what());
   }
@@ -58,7 +58,7 @@ MetricsServer::~MetricsServer() {
 }
 
 std::string MetricsServer::render() {
-  std::vector<GpuInfo> gpus;
+  std::vector<resources::GpuInfo> gpus;
   if (gpus_) {
     std::lock_guard<std::mutex> lock(gpu_mutex_);
     try {
@@ -84,4 +84,4 @@ int MetricsServer::answer(const std::string& path, std::string& body) {
   return probe.ok ? 200 : 503;
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::observe

@@ -10,7 +10,7 @@
 #include "launcher/resources/gpu_select.h"
 #include "launcher/observe/progress_board.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::observe {
 
 class MetricsServer {
  public:
@@ -30,9 +30,9 @@ class MetricsServer {
   const ProgressBoard& board_;
   double stall_s_;
   std::mutex gpu_mutex_;
-  std::unique_ptr<GpuProvider> gpus_;  // null without NVML
+  std::unique_ptr<resources::GpuProvider> gpus_;  // null without NVML
   void* handle_ = nullptr;
   void (*stop_)(void*) = nullptr;
 };
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::observe

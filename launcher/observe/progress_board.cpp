@@ -9,7 +9,7 @@
 
 #include "ddp/base/str.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::observe {
 
 ProgressBoard::ProgressBoard(int node_rank, int world_size) : worker_uid_(::geteuid()) {
   job_.node_rank = node_rank;
@@ -249,7 +249,7 @@ class Exposition {
 
 }  // namespace
 
-std::string render_prometheus(const JobProgress& job, const std::vector<GpuInfo>& gpus) {
+std::string render_prometheus(const JobProgress& job, const std::vector<resources::GpuInfo>& gpus) {
   Exposition e;
   const std::string node = ddp::str("node_rank=\"", job.node_rank, "\"");
   const auto labels = [&](const RankProgress& r) {
@@ -299,7 +299,7 @@ std::string render_prometheus(const JobProgress& job, const std::vector<GpuInfo>
   e.sample(node + ",reason=\"values\"", static_cast<double>(job.dropped.values));
 
   if (!gpus.empty()) {
-    const auto gpu_labels = [](const GpuInfo& g) {
+    const auto gpu_labels = [](const resources::GpuInfo& g) {
       return ddp::str("gpu=\"", g.index, "\",uuid=\"", escape(g.uuid), "\",name=\"", escape(g.name), "\"");
     };
     e.family("ddp_gpu_memory_used_bytes", "gauge", "GPU memory in use (NVML).");
@@ -317,4 +317,4 @@ std::string render_prometheus(const JobProgress& job, const std::vector<GpuInfo>
   return e.take();
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::observe

@@ -15,7 +15,7 @@
 #include "launcher/observe/agent_socket.h"
 #include "launcher/resources/gpu_select.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::observe {
 
 using SteadyClock = std::chrono::steady_clock;
 
@@ -151,6 +151,6 @@ class ProgressBoard {
 std::string describe_stuck(const StuckRank& stuck);
 
 // Prometheus text exposition format 0.0.4 of the job, plus one set of series per GPU.
-std::string render_prometheus(const JobProgress& job, const std::vector<GpuInfo>& gpus);
+std::string render_prometheus(const JobProgress& job, const std::vector<resources::GpuInfo>& gpus);
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::observe

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 
-namespace ddp::launcher {
+namespace ddp::launcher::process {
 
 // Note [Collapsed lines]
 // ~~~~~~~~~~~~~~~~~~~~~~
@@ -83,4 +83,4 @@ std::string format_rank_ranges(std::vector<int> ranks) {
   return out;
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::process

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-namespace ddp::launcher {
+namespace ddp::launcher::process {
 
 class LineCollapser {
  public:
@@ -51,4 +51,4 @@ class LineCollapser {
 // "0-3,5,7-8": sorted ranks, runs of consecutive ones as ranges.
 std::string format_rank_ranges(std::vector<int> ranks);
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::process

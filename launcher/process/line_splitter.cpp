@@ -3,7 +3,7 @@
 #include <cctype>
 #include <optional>
 
-namespace ddp::launcher {
+namespace ddp::launcher::process {
 
 std::string rank_prefix(int global_rank) { return "[rank " + std::to_string(global_rank) + "]: "; }
 
@@ -111,4 +111,4 @@ void LineSplitter::flush(const Emit& emit) {
   pending_.clear();
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::process

@@ -4,7 +4,7 @@
 #include <string>
 #include <string_view>
 
-namespace ddp::launcher {
+namespace ddp::launcher::process {
 
 // The default console prefix of a worker's lines: "[rank 3]: ".
 std::string rank_prefix(int global_rank);
@@ -50,4 +50,4 @@ class LineSplitter {
 // True when `piece` (from LineSplitter) is a progress update: it ends with a '\r' alone.
 bool is_progress_piece(std::string_view piece);
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::process

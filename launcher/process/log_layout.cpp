@@ -11,7 +11,7 @@
 #include "ddp/base/detail/files.h"
 #include "ddp/base/detail/report_files.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::process {
 
 // Note [Log folders]
 // ~~~~~~~~~~~~~~~~~~
@@ -88,4 +88,4 @@ void make_new_dir(const std::string& path) {
   }
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::process

@@ -3,7 +3,7 @@
 // holding attempt_<k>/<rank>/{stdout.log, stderr.log, error.json}. See Note [Log folders].
 #include <string>
 
-namespace ddp::launcher {
+namespace ddp::launcher::process {
 
 struct WorkerFiles {
   std::string dir;
@@ -26,4 +26,4 @@ std::string create_run_folder(const std::string& parent, const std::string& pref
 // error, never followed. Throws IoError naming it.
 void make_new_dir(const std::string& path);
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::process

@@ -13,7 +13,7 @@
 #define DDP_RDZV_PLUGIN_RELDIR "../lib"
 #endif
 
-namespace ddp::launcher {
+namespace ddp::launcher::process {
 
 std::string SharedLibrary::find_plugin(const std::string& file_name, const std::string& needed_for) {
   char exe[PATH_MAX] = {0};
@@ -75,4 +75,4 @@ void* SharedLibrary::required(const char* name) const {
   return p;
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::process

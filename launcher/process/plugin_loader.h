@@ -3,7 +3,7 @@
 // and the NVIDIA driver's NVML, so that the launcher links none of them. Every failure is one line.
 #include <string>
 
-namespace ddp::launcher {
+namespace ddp::launcher::process {
 
 class SharedLibrary {
  public:
@@ -49,4 +49,4 @@ class SharedLibrary {
   bool keep_ = false;
 };
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::process

@@ -24,7 +24,7 @@ extern char** environ;
 // running. It keeps only descriptors 0-2 (close_range), takes its CPUs before exec (every thread
 // it starts inherits them), and an exec that fails says why in one line and exits 127.
 
-namespace ddp::launcher {
+namespace ddp::launcher::process {
 namespace {
 
 // Writes `what`, errno and ")\n" to stderr and exits 127. Async-signal-safe: the digits
@@ -131,4 +131,26 @@ SpawnedProcess spawn_process(const SpawnOptions& options) {
   return {pid, in[1], out[0], err[0]};
 }
 
-}  // namespace ddp::launcher
+std::string signal_name(int sig) {
+  switch (sig) {
+    case SIGHUP: return "SIGHUP";
+    case SIGINT: return "SIGINT";
+    case SIGQUIT: return "SIGQUIT";
+    case SIGILL: return "SIGILL";
+    case SIGTRAP: return "SIGTRAP";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGKILL: return "SIGKILL";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGSEGV: return "SIGSEGV";
+    case SIGUSR2: return "SIGUSR2";
+    case SIGPIPE: return "SIGPIPE";
+    case SIGALRM: return "SIGALRM";
+    case SIGTERM: return "SIGTERM";
+    case SIGXCPU: return "SIGXCPU";
+    default: return ddp::str("signal ", sig);
+  }
+}
+
+}  // namespace ddp::launcher::process

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace ddp::launcher {
+namespace ddp::launcher::process {
 
 struct SpawnOptions {
   std::string path;               // run as is (execve): absolute or relative to the working folder
@@ -35,4 +35,7 @@ struct SpawnedProcess {
 // fails; a failed exec is the child's exit code 127 with one line on its stderr.
 SpawnedProcess spawn_process(const SpawnOptions& options);
 
-}  // namespace ddp::launcher
+// "SIGTERM" for 15, "signal 99" for unknown numbers.
+std::string signal_name(int signal);
+
+}  // namespace ddp::launcher::process

@@ -3,7 +3,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-namespace ddp::launcher {
+namespace ddp::launcher::process {
 
 std::string TerminalProgress::erase() {
   if (drawn_ == 0) return "";
@@ -43,4 +43,4 @@ std::size_t terminal_width(int fd) {
   return size.ws_col;
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::process

@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-namespace ddp::launcher {
+namespace ddp::launcher::process {
 
 // Note [Progress on a terminal]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -49,4 +49,4 @@ class TerminalProgress {
 // The columns of the terminal `fd` refers to; 0 when it is not a terminal.
 std::size_t terminal_width(int fd);
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::process

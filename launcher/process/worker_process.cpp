@@ -15,7 +15,7 @@
 #include "ddp/base/detail/files.h"
 #include "launcher/process/spawn.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::process {
 namespace {
 
 int g_signal_pipe_write = -1;  // the only global: a signal handler cannot take arguments
@@ -207,4 +207,4 @@ pid_t start_worker(const std::string& program_path, const std::vector<std::strin
   return child.pid;
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::process

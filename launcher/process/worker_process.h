@@ -12,9 +12,8 @@
 #include "launcher/process/line_collapser.h"
 #include "launcher/process/line_splitter.h"
 #include "launcher/process/terminal_progress.h"
-#include "launcher/agent/plan.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::process {
 
 // Signals the launcher forwards to its workers by default (torchrun's --signals_to_handle).
 inline constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
@@ -22,6 +21,27 @@ inline constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 // Signals a worker's process group; before the child's setsid() has run, the group does not exist
 // yet and the signal goes to the worker itself (it is blocked there until after setsid, so it waits).
 void signal_group(pid_t pid, int sig);
+
+// Everything needed to start one worker of one attempt.
+struct WorkerLaunch {
+  int local_rank = 0;
+  int rank = 0;
+  std::vector<std::string> env;   // complete environment, "KEY=VALUE"
+  // The variables the launcher sets (what --dry_run prints), in a stable order.
+  std::vector<std::pair<std::string, std::string>> launcher_set;
+  std::string dir;                // the worker's folder of this attempt (made before it starts)
+  std::string error_file;         // TORCHELASTIC_ERROR_FILE, read back on failure
+  bool stdout_to_console = true;
+  bool stderr_to_console = true;
+  std::string stdout_log;         // empty: not written to a file
+  std::string stderr_log;
+  // --duplicate_*_filters: where this worker's matching lines are also written (the attempt's
+  // filtered_std{out,err}.log, shared by the workers); empty: nowhere.
+  std::string filtered_stdout_log;
+  std::string filtered_stderr_log;
+  std::vector<int> cpus;          // pinned to these CPUs (See Note [CPU binding]); empty: inherited
+  std::string console_prefix;     // what its console lines start with (See Note [Log line prefix])
+};
 
 // Installs handlers for the forwarded signals and SIGCHLD for its lifetime (restoring the old ones
 // afterwards); each signal becomes a byte on a pipe that poll() watches.
@@ -81,4 +101,4 @@ std::string process_state(pid_t pid);
 pid_t start_worker(const std::string& program_path, const std::vector<std::string>& args, const WorkerLaunch& launch,
                    OutputStream& out, OutputStream& err);
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::process

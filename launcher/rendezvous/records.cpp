@@ -11,7 +11,7 @@
 
 #include "launcher/rendezvous/rounds.h"
 
-namespace ddp::launcher::rdzv {
+namespace ddp::launcher::rendezvous {
 
 // Note [Rendezvous token]
 // ~~~~~~~~~~~~~~~~~~~~~~~

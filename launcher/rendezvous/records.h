@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace ddp::launcher::rdzv {
+namespace ddp::launcher::rendezvous {
 
 // The keys of rendezvous `run_id`.
 std::string slot_key(const std::string& run_id, int slot);

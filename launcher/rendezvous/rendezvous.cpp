@@ -1,20 +1,20 @@
 #include "launcher/rendezvous/rendezvous.h"
 
 #include "ddp/base/error.h"
-#include "launcher/channel/net.h"
+#include "launcher/process/net.h"
 #include "launcher/rendezvous/store_rendezvous.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::rendezvous {
 namespace {
 
 class StaticRendezvous : public RendezvousHandler {
  public:
-  StaticRendezvous(const LaunchConfig& config, int nproc) : node_(assignment_from_flags(config, nproc)) {}
+  StaticRendezvous(const config::LaunchConfig& config, int nproc) : node_(assignment_from_flags(config, nproc)) {}
 
   RendezvousRound next_rendezvous(int, int) override {
     if (node_.master_port == 0) {
-      node_.master_port = pick_free_port(node_.master_addr);
-    } else if (node_.node_rank == 0 && probe_bind(node_.master_addr, node_.master_port) == BindProbe::kInUse) {
+      node_.master_port = process::pick_free_port(node_.master_addr);
+    } else if (node_.node_rank == 0 && process::probe_bind(node_.master_addr, node_.master_port) == process::BindProbe::kInUse) {
       throw UsageError(ddp::str("port ", node_.master_port, " on ", node_.master_addr,
                                 " is already in use: pick another --master_port, or 0 for a free one"));
     }
@@ -28,7 +28,7 @@ class StaticRendezvous : public RendezvousHandler {
 
 }  // namespace
 
-NodeAssignment assignment_from_flags(const LaunchConfig& c, int nproc_per_node) {
+NodeAssignment assignment_from_flags(const config::LaunchConfig& c, int nproc_per_node) {
   NodeAssignment node;
   node.nnodes = c.nnodes;
   node.nproc_per_node = nproc_per_node;
@@ -41,9 +41,9 @@ NodeAssignment assignment_from_flags(const LaunchConfig& c, int nproc_per_node) 
   return node;
 }
 
-std::unique_ptr<RendezvousHandler> make_rendezvous_handler(const LaunchConfig& config, int nproc_per_node) {
+std::unique_ptr<RendezvousHandler> make_rendezvous_handler(const config::LaunchConfig& config, int nproc_per_node) {
   if (config.rdzv_host.empty()) return std::make_unique<StaticRendezvous>(config, nproc_per_node);
   return std::make_unique<StoreRendezvous>(config, nproc_per_node);
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::rendezvous

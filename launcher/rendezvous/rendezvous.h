@@ -7,9 +7,8 @@
 #include <string>
 
 #include "launcher/config/config.h"
-#include "launcher/agent/worker_variables.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::rendezvous {
 
 // Note [One port per job]
 // ~~~~~~~~~~~~~~~~~~~~~~~
@@ -41,6 +40,21 @@ class EndpointDirectory {
   virtual Endpoint lookup(const std::string& name, double timeout_s) = 0;
 };
 
+// Where this node sits in the job, once rendezvous (static or dynamic) is done.
+struct NodeAssignment {
+  int nnodes = 1;
+  int node_rank = 0;
+  int nproc_per_node = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string run_id = "none";
+  int max_restarts = 0;
+  std::string role = "default";  // ROLE_NAME (--role)
+  // --recovery live: the prefix of this node's workers' member ids ("" : "node<node_rank>"); See
+  // Note [Lost hosts in a live job] in launcher/channel/live_watch.cpp.
+  std::string live_node_key;
+};
+
 // One closed rendezvous round, as this node sees it.
 struct RendezvousRound {
   int round = 0;        // the job's round number: TORCHELASTIC_RESTART_COUNT of an elastic job's workers
@@ -70,11 +84,11 @@ class RendezvousHandler {
 
 // What the flags alone say about this node (node rank 0 and the flags' master when a dynamic
 // rendezvous assigns them). Pure.
-NodeAssignment assignment_from_flags(const LaunchConfig& config, int nproc_per_node);
+NodeAssignment assignment_from_flags(const config::LaunchConfig& config, int nproc_per_node);
 
 // The handler the configuration asks for: the static one (assignment_from_flags(), with
 // --master_port 0 replaced by a free port and, on the rank-0 node, the master port checked to be
 // free) without --rdzv_endpoint; with it, the c10d store's rounds (MIN = MAX for a fixed --nnodes).
-std::unique_ptr<RendezvousHandler> make_rendezvous_handler(const LaunchConfig& config, int nproc_per_node);
+std::unique_ptr<RendezvousHandler> make_rendezvous_handler(const config::LaunchConfig& config, int nproc_per_node);
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::rendezvous

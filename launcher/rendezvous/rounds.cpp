@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace ddp::launcher::rdzv {
+namespace ddp::launcher::rendezvous {
 
 // Note [Elastic rounds]
 // ~~~~~~~~~~~~~~~~~~~~~

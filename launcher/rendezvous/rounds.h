@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-namespace ddp::launcher::rdzv {
+namespace ddp::launcher::rendezvous {
 
 // The job's rules for every round.
 struct RoundRules {

@@ -8,14 +8,14 @@
 
 #include "ddp/base/detail/route.h"
 #include "ddp/base/error.h"
-#include "launcher/channel/net.h"
+#include "launcher/process/net.h"
 #include "launcher/process/plugin_loader.h"
 
 #ifndef DDP_RDZV_PLUGIN_NAME
 #define DDP_RDZV_PLUGIN_NAME "libddp_launch_rdzv.so"
 #endif
 
-namespace ddp::launcher {
+namespace ddp::launcher::rendezvous {
 namespace {
 
 void log_note(const char* line) { spdlog::info("{}", line); }
@@ -36,8 +36,8 @@ std::string bound_address(int fd) {
 
 }  // namespace
 
-rdzv::RoundRules round_rules(const LaunchConfig& config) {
-  rdzv::RoundRules rules;
+RoundRules round_rules(const config::LaunchConfig& config) {
+  RoundRules rules;
   rules.min_nodes = config.elastic ? config.min_nnodes : config.nnodes;
   rules.max_nodes = config.nnodes;
   rules.last_call_s = config.rdzv_last_call_s;
@@ -45,7 +45,7 @@ rdzv::RoundRules round_rules(const LaunchConfig& config) {
   return rules;
 }
 
-StoreEndpoint open_store_endpoint(const LaunchConfig& config) {
+StoreEndpoint open_store_endpoint(const config::LaunchConfig& config) {
   // Advertise, as rank 0's node, the address that routes to the endpoint, and serve the store when
   // the endpoint is ours: bound here to exactly its address, or to every interface when it is this
   // host's Debian name (See Note [Advertised address] in ddp/base/detail/route.h and Note [Dynamic
@@ -66,13 +66,13 @@ StoreEndpoint open_store_endpoint(const LaunchConfig& config) {
     }
   }
   const std::string listen_address = detail::store_listen_address(route, options.peers_on_other_hosts);
-  endpoint.listen_fd = listen_address == route.master_address ? listen_on(config.rdzv_host, config.rdzv_port)
+  endpoint.listen_fd = listen_address == route.master_address ? process::listen_on(config.rdzv_host, config.rdzv_port)
                                                               : detail::listen_on_address(listen_address, config.rdzv_port);
   return endpoint;
 }
 
 PluginStore::PluginStore(const ddp_rdzv_request& request) {
-  SharedLibrary plugin = SharedLibrary::load_plugin(DDP_RDZV_PLUGIN_NAME, "--rdzv_endpoint");
+  process::SharedLibrary plugin = process::SharedLibrary::load_plugin(DDP_RDZV_PLUGIN_NAME, "--rdzv_endpoint");
   plugin.keep_loaded();  // LibTorch does not support being unloaded
   const auto open = plugin.symbol<ddp_rdzv_open_fn>(DDP_RDZV_OPEN_SYMBOL);
   round_ = plugin.symbol<ddp_rdzv_round_fn>(DDP_RDZV_ROUND_SYMBOL);
@@ -113,7 +113,7 @@ Endpoint PluginStore::lookup(const std::string& name, double timeout_s) {
   return {out.addr, out.port};
 }
 
-StoreRendezvous::StoreRendezvous(const LaunchConfig& config, int nproc_per_node)
+StoreRendezvous::StoreRendezvous(const config::LaunchConfig& config, int nproc_per_node)
     : config_(config), nproc_(nproc_per_node) {}
 
 StoreRendezvous::~StoreRendezvous() = default;
@@ -131,7 +131,7 @@ void StoreRendezvous::open() {
 
 RendezvousRound StoreRendezvous::next_rendezvous(int after_round, int expected_nodes) {
   if (!store_) open();
-  const rdzv::RoundRules rules = round_rules(config_);
+  const RoundRules rules = round_rules(config_);
   ddp_rdzv_round_request req{};
   req.min_nodes = rules.min_nodes;
   req.max_nodes = rules.max_nodes;
@@ -140,7 +140,7 @@ RendezvousRound StoreRendezvous::next_rendezvous(int after_round, int expected_n
   req.last_call_s = rules.last_call_s;
   req.timeout_s = rules.timeout_s;
   req.advertise_addr = advertise_.c_str();
-  req.advertise_port = pick_free_port(advertise_);  // fresh each round: the old one may still linger
+  req.advertise_port = process::pick_free_port(advertise_);  // fresh each round: the old one may still linger
   req.note = &log_note;
   const ddp_rdzv_round_result result = store_->round(req);
   RendezvousRound m;
@@ -185,4 +185,4 @@ int NewcomerPoll::waiting_after(int round) {
   return 0;
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::rendezvous

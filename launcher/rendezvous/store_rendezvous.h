@@ -13,10 +13,10 @@
 #include "launcher/rendezvous/rendezvous.h"
 #include "launcher/rendezvous/rounds.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::rendezvous {
 
 // The job's rules, from the flags: MIN = MAX = --nnodes for a fixed-size job.
-rdzv::RoundRules round_rules(const LaunchConfig& config);
+RoundRules round_rules(const config::LaunchConfig& config);
 
 // Where this node stands towards the store: the address it advertises if it gets node rank 0, and
 // the endpoint's socket, bound and listening, when this node serves the store (-1: a client).
@@ -24,7 +24,7 @@ struct StoreEndpoint {
   std::string advertise;
   int listen_fd = -1;
 };
-StoreEndpoint open_store_endpoint(const LaunchConfig& config);
+StoreEndpoint open_store_endpoint(const config::LaunchConfig& config);
 
 // The rendezvous plugin, loaded once, and the store handle it gave. Each call throws
 // ddp::TimeoutError with the plugin's one line when it fails.
@@ -55,7 +55,7 @@ class PluginStore : public EndpointDirectory {
 
 class StoreRendezvous : public RendezvousHandler {
  public:
-  StoreRendezvous(const LaunchConfig& config, int nproc_per_node);
+  StoreRendezvous(const config::LaunchConfig& config, int nproc_per_node);
   ~StoreRendezvous() override;
   StoreRendezvous(const StoreRendezvous&) = delete;
   StoreRendezvous& operator=(const StoreRendezvous&) = delete;
@@ -78,7 +78,7 @@ class StoreRendezvous : public RendezvousHandler {
  private:
   void open();
 
-  const LaunchConfig& config_;
+  const config::LaunchConfig& config_;
   int nproc_;
   std::unique_ptr<PluginStore> store_;
   std::string advertise_;
@@ -103,4 +103,4 @@ class NewcomerPoll {
   bool store_lost_ = false;
 };
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::rendezvous

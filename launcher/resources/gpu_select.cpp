@@ -5,7 +5,7 @@
 
 #include "ddp/base/error.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::resources {
 namespace {
 
 std::string gib(std::uint64_t bytes) {
@@ -57,4 +57,4 @@ std::vector<int> select_gpus(const std::vector<GpuInfo>& gpus, const GpuSelectio
   return picked;
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::resources

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace ddp::launcher {
+namespace ddp::launcher::resources {
 
 struct GpuProcess {
   unsigned pid = 0;
@@ -46,4 +46,4 @@ std::vector<int> select_gpus(const std::vector<GpuInfo>& gpus, const GpuSelectio
 // One line per GPU, e.g. "GPU 1 (H100): 3.2 GiB free of 80.0 GiB, busy: pid 4242 (python) 70.1 GiB".
 std::string describe_gpus(const std::vector<GpuInfo>& gpus);
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::resources

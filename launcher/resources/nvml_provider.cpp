@@ -6,7 +6,7 @@
 #include "ddp/base/error.h"
 #include "launcher/process/plugin_loader.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::resources {
 namespace {
 
 // The few NVML declarations we need (from NVML's documented, stable C API), so that building needs
@@ -33,7 +33,7 @@ constexpr nvmlReturn kNvmlInsufficientSize = 7;
 
 class NvmlProvider : public GpuProvider {
  public:
-  explicit NvmlProvider(SharedLibrary lib) : lib_(std::move(lib)) {
+  explicit NvmlProvider(process::SharedLibrary lib) : lib_(std::move(lib)) {
     init_ = sym<nvmlReturn (*)()>("nvmlInit_v2");
     shutdown_ = sym<nvmlReturn (*)()>("nvmlShutdown");
     count_ = sym<nvmlReturn (*)(unsigned*)>("nvmlDeviceGetCount_v2");
@@ -109,7 +109,7 @@ class NvmlProvider : public GpuProvider {
     if (rc != kNvmlSuccess) throw UsageError(ddp::str(what, " failed with NVML error ", rc));
   }
 
-  SharedLibrary lib_;
+  process::SharedLibrary lib_;
   nvmlReturn (*init_)() = nullptr;
   nvmlReturn (*shutdown_)() = nullptr;
   nvmlReturn (*count_)(unsigned*) = nullptr;
@@ -125,9 +125,9 @@ class NvmlProvider : public GpuProvider {
 }  // namespace
 
 std::unique_ptr<GpuProvider> load_nvml_provider() {
-  std::optional<SharedLibrary> lib;
+  std::optional<process::SharedLibrary> lib;
   try {
-    lib.emplace(SharedLibrary::load("libnvidia-ml.so.1", "driver too old?"));
+    lib.emplace(process::SharedLibrary::load("libnvidia-ml.so.1", "driver too old?"));
   } catch (const ddp::Error&) {
     throw UsageError("cannot load libnvidia-ml.so.1 (no NVIDIA driver on this machine?): "
                      "use --gpus 0,1,... or run without --gpus auto / --nproc_per_node gpu");
@@ -135,4 +135,4 @@ std::unique_ptr<GpuProvider> load_nvml_provider() {
   return std::make_unique<NvmlProvider>(std::move(*lib));
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::resources

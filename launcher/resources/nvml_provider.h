@@ -5,9 +5,9 @@
 
 #include "launcher/resources/gpu_select.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::resources {
 
 // Loads NVML and initialises it. Throws UsageError when the library or a GPU driver is missing.
 std::unique_ptr<GpuProvider> load_nvml_provider();
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::resources

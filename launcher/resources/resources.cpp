@@ -7,7 +7,7 @@
 #include "ddp/base/worker_variable_names.h"
 #include "launcher/resources/nvml_provider.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::resources {
 namespace {
 
 std::vector<int> usable_cpus() {
@@ -26,7 +26,7 @@ std::vector<int> usable_cpus() {
 // The entries of CUDA_VISIBLE_DEVICES, trimmed ("" gives none).
 std::vector<std::string> cuda_visible_entries(const std::string& value) {
   std::vector<std::string> entries;
-  for (const auto& entry : split_list(value, ',')) entries.push_back(trim_blanks(entry));
+  for (const auto& entry : config::split_list(value, ',')) entries.push_back(config::trim_blanks(entry));
   return entries;
 }
 
@@ -86,13 +86,13 @@ std::vector<VisibleGpu> visible_gpus(const EnvironmentSnapshot& env, MachineReso
   return visible;
 }
 
-int resolve_nproc(const LaunchConfig& c, const EnvironmentSnapshot& env, MachineResources& machine) {
+int resolve_nproc(const config::LaunchConfig& c, const EnvironmentSnapshot& env, MachineResources& machine) {
   switch (c.nproc.kind) {
-    case NprocRequest::Kind::kNumber:
+    case config::NprocRequest::Kind::kNumber:
       return c.nproc.number;
-    case NprocRequest::Kind::kCpu:
+    case config::NprocRequest::Kind::kCpu:
       return machine.cpu_count();
-    case NprocRequest::Kind::kGpu: {
+    case config::NprocRequest::Kind::kGpu: {
       const int n = static_cast<int>(visible_gpus(env, machine).size());
       if (n == 0) {
         const auto inherited = env.get(env::kCudaVisibleDevices);
@@ -102,7 +102,7 @@ int resolve_nproc(const LaunchConfig& c, const EnvironmentSnapshot& env, Machine
       }
       return n;
     }
-    case NprocRequest::Kind::kAuto: {
+    case config::NprocRequest::Kind::kAuto: {
       int n = 0;
       try {
         n = static_cast<int>(visible_gpus(env, machine).size());
@@ -115,15 +115,15 @@ int resolve_nproc(const LaunchConfig& c, const EnvironmentSnapshot& env, Machine
   return 1;
 }
 
-std::vector<std::string> resolve_visible_gpus(const LaunchConfig& c, const EnvironmentSnapshot& env, int nproc,
+std::vector<std::string> resolve_visible_gpus(const config::LaunchConfig& c, const EnvironmentSnapshot& env, int nproc,
                                               MachineResources& machine) {
   std::vector<std::string> picked;
   const auto inherited = env.get(env::kCudaVisibleDevices);
   switch (c.gpus.mode) {
-    case GpuRequest::Mode::kNone:
-    case GpuRequest::Mode::kList: {
+    case config::GpuRequest::Mode::kNone:
+    case config::GpuRequest::Mode::kList: {
       std::vector<int> numbers = c.gpus.list;
-      if (c.gpus.mode == GpuRequest::Mode::kNone) {
+      if (c.gpus.mode == config::GpuRequest::Mode::kNone) {
         if (!c.virtual_local_rank) return {};
         for (int lr = 0; lr < nproc; ++lr) numbers.push_back(lr);  // torchrun's: local rank i gets GPU i
       }
@@ -134,7 +134,7 @@ std::vector<std::string> resolve_visible_gpus(const LaunchConfig& c, const Envir
       const std::vector<std::string> entries = cuda_visible_entries(*inherited);
       for (int gpu : numbers) {  // See Note [Inherited CUDA_VISIBLE_DEVICES]: numbers within the list
         if (gpu >= static_cast<int>(entries.size())) {
-          throw UsageError(ddp::str(c.gpus.mode == GpuRequest::Mode::kNone ? "--virtual_local_rank: local rank "
+          throw UsageError(ddp::str(c.gpus.mode == config::GpuRequest::Mode::kNone ? "--virtual_local_rank: local rank "
                                                                             : "--gpus names GPU ",
                                     gpu, ", but the inherited CUDA_VISIBLE_DEVICES='", *inherited, "' has ",
                                     entries.size(), " entries (numbered from 0)"));
@@ -143,7 +143,7 @@ std::vector<std::string> resolve_visible_gpus(const LaunchConfig& c, const Envir
       }
       break;
     }
-    case GpuRequest::Mode::kAuto: {
+    case config::GpuRequest::Mode::kAuto: {
       const int want = c.gpus.auto_count.value_or(nproc);
       if (want < nproc) throw UsageError(ddp::str("--gpus auto:", want, " is fewer GPUs than ", nproc, " workers"));
       const std::vector<VisibleGpu> visible = visible_gpus(env, machine);
@@ -168,9 +168,9 @@ std::vector<std::string> resolve_visible_gpus(const LaunchConfig& c, const Envir
   return picked;
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::resources
 
-namespace ddp::launcher {
+namespace ddp::launcher::resources {
 
 std::vector<std::vector<int>> exclusive_cpu_slices(const std::vector<int>& cpus, int nproc) {
   const int n = static_cast<int>(cpus.size());
@@ -188,8 +188,9 @@ std::vector<std::vector<int>> exclusive_cpu_slices(const std::vector<int>& cpus,
   return slices;
 }
 
-std::vector<std::vector<int>> resolve_cpu_binding(const LaunchConfig& config, int nproc, const MachineResources& machine) {
-  if (config.cpu_bind == CpuBind::kNone) return {};
+std::vector<std::vector<int>> resolve_cpu_binding(const config::LaunchConfig& config, int nproc,
+                                                  const MachineResources& machine) {
+  if (config.cpu_bind == config::CpuBind::kNone) return {};
   return exclusive_cpu_slices(machine.cpus(), nproc);
 }
 
@@ -204,4 +205,4 @@ std::string format_cpu_list(const std::vector<int>& cpus) {
   return out;
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::resources

@@ -12,7 +12,7 @@
 #include "launcher/resources/gpu_select.h"
 #include "launcher/config/slurm_placement.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::resources {
 
 using GpuProviderLoader = std::function<std::unique_ptr<GpuProvider>()>;
 
@@ -64,11 +64,11 @@ std::vector<VisibleGpu> visible_gpus(const EnvironmentSnapshot& env, MachineReso
 
 // The number of workers: the number given, the CPU count, or the number of visible_gpus(); auto =
 // GPUs if any (and a driver), else CPUs.
-int resolve_nproc(const LaunchConfig& config, const EnvironmentSnapshot& env, MachineResources& machine);
+int resolve_nproc(const config::LaunchConfig& config, const EnvironmentSnapshot& env, MachineResources& machine);
 
 // CUDA_VISIBLE_DEVICES of each local rank (empty without --gpus and --virtual_local_rank), within an inherited
 // CUDA_VISIBLE_DEVICES (See Note [Inherited CUDA_VISIBLE_DEVICES]). Throws UsageError.
-std::vector<std::string> resolve_visible_gpus(const LaunchConfig& config, const EnvironmentSnapshot& env, int nproc,
+std::vector<std::string> resolve_visible_gpus(const config::LaunchConfig& config, const EnvironmentSnapshot& env, int nproc,
                                               MachineResources& machine);
 
 // Note [CPU binding]
@@ -87,9 +87,10 @@ std::vector<std::string> resolve_visible_gpus(const LaunchConfig& config, const 
 // The CPUs of each local rank for --cpu_bind exclusive (empty for none). Throws UsageError when
 // there are fewer CPUs than workers.
 std::vector<std::vector<int>> exclusive_cpu_slices(const std::vector<int>& cpus, int nproc);
-std::vector<std::vector<int>> resolve_cpu_binding(const LaunchConfig& config, int nproc, const MachineResources& machine);
+std::vector<std::vector<int>> resolve_cpu_binding(const config::LaunchConfig& config, int nproc,
+                                                  const MachineResources& machine);
 
 // "0-3,8,10-11": the kernel's cpulist format, as in /proc/self/status's Cpus_allowed_list.
 std::string format_cpu_list(const std::vector<int>& cpus);
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::resources

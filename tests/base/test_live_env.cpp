@@ -13,11 +13,11 @@
 
 namespace {
 
-ddp::launcher::LaunchConfig parse_flags(std::vector<std::string> args) {
+ddp::launcher::config::LaunchConfig parse_flags(std::vector<std::string> args) {
   std::vector<const char*> argv{"ddp_launch"};
   for (const auto& a : args) argv.push_back(a.c_str());
   const auto env = ddp::EnvironmentSnapshot::from_map({{"PATH", "/usr/bin:/bin"}});
-  return ddp::launcher::parse_launch_args(static_cast<int>(argv.size()), argv.data(), env).config;
+  return ddp::launcher::config::parse_launch_args(static_cast<int>(argv.size()), argv.data(), env).config;
 }
 
 std::string usage_error_of(std::vector<std::string> args) {
@@ -36,7 +36,7 @@ ddp::EnvLookup lookup_of(std::map<std::string, std::string> vars) {
 }  // namespace
 
 TEST_CASE("--recovery: restart by default, live only in an elastic c10d job", "[live_launch]") {
-  using ddp::launcher::Recovery;
+  using ddp::launcher::config::Recovery;
   CHECK(parse_flags({"/bin/true"}).recovery == Recovery::kRestart);
   const auto live = parse_flags({"--nnodes", "2:3", "--rdzv_endpoint", "host0:29400", "--recovery", "live", "/bin/true"});
   CHECK(live.recovery == Recovery::kLive);
@@ -50,16 +50,16 @@ TEST_CASE("--recovery: restart by default, live only in an elastic c10d job", "[
 }
 
 TEST_CASE("the live job's place: what ddp_launch sets, a worker reads back", "[live_launch]") {
-  ddp::launcher::NodeAssignment node;
+  ddp::launcher::rendezvous::NodeAssignment node;
   node.nnodes = 3;
   node.node_rank = 2;
-  ddp::launcher::WorkerSlot slot;
+  ddp::launcher::agent::WorkerSlot slot;
   CHECK_FALSE(ddp::parse_live_recovery_environment(lookup_of({})).has_value());
-  for (const auto& [key, value] : ddp::launcher::launcher_variables(node, slot)) {
+  for (const auto& [key, value] : ddp::launcher::agent::launcher_variables(node, slot)) {
     CHECK(key.rfind("DDP_LIVE_", 0) != 0);  // not a live job: none of its variables
   }
-  slot.live = ddp::launcher::WorkerSlot::LivePlace{"host0:29400", "ddp/live/job", "node2/local0/attempt1"};
-  const auto vars = ddp::launcher::launcher_variables(node, slot);
+  slot.live = ddp::launcher::agent::WorkerSlot::LivePlace{"host0:29400", "ddp/live/job", "node2/local0/attempt1"};
+  const auto vars = ddp::launcher::agent::launcher_variables(node, slot);
   const auto live = ddp::parse_live_recovery_environment(lookup_of({vars.begin(), vars.end()}));
   REQUIRE(live.has_value());
   CHECK(live->store_host == "host0");

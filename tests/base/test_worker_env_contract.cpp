@@ -11,8 +11,8 @@
 #include "ddp/base/error.h"
 #include "launcher/agent/worker_variables.h"
 
-using ddp::launcher::NodeAssignment;
-using ddp::launcher::WorkerSlot;
+using ddp::launcher::rendezvous::NodeAssignment;
+using ddp::launcher::agent::WorkerSlot;
 
 namespace {
 
@@ -52,9 +52,10 @@ TEST_CASE("what ddp_launch sets, a worker reads back", "[env_contract]") {
     const int rank = node.node_rank * node.nproc_per_node + local_rank;
     INFO("nnodes " << node.nnodes << ", nproc " << node.nproc_per_node << ", local rank " << local_rank);
 
-    const auto vars = ddp::launcher::launcher_variables(node, slot);
+    const auto vars = ddp::launcher::agent::launcher_variables(node, slot);
     const auto inherited = std::map<std::string, std::string>{{"PATH", "/bin"}, {"RANK", "99"}};
-    for (const auto& env : {lookup_of(vars), lookup_of_strings(ddp::launcher::worker_environment(inherited, node, slot))}) {
+    const auto written = ddp::launcher::agent::worker_environment(inherited, node, slot);
+    for (const auto& env : {lookup_of(vars), lookup_of_strings(written)}) {
       const ddp::WorkerEnvironment worker = ddp::parse_worker_environment(env);
       CHECK(worker.rank == rank);
       CHECK(worker.world_size == node.nnodes * node.nproc_per_node);
@@ -82,7 +83,7 @@ TEST_CASE("without --log_dir and the agent socket, diagnostics go next to the er
   NodeAssignment node;
   WorkerSlot slot;
   slot.error_file = "/tmp/ddp_launch_abc/none/attempt_0/0/error.json";
-  const auto env = lookup_of(ddp::launcher::launcher_variables(node, slot));
+  const auto env = lookup_of(ddp::launcher::agent::launcher_variables(node, slot));
   CHECK(ddp::diagnostics_dir(env) == "/tmp/ddp_launch_abc/none/attempt_0/0");
   CHECK_FALSE(ddp::parse_agent_environment(env));
 }
@@ -102,8 +103,8 @@ TEST_CASE("every variable ddp_launch sets is a name of the contract", "[env_cont
   slot.log_dir = "/logs";
   slot.cpus = {0, 1};
   std::set<std::string> set_names;
-  for (const auto& [name, value] : ddp::launcher::launcher_variables(node, slot)) set_names.insert(name);
-  for (const auto& entry : ddp::launcher::worker_environment({}, node, slot)) {
+  for (const auto& [name, value] : ddp::launcher::agent::launcher_variables(node, slot)) set_names.insert(name);
+  for (const auto& entry : ddp::launcher::agent::worker_environment({}, node, slot)) {
     set_names.insert(entry.substr(0, entry.find('=')));
   }
   for (const auto& name : set_names) {

@@ -16,7 +16,7 @@
 #include "ddp/distributed/detail/collective_log.h"
 #include "ddp/base/worker_variables.h"
 #include "ddp/distributed/process_group.h"
-#include "launcher/channel/net.h"
+#include "launcher/process/net.h"
 #include "tests/support/temp_dir.h"
 
 using Catch::Matchers::Contains;
@@ -419,7 +419,7 @@ std::vector<std::string> listening_addresses(int port) {
 }  // namespace
 
 TEST_CASE("a store for a loopback master listens on loopback only (see Note [Loopback store])", "[process_group]") {
-  const int port = ddp::launcher::pick_free_port("127.0.0.1");
+  const int port = ddp::launcher::process::pick_free_port("127.0.0.1");
   ddp::InitOptions init;
   init.backend = "gloo";
   init.init_method = "tcp://127.0.0.1:" + std::to_string(port);

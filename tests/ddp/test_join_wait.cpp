@@ -17,7 +17,7 @@
 #include "ddp/base/error.h"
 #include "ddp/distributed/detail/join_wait.h"
 #include "ddp/distributed/process_group.h"
-#include "launcher/channel/net.h"
+#include "launcher/process/net.h"
 #include "tests/support/temp_dir.h"
 
 using namespace std::chrono_literals;
@@ -135,12 +135,12 @@ TEST_CASE("init_process_group: an unreachable master and a missing rank are repo
     });
     return std::make_pair(error, err);
   };
-  const int port1 = ddp::launcher::pick_free_port("127.0.0.1");  // nothing listens there
+  const int port1 = ddp::launcher::process::pick_free_port("127.0.0.1");  // nothing listens there
   const auto [error1, err1] = join_alone(1, port1);
   CHECK(error1.find("within the join timeout of 1.5 s") != std::string::npos);
   CHECK(err1.find("rank 1 has waited") != std::string::npos);
   CHECK(err1.find("for the master (rank 0) at 127.0.0.1:" + std::to_string(port1)) != std::string::npos);
-  const int port0 = ddp::launcher::pick_free_port("127.0.0.1");
+  const int port0 = ddp::launcher::process::pick_free_port("127.0.0.1");
   const auto [error0, err0] = join_alone(0, port0);
   CHECK(error0.find("rank 0 waited 1.5 s for rank 1 to join") != std::string::npos);
   CHECK(err0.find("rank 0 (the master, at 127.0.0.1:" + std::to_string(port0) + ") has waited") != std::string::npos);

@@ -11,7 +11,7 @@
 #include <set>
 #include <string>
 
-#include "launcher/channel/net.h"
+#include "launcher/process/net.h"
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
 
@@ -43,7 +43,7 @@ TEST_CASE("a worker killed mid-epoch under ddp_launch --recovery live: survivors
   ddp::testing::TempDir tmp;
   const fs::path logs = tmp.path / "samples";
   fs::create_directories(logs);
-  const int port = ddp::launcher::pick_free_port("127.0.0.1");
+  const int port = ddp::launcher::process::pick_free_port("127.0.0.1");
   // 600 samples, 48 per step at any world size (--batch-policy global): 16 per rank at 3, 24 at 2. The
   // last rank dies in step 4 (offset 144); the survivors run step 4 again at world size 2 (to 192) and
   // hold it until the restarted worker asks to join; the rest, 408, is split among 3 ranks.
@@ -110,7 +110,7 @@ TEST_CASE("a worker killed mid-epoch under ddp_launch --recovery live: survivors
 }
 
 TEST_CASE("--zero under ddp_launch --recovery live is refused in one line (exit 2)", "[training][ddp][live]") {
-  const int port = ddp::launcher::pick_free_port("127.0.0.1");
+  const int port = ddp::launcher::process::pick_free_port("127.0.0.1");
   const auto run = ddp::testing::run_command(
       kBinDir + "/ddp_launch --nnodes 1:2 --nproc_per_node 1 --rdzv_endpoint 127.0.0.1:" + std::to_string(port) +
           " --rdzv_id live_zero --rdzv_conf last_call_timeout=1 --recovery live " + kBinDir + "/train_fashion_mnist --mode ddp --limit 64 --zero",

@@ -20,10 +20,11 @@
 #include <vector>
 
 #include "ddp/runtime/agent_channel.h"
-#include "launcher/channel/net.h"
+#include "launcher/process/net.h"
 #include "tests/faults/fault_job.h"
 #include "tests/launcher/process_harness.h"
 
+using namespace ddp::launcher::process;
 using namespace ddp::launcher::testing;
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
@@ -113,7 +114,7 @@ std::map<std::string, double> scrape_when_running(int port) {
 // A 2-rank job that trains until it is told to stop, serving metrics on a free port.
 struct MetricsJob {
   TempDir dir;
-  int port = ddp::launcher::pick_free_port("127.0.0.1");
+  int port = ddp::launcher::process::pick_free_port("127.0.0.1");
   Child launcher{job({"--nproc_per_node", "2", "--metrics_port", std::to_string(port)},
                      {"--steps", "1000000", "--step-ms", "20", "--pid-dir", dir.path()})};
 
@@ -234,7 +235,7 @@ TEST_CASE("hang watchdog: keep-alives forged by another process of the user do n
           "[watchdog]") {
   TempDir dir;
   TempDir tmp;
-  const int port = ddp::launcher::pick_free_port("127.0.0.1");
+  const int port = ddp::launcher::process::pick_free_port("127.0.0.1");
   Child launcher(job({"--nproc_per_node", "2", "--hang_timeout", "2", "--shutdown_grace", "2", "--metrics_port",
                       std::to_string(port)},
                      {"--steps", "100000", "--step-ms", "20", "--timeout-ms", "120000", "--pid-dir", dir.path()}),
@@ -412,7 +413,7 @@ TEST_CASE("a real Prometheus server scrapes the job and has the series", "[prome
   MetricsJob job;
   scrape_when_running(job.port);
   TempDir prom;
-  const int web_port = ddp::launcher::pick_free_port("127.0.0.1");
+  const int web_port = ddp::launcher::process::pick_free_port("127.0.0.1");
   std::ofstream(prom.path() + "/prometheus.yml")
       << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
       << "scrape_configs:\n  - job_name: ddp\n    static_configs:\n      - targets: ['127.0.0.1:" << job.port << "']\n";

@@ -16,10 +16,10 @@ inline EnvironmentSnapshot plain_env(std::map<std::string, std::string> extra = 
   return EnvironmentSnapshot::from_map(std::move(extra));
 }
 
-inline LaunchConfig parse(std::vector<std::string> args, const EnvironmentSnapshot& env = plain_env()) {
+inline config::LaunchConfig parse(std::vector<std::string> args, const EnvironmentSnapshot& env = plain_env()) {
   std::vector<const char*> argv{"ddp_launch"};
   for (const auto& a : args) argv.push_back(a.c_str());
-  return parse_launch_args(static_cast<int>(argv.size()), argv.data(), env).config;
+  return config::parse_launch_args(static_cast<int>(argv.size()), argv.data(), env).config;
 }
 
 inline std::string usage_error(std::vector<std::string> args, const EnvironmentSnapshot& env = plain_env()) {

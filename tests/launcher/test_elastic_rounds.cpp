@@ -13,12 +13,15 @@
 #include "config_support.h"
 #include "launcher/rendezvous/records.h"
 #include "launcher/rendezvous/rounds.h"
-#include "launcher/hosts/hostlist.h"
+#include "ddp/base/detail/hostlist.h"
 #include "launcher/hosts/remote_command.h"
 #include "launcher/agent/supervisor.h"
 
 using namespace ddp::launcher;
-using namespace ddp::launcher::rdzv;
+using namespace ddp::launcher::agent;
+using namespace ddp::launcher::hosts;
+using namespace ddp::launcher::process;
+using namespace ddp::launcher::rendezvous;
 using ddp::launcher::testing::parse;
 using ddp::launcher::testing::usage_error;
 

@@ -13,6 +13,7 @@
 #include "launcher/hosts/remote_command.h"
 
 using namespace ddp::launcher;
+using namespace ddp::launcher::hosts;
 
 namespace {
 

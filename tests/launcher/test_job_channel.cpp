@@ -20,6 +20,8 @@
 #include "launcher/process/worker_process.h"
 
 using namespace ddp::launcher;
+using namespace ddp::launcher::channel;
+using namespace ddp::launcher::process;
 
 namespace {
 

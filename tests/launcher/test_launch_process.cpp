@@ -16,12 +16,16 @@
 
 #include "ddp/base/error.h"
 #include "ddp/base/str.h"
-#include "launcher/channel/net.h"
+#include "launcher/process/net.h"
+#include "launcher/process/spawn.h"
 #include "launcher/resources/resources.h"
 #include "launcher/agent/supervisor.h"
 #include "tests/launcher/process_harness.h"
 
 using namespace ddp::launcher;
+using namespace ddp::launcher::agent;
+using namespace ddp::launcher::process;
+using namespace ddp::launcher::resources;
 using namespace ddp::launcher::testing;
 using namespace std::chrono_literals;
 
@@ -279,7 +283,7 @@ TEST_CASE("SIGTERM, SIGINT, SIGHUP, SIGQUIT to the launcher are forwarded to eve
       CHECK(wait_for_files(dir.path(), "sigterm", 2, 1s));
       CHECK_THAT(outcome->err, Catch::Contains("received SIGTERM: forwarding it to 2 workers"));
     } else {
-      CHECK_THAT(outcome->err, Catch::Contains("received " + signal_name(sig) + ": forwarding it to 2 workers"));
+      CHECK_THAT(outcome->err, Catch::Contains("received " + process::signal_name(sig) + ": forwarding it to 2 workers"));
     }
     CHECK(wait_gone(recorded_pids(dir, 2), 2s).empty());
   }
@@ -679,7 +683,7 @@ TEST_CASE("a static job needs only --master_port: its neighbour taken changes no
     socklen_t len = sizeof addr;
     ::getsockname(busy, reinterpret_cast<sockaddr*>(&addr), &len);
     taken = ntohs(addr.sin_port);
-    if (ddp::launcher::probe_bind("127.0.0.1", taken - 1) == ddp::launcher::BindProbe::kFree) {
+    if (ddp::launcher::process::probe_bind("127.0.0.1", taken - 1) == ddp::launcher::process::BindProbe::kFree) {
       master_port = taken - 1;
     } else {
       ::close(busy);
@@ -710,7 +714,7 @@ TEST_CASE("a static job needs only --master_port: its neighbour taken changes no
 
 TEST_CASE("node 1 of a static job whose node 0 never comes says so within --rdzv_timeout, exit 1", "[process][bad_input]") {
   TempDir dir;
-  const int port = ddp::launcher::pick_free_port("127.0.0.1");
+  const int port = ddp::launcher::process::pick_free_port("127.0.0.1");
   const auto outcome =
       run_launcher(with_worker({"--nnodes", "2", "--node_rank", "1", "--master_addr", "127.0.0.1", "--master_port",
                                 std::to_string(port), "--rdzv_timeout", "2"},

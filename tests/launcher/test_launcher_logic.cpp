@@ -13,7 +13,7 @@
 #include "tests/launcher/config_support.h"
 #include "ddp/base/detail/error_file.h"
 #include "launcher/resources/gpu_select.h"
-#include "launcher/hosts/hostlist.h"
+#include "ddp/base/detail/hostlist.h"
 #include "launcher/process/line_splitter.h"
 #include "launcher/process/log_layout.h"
 #include "launcher/resources/resources.h"
@@ -22,6 +22,11 @@
 #include "launcher/process/worker_process.h"
 
 using namespace ddp::launcher;
+using namespace ddp::launcher::agent;
+using namespace ddp::launcher::config;
+using namespace ddp::launcher::process;
+using namespace ddp::launcher::rendezvous;
+using namespace ddp::launcher::resources;
 using namespace ddp::launcher::testing;
 using ddp::EnvironmentSnapshot;
 using ddp::UsageError;
@@ -159,17 +164,17 @@ TEST_CASE("Slurm's variables fill in what the flags leave out", "[launcher][conf
 
 TEST_CASE("Slurm host lists expand", "[launcher][hostlist]") {
   using V = std::vector<std::string>;
-  CHECK(expand_hostlist("ns[3182447,3185995,3186000-3186002]") ==
+  CHECK(ddp::detail::expand_hostlist("ns[3182447,3185995,3186000-3186002]") ==
         V{"ns3182447", "ns3185995", "ns3186000", "ns3186001", "ns3186002"});
-  CHECK(expand_hostlist("node[001-003]") == V{"node001", "node002", "node003"});
-  CHECK(expand_hostlist("node[8-11]") == V{"node8", "node9", "node10", "node11"});
-  CHECK(expand_hostlist("a[1-2],b3") == V{"a1", "a2", "b3"});
-  CHECK(expand_hostlist("single") == V{"single"});
-  CHECK(expand_hostlist("x-1.cluster,y") == V{"x-1.cluster", "y"});
-  CHECK(expand_hostlist("r[1-2]-n[01,03]") == V{"r1-n01", "r1-n03", "r2-n01", "r2-n03"});
+  CHECK(ddp::detail::expand_hostlist("node[001-003]") == V{"node001", "node002", "node003"});
+  CHECK(ddp::detail::expand_hostlist("node[8-11]") == V{"node8", "node9", "node10", "node11"});
+  CHECK(ddp::detail::expand_hostlist("a[1-2],b3") == V{"a1", "a2", "b3"});
+  CHECK(ddp::detail::expand_hostlist("single") == V{"single"});
+  CHECK(ddp::detail::expand_hostlist("x-1.cluster,y") == V{"x-1.cluster", "y"});
+  CHECK(ddp::detail::expand_hostlist("r[1-2]-n[01,03]") == V{"r1-n01", "r1-n03", "r2-n01", "r2-n03"});
   for (const char* bad : {"a[1-2", "a]1[", "a[]", "a[3-1]", "a[x]", "a,,b", "", "a[1-2]]", "a[[1]]"}) {
     INFO(bad);
-    CHECK_THROWS_AS(expand_hostlist(bad), UsageError);
+    CHECK_THROWS_AS(ddp::detail::expand_hostlist(bad), UsageError);
   }
 }
 

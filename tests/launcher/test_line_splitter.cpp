@@ -12,8 +12,8 @@
 #include "launcher/process/line_splitter.h"
 #include "launcher/process/terminal_progress.h"
 
-using ddp::launcher::is_progress_piece;
-using ddp::launcher::LineSplitter;
+using ddp::launcher::process::is_progress_piece;
+using ddp::launcher::process::LineSplitter;
 
 namespace {
 
@@ -54,7 +54,7 @@ TEST_CASE("progress updates: byte by byte gives the same pieces", "[launcher][ou
 }
 
 TEST_CASE("live progress: one line per rank at the bottom, whole lines printed above it", "[launcher][output]") {
-  using ddp::launcher::TerminalProgress;
+  using ddp::launcher::process::TerminalProgress;
   TerminalProgress live(/*width=*/12);
   // Rank 1's first update: the block is one row.
   CHECK(live.update(1, "[rank 1]: 10%") == "[rank 1]: 1\x1b[K\n");  // cut to width - 1
@@ -78,8 +78,8 @@ TEST_CASE("live progress: one line per rank at the bottom, whole lines printed a
 }
 
 TEST_CASE("the log line prefix: torchrun's template, expanded as Python's safe_substitute", "[launcher][logs]") {
-  using ddp::launcher::line_prefix;
-  const ddp::launcher::LinePrefixFields fields{"trainer", 12, 3, "node7"};
+  using ddp::launcher::process::line_prefix;
+  const ddp::launcher::process::LinePrefixFields fields{"trainer", 12, 3, "node7"};
   CHECK(line_prefix("", fields) == "[rank 12]: ");
   CHECK(line_prefix("[${role_name}${local_rank}]:", fields) == "[trainer3]:");
   CHECK(line_prefix("[$rank|$local_rank@${hostname}] ", fields) == "[12|3@node7] ");
@@ -91,8 +91,8 @@ TEST_CASE("the log line prefix: torchrun's template, expanded as Python's safe_s
 
 TEST_CASE("--collapse_lines: a line several ranks print alike leaves once, each rank's lines in order",
           "[launcher][logs]") {
-  using ddp::launcher::format_rank_ranges;
-  using ddp::launcher::LineCollapser;
+  using ddp::launcher::process::format_rank_ranges;
+  using ddp::launcher::process::LineCollapser;
   CHECK(format_rank_ranges({5, 0, 1, 2, 3, 7, 8}) == "0-3,5,7-8");
   CHECK(format_rank_ranges({4}) == "4");
   int fds[2];

@@ -4,7 +4,7 @@
 
 #include "launcher/agent/live_respawn.h"
 
-using ddp::launcher::LiveRespawnPolicy;
+using ddp::launcher::agent::LiveRespawnPolicy;
 
 TEST_CASE("a dead live worker gets its own restart count, bounded by the node's restarts", "[live_respawn]") {
   LiveRespawnPolicy policy(3, 3, 0);  // a node of the first round, --max_restarts 3

@@ -4,9 +4,10 @@
 #include <string>
 #include <vector>
 
-#include "launcher/channel/net.h"
+#include "launcher/process/net.h"
 #include "tests/launcher/process_harness.h"
 
+using namespace ddp::launcher::process;
 using namespace ddp::launcher::testing;
 using namespace std::chrono_literals;
 
@@ -15,7 +16,7 @@ namespace {
 // One launcher, 2 workers, --recovery live: rank 1 exits 3 while TORCHELASTIC_RESTART_COUNT <
 // fail_attempts; rank 0 sleeps 2 s meanwhile.
 LaunchOutcome run_live(const TempDir& dir, int fail_attempts) {
-  const std::string port = std::to_string(ddp::launcher::pick_free_port("127.0.0.1"));
+  const std::string port = std::to_string(ddp::launcher::process::pick_free_port("127.0.0.1"));
   return run_launcher({"--nnodes", "1:2", "--nproc_per_node", "2", "--rdzv_endpoint", "127.0.0.1:" + port,
                        "--rdzv_conf", "last_call_timeout=1", "--recovery", "live", "--max_restarts", "1",
                        "--monitor_interval", "0.05", worker_path(), "--out", dir.path(), "--sleep", "0:2", "--exit",

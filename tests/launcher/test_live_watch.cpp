@@ -23,6 +23,9 @@
 #include "launcher/rendezvous/rounds.h"
 
 using namespace ddp::launcher;
+using namespace ddp::launcher::channel;
+using namespace ddp::launcher::config;
+using namespace ddp::launcher::rendezvous;
 using ddp::launcher::testing::parse;
 using ddp::launcher::testing::usage_error;
 
@@ -104,20 +107,20 @@ TEST_CASE("the liveness table: a close without goodbye or a silence is a loss, e
 }
 
 TEST_CASE("live admission counts the nodes the training has now: a lost node frees its place", "[live_watch]") {
-  rdzv::RoundRules rules;
+  rendezvous::RoundRules rules;
   rules.min_nodes = 2;
   rules.max_nodes = 3;
   // At MAX with nobody lost: the newcomer waits.
-  CHECK_FALSE(rdzv::decide_live_admission(rules, 3, 0, 1).admit);
+  CHECK_FALSE(rendezvous::decide_live_admission(rules, 3, 0, 1).admit);
   // One lost: admitted, and the round expects the 2 survivors and the newcomer (no last call).
-  const rdzv::LiveAdmissionStep step = rdzv::decide_live_admission(rules, 3, 1, 1);
+  const rendezvous::LiveAdmissionStep step = rendezvous::decide_live_admission(rules, 3, 1, 1);
   CHECK(step.admit);
   CHECK(step.current_nodes == 2);
   CHECK(step.expected_nodes == 3);
   // Two waiting for one freed place: admitted up to MAX.
-  CHECK(rdzv::decide_live_admission(rules, 3, 1, 2).expected_nodes == 3);
-  CHECK_FALSE(rdzv::decide_live_admission(rules, 2, 0, 0).admit);
-  CHECK(rdzv::decide_live_admission(rules, 2, 0, 1).expected_nodes == 3);
+  CHECK(rendezvous::decide_live_admission(rules, 3, 1, 2).expected_nodes == 3);
+  CHECK_FALSE(rendezvous::decide_live_admission(rules, 2, 0, 0).admit);
+  CHECK(rendezvous::decide_live_admission(rules, 2, 0, 1).expected_nodes == 3);
 }
 
 TEST_CASE("--rdzv_conf keep_alive_interval and keep_alive_max_attempt set the live job's silence timeout",

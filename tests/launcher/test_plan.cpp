@@ -10,6 +10,10 @@
 #include "launcher/rendezvous/rendezvous.h"
 
 using namespace ddp::launcher;
+using namespace ddp::launcher::agent;
+using namespace ddp::launcher::config;
+using namespace ddp::launcher::process;
+using namespace ddp::launcher::rendezvous;
 
 namespace {
 

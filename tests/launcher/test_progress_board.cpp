@@ -20,6 +20,8 @@
 #include "launcher/observe/progress_board.h"
 
 using namespace ddp::launcher;
+using namespace ddp::launcher::observe;
+using namespace ddp::launcher::resources;
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
 

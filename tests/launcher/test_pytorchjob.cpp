@@ -9,10 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "launcher/channel/net.h"
+#include "launcher/process/net.h"
 #include "tests/launcher/process_harness.h"
 
 using namespace ddp::launcher;
+using namespace ddp::launcher::process;
 using namespace ddp::launcher::testing;
 using namespace std::chrono_literals;
 

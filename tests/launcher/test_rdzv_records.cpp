@@ -7,7 +7,7 @@
 
 #include "launcher/rendezvous/records.h"
 
-using namespace ddp::launcher::rdzv;
+using namespace ddp::launcher::rendezvous;
 
 TEST_CASE("rendezvous claims verify only for their job, slot, size and token", "[launcher][rdzv]") {
   const Token token("s3cret");

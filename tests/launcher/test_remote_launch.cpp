@@ -8,10 +8,11 @@
 #include <fstream>
 
 #include "ddp/base/str.h"
-#include "launcher/channel/net.h"
+#include "launcher/process/net.h"
 #include "tests/launcher/process_harness.h"
 
 using namespace ddp::launcher;
+using namespace ddp::launcher::process;
 using namespace ddp::launcher::testing;
 using namespace std::chrono_literals;
 

@@ -14,6 +14,9 @@
 #include "tests/launcher/config_support.h"
 
 using namespace ddp::launcher;
+using namespace ddp::launcher::agent;
+using namespace ddp::launcher::config;
+using namespace ddp::launcher::rendezvous;
 using namespace ddp::launcher::testing;
 using ddp::EnvironmentSnapshot;
 

@@ -54,7 +54,7 @@
 
 namespace {
 
-namespace rdzv = ddp::launcher::rdzv;
+namespace rdzv = ddp::launcher::rendezvous;
 using Clock = std::chrono::steady_clock;
 using ddp::detail::bytes_to_text;
 using ddp::detail::to_bytes;

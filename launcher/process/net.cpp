@@ -1,4 +1,4 @@
-#include "launcher/channel/net.h"
+#include "launcher/process/net.h"
 
 #include <netdb.h>
 #include <netinet/in.h>
@@ -9,7 +9,7 @@
 
 #include "ddp/base/error.h"
 
-namespace ddp::launcher {
+namespace ddp::launcher::process {
 namespace {
 
 struct AddrList {
@@ -92,4 +92,4 @@ std::string this_host_name() {
   return buf;
 }
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::process

@@ -2,7 +2,7 @@
 // Small socket helpers for ports and addresses (no LibTorch).
 #include <string>
 
-namespace ddp::launcher {
+namespace ddp::launcher::process {
 
 enum class BindProbe { kFree, kInUse, kNotLocal, kUnresolvable };
 
@@ -24,4 +24,4 @@ int bound_port(int fd);
 // gethostname(), for the failure summary.
 std::string this_host_name();
 
-}  // namespace ddp::launcher
+}  // namespace ddp::launcher::process
