@@ -207,6 +207,7 @@ c10::intrusive_ptr<c10d::Store> make_store(const InitMethod& method, const std::
   }
   try {
     // Note [Quiet store connect]
+    // ~~~~~~~~~~~~~~~~~~~~~~~~~~
     // c10d warns when the reverse lookup of a socket's address fails ("The hostname of the client
     // socket cannot be retrieved"), as it does on hosts whose own network address has no name (no
     // reverse DNS, Debian's /etc/hosts): noise, the store works. Only c10's errors are shown while
