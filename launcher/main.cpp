@@ -175,7 +175,8 @@ int main(int argc, char** argv) {
   const ddp::EnvironmentSnapshot env = ddp::EnvironmentSnapshot::from_process();
   try {
     const config::ParseResult parsed = config::parse_launch_args(argc, argv, env);
-    if (parsed.action == config::ParseResult::Action::kHelp) {
+    if (parsed.action == config::ParseResult::Action::kHelp ||
+        parsed.action == config::ParseResult::Action::kPrintCompletion) {
       std::fputs(parsed.help_text.c_str(), stdout);
       return 0;
     }

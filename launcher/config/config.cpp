@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cxxopts.hpp>
@@ -106,6 +107,10 @@ constexpr FlagSpec kFlags[] = {
     {"logs_specs", true, "Refused: a Python entry point", nullptr},
     {"numa_binding", true, "Refused: use --cpu_bind exclusive", nullptr},
     {"run_id", true, "TORCHELASTIC_RUN_ID (default: rdzv_id, or 'none')", nullptr},
+    {"print_completion", true,
+     "Print a completion script for bash, zsh or tcsh and exit, e.g. --print-completion bash > "
+     "~/.local/share/bash-completion/completions/ddp_launch",
+     nullptr},
     {"help", false, "Print this help", nullptr},
     {"version", false, "Print the version", nullptr},
 };
@@ -164,6 +169,64 @@ bool is_numeric_address(const std::string& text) {
 }
 
 }  // namespace
+
+// Note [Shell completion]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// torchrun 2.14 prints a completion script with --print-completion SHELL (bash, zsh, tcsh; it asks
+// the optional shtab package to derive one from its parser). ddp_launch derives its own from kFlags,
+// the one list of its flags, so a script never names a flag the parser refuses: each flag in both
+// spellings; after a flag that takes a value, and for the training binary and its arguments, file
+// names. Descriptions (zsh only) are each flag's help cut at the first sentence.
+std::string completion_script(const std::string& shell) {
+  struct Spelling {
+    std::string underscored, dashed;
+  };
+  std::vector<Spelling> flags;
+  std::vector<std::string> words;  // every spelling, without the leading "--"
+  for (const auto& f : kFlags) {
+    Spelling s{f.name, f.name};
+    std::replace(s.dashed.begin(), s.dashed.end(), '_', '-');
+    flags.push_back(s);
+    words.push_back(s.underscored);
+    if (s.dashed != s.underscored) words.push_back(s.dashed);
+  }
+  if (shell == "bash") {
+    std::vector<std::string> options;
+    for (const auto& w : words) options.push_back("--" + w);
+    return "# bash completion for ddp_launch (ddp_launch --print-completion bash)\n"
+           "_ddp_launch() {\n"
+           "  local cur=${COMP_WORDS[COMP_CWORD]}\n"
+           "  if [[ $cur == -* ]]; then\n"
+           "    COMPREPLY=($(compgen -W \"" + ddp::join(options, " ") + "\" -- \"$cur\"))\n"
+           "  else\n"
+           "    COMPREPLY=($(compgen -f -- \"$cur\"))\n"
+           "  fi\n"
+           "}\n"
+           "complete -o filenames -F _ddp_launch ddp_launch\n";
+  }
+  if (shell == "zsh") {
+    std::string out = "#compdef ddp_launch\n# zsh completion for ddp_launch (ddp_launch --print-completion zsh)\n"
+                      "_arguments \\\n";
+    for (size_t k = 0; k < flags.size(); ++k) {
+      std::string help = kFlags[k].help;
+      help = trim_blanks(help.substr(0, help.find_first_of(".:;(")));
+      for (char& ch : help) {
+        if (std::string("[]'\\`$").find(ch) != std::string::npos) ch = ' ';
+      }
+      const std::string& u = flags[k].underscored;
+      const std::string& d = flags[k].dashed;
+      const std::string names = u == d ? "--" + u : "{--" + u + ",--" + d + "}";
+      out += ddp::str("  '(--", u, u == d ? "" : " --" + d, ")'", names, "'[", help, "]",
+                      kFlags[k].takes_value ? ":value:_files" : "", "' \\\n");
+    }
+    return out + "  '*::training binary and its arguments:_files'\n";
+  }
+  if (shell == "tcsh") {
+    return "# tcsh completion for ddp_launch (ddp_launch --print-completion tcsh)\n"
+           "complete ddp_launch 'c/--/(" + ddp::join(words, " ") + ")/' 'p/*/f/'\n";
+  }
+  throw UsageError(ddp::str("--print_completion: invalid choice '", shell, "' (choose from bash, zsh, tcsh)"));
+}
 
 std::vector<std::string> split_list(const std::string& text, char sep) {
   std::vector<std::string> out;
@@ -360,6 +423,11 @@ ParseResult parse_launch_args(int argc, const char* const* argv, const Environme
   }
   if (opts.count("version")) {
     result.action = ParseResult::Action::kVersion;
+    return result;
+  }
+  if (opts.count("print_completion")) {
+    result.action = ParseResult::Action::kPrintCompletion;
+    result.help_text = completion_script(opts["print_completion"].as<std::string>());
     return result;
   }
   // A flag on the command line, else torchrun's PET_<NAME> variable, else the default: see

@@ -136,14 +136,18 @@ struct LaunchConfig {
 
 // Result of parsing: either a config, or a request to print help / version.
 struct ParseResult {
-  enum class Action { kRun, kHelp, kVersion } action = Action::kRun;
+  enum class Action { kRun, kHelp, kVersion, kPrintCompletion } action = Action::kRun;
   LaunchConfig config;
-  std::string help_text;
+  std::string help_text;  // --help's text, or --print_completion's script
 };
 
 // Parses argv (argv[0] is the launcher) against the launcher's environment. Throws UsageError.
 // Does not touch the machine beyond looking up the worker binary (PATH search like execvp).
 ParseResult parse_launch_args(int argc, const char* const* argv, const EnvironmentSnapshot& env);
+
+// The completion script of ddp_launch's flags for `shell` (bash, zsh or tcsh; See Note [Shell
+// completion]). Throws UsageError for another shell.
+std::string completion_script(const std::string& shell);
 
 // "a,b," -> {"a", "b", ""}; "" -> {}.
 std::vector<std::string> split_list(const std::string& text, char sep);

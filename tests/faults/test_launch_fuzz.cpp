@@ -28,7 +28,7 @@ const std::vector<std::string> kFlags = {
     "rdzv_id", "rdzv_backend", "rdzv_timeout", "max_restarts", "monitor_interval", "shutdown_grace", "log_dir",
     "redirects", "tee", "local_ranks_filter", "ranks_filter", "log_line_prefix_template", "collapse_lines", "gpus",
     "allow_busy_gpus", "dry_run", "no_python", "run_id",
-    "hang_timeout", "metrics_port", "metrics_addr", "help", "version",
+    "hang_timeout", "metrics_port", "metrics_addr", "help", "version", "print_completion",
     // torchrun's flags (docs/launcher.md, "torchrun's flags"), refused ones included.
     "rdzv_conf", "local_addr", "role", "shutdown_timeout", "signals_to_handle", "start_method", "event_log_handler",
     "module", "run_path", "logs_specs", "numa_binding", "virtual_local_rank", "duplicate_stdout_filters",
@@ -119,6 +119,7 @@ class ArgvFuzzer {
         {"--ranks_filter", "0", "0,8-15", "3-1", "1-", "-", "x"},
         {"--log_line_prefix_template", "[${rank}]:", "$", "${", "$$", "${hostname}"},
         {"--collapse_lines", "0", "0.3", "-1", "x", "1e9"},
+        {"--print_completion", "bash", "zsh", "tcsh", "fish", ""},
         {"--run_id", "r1", "", "a/b", "x y"},
         {"--standalone"},
         {"--no_python"},

@@ -139,3 +139,46 @@ TEST_CASE("torchrun flags that cannot apply to a binary: one line saying why, ex
     CHECK(outcome.out.empty());
   }
 }
+
+TEST_CASE("--print-completion (torchrun 2.14): scripts the shells run, naming every flag the parser takes",
+          "[process][completion]") {
+  // bash sources the script and completes a prefix of --nproc_per_node, in both spellings.
+  const std::string launcher = launcher_path();
+  auto run_bash = [](const std::string& script) {
+    Child shell({"/bin/bash", "-c", script});
+    const auto outcome = shell.wait(20s);
+    REQUIRE(outcome);
+    return *outcome;
+  };
+  const auto bash = run_bash(
+       "source <('" + launcher + "' --print-completion bash) || exit 3; "
+       "for word in --npr --nproc-p --log_line; do COMP_WORDS=(ddp_launch \"$word\"); COMP_CWORD=1; _ddp_launch; "
+       "echo \"$word -> ${COMPREPLY[*]}\"; done; complete -p ddp_launch");
+  INFO(bash.out << bash.err);
+  REQUIRE(bash.exit_code == 0);
+  CHECK_THAT(bash.out, Catch::Contains("--npr -> --nproc_per_node --nproc-per-node\n"));
+  CHECK_THAT(bash.out, Catch::Contains("--nproc-p -> --nproc-per-node\n"));
+  CHECK_THAT(bash.out, Catch::Contains("--log_line -> --log_line_prefix_template\n"));
+  CHECK_THAT(bash.out, Catch::Contains("complete -o filenames -F _ddp_launch ddp_launch"));
+  // Every flag, in both spellings.
+  const auto words = run_bash("source <('" + launcher + "' --print_completion=bash); COMP_WORDS=(ddp_launch --); "
+                              "COMP_CWORD=1; _ddp_launch; printf '%s\\n' \"${COMPREPLY[@]}\"");
+  REQUIRE(words.exit_code == 0);
+  CHECK(count_lines(words.out) > 60);
+  for (const std::string flag : {"--nnodes", "--rdzv-endpoint", "--collapse_lines", "--print-completion", "--ranks-filter"}) {
+    CHECK_THAT(words.out, Catch::Contains(flag + "\n"));
+  }
+  const auto unknown = run_launcher({"--print-completion", "fish"}, {}, 10s);
+  CHECK(unknown.exit_code == 2);
+  CHECK(count_lines(unknown.err) == 1);
+  CHECK_THAT(unknown.err, Catch::Contains("--print_completion: invalid choice 'fish' (choose from bash, zsh, tcsh)"));
+  // zsh and tcsh: the scripts' shape (the shells are not installed here); each flag once, both spellings.
+  const auto zsh = run_launcher({"--print-completion", "zsh"}, {}, 10s);
+  REQUIRE(zsh.exit_code == 0);
+  CHECK(zsh.out.rfind("#compdef ddp_launch\n", 0) == 0);
+  CHECK_THAT(zsh.out, Catch::Contains("'(--nproc_per_node --nproc-per-node)'{--nproc_per_node,--nproc-per-node}'["));
+  CHECK_THAT(zsh.out, Catch::Contains("'(--standalone)'--standalone'[Single node on loopback with a free port]' \\\n"));
+  const auto tcsh = run_launcher({"--print-completion", "tcsh"}, {}, 10s);
+  REQUIRE(tcsh.exit_code == 0);
+  CHECK_THAT(tcsh.out, Catch::Contains("complete ddp_launch 'c/--/(nnodes node_rank node-rank "));
+}

@@ -2,7 +2,7 @@ cmake_minimum_required(VERSION 3.18)
 # Script mode (cmake -P): configure tests/package/subproject with ddp added by DDP_VIA, check that
 # it got the library and the launcher but none of ddp's tests, examples, benchmarks or install
 # rules (they are for the top-level project only), build BUILD_TARGETS and run what was built with
-# LD_LIBRARY_PATH unset.
+# LD_LIBRARY_PATH unset. FetchContent builds at -O0: what is tested is how the projects fit.
 # -DDDP_SOURCE_DIR -DWORK_DIR -DTORCH_DIR -DDDP_VIA -DEXPECTED_VERSION -DBUILD_TARGETS
 file(REMOVE_RECURSE "${WORK_DIR}")
 separate_arguments(BUILD_TARGETS)
@@ -25,9 +25,20 @@ set(compiler_launcher "")
 if(DEFINED ENV{DDP_SUBPROJECT_COMPILER_LAUNCHER})
   set(compiler_launcher "-DCMAKE_CXX_COMPILER_LAUNCHER=$ENV{DDP_SUBPROJECT_COMPILER_LAUNCHER}")
 endif()
+# FetchContent: a Debug build at -O0. add_subdirectory: no build type at all, which ddp must leave
+# as it is (it defaults to Release only as the top-level project).
+if(DDP_VIA STREQUAL "fetchcontent")
+  set(build_type -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-O0)
+else()
+  set(build_type "")
+endif()
 run_step("configure (${DDP_VIA})" ${CMAKE_COMMAND} -S "${CMAKE_CURRENT_LIST_DIR}/subproject" -B "${WORK_DIR}"
-  -G Ninja -DCMAKE_BUILD_TYPE=Release "-DDDP_VIA=${DDP_VIA}" "-DDDP_SOURCE_DIR=${DDP_SOURCE_DIR}"
+  -G Ninja ${build_type} "-DDDP_VIA=${DDP_VIA}" "-DDDP_SOURCE_DIR=${DDP_SOURCE_DIR}"
   "-DTorch_DIR=${TORCH_DIR}" ${compiler_launcher})
+file(STRINGS "${WORK_DIR}/CMakeCache.txt" cached_build_type REGEX "^CMAKE_BUILD_TYPE:")
+if(DDP_VIA STREQUAL "add_subdirectory" AND NOT cached_build_type MATCHES "=$")
+  message(FATAL_ERROR "ddp as a subproject changed the parent's build type: ${cached_build_type}")
+endif()
 # The targets the build knows (Ninja's build file names each as "build <name>: ...").
 file(STRINGS "${WORK_DIR}/build.ninja" build_lines REGEX "^build [A-Za-z_]+: ")
 set(targets "")
