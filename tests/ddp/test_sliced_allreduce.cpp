@@ -71,20 +71,12 @@ TEST_CASE("allreduce_slices: min(ceil(bytes / slice), numel) slices in order, si
   }
 }
 
-// Note [Slices in flight in one process]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// With 16-byte slices (2-4 elements: 250-500 slices of one all-reduce queued at once) this test
-// failed 4 times in about 70 runs, each time while other multi-process tests ran beside it (none in
-// the runs alone): one of 3 or 4 in-process ranks waited 30 s in the first 1001-element all-reduce
-// that its peers had completed (they then saw "Connection closed by peer" once it gave up). A
-// minimum of 2 x world elements a slice (no empty segment in Gloo's ring) did not change it. The
-// cause, in Gloo's pairs or c10d's queue with hundreds of small works in flight, is not found; the
-// library slices 1 MiB (25 slices for DDP's 25 MiB bucket) and no run across hosts has hung. The
-// test keeps tens of slices in flight, uneven sizes and the unsliced small tensors (35 runs beside
-// five passes of the ddp and launch tests: no failure).
+// With 16-byte slices (2-4 elements: 250-500 slices of one all-reduce in flight at once) every wait
+// of the group runs through hundreds of slices' waits: this test is what found the race of Note [A
+// work that completes as its wait gives up] (ddp/distributed/detail/collective_wait.cpp).
 TEST_CASE("sliced all-reduce: exact results across world sizes, sizes, dtypes and ops", "[sliced]") {
-  // 32-64 elements a slice, up to 32 slices in flight. See Note [Slices in flight in one process].
-  constexpr std::int64_t kSliceBytes = 256;
+  // 2-4 elements a slice, up to 500 slices in flight.
+  constexpr std::int64_t kSliceBytes = 16;
   for (const int world : {2, 3, 4}) {
     for (const torch::Dtype dtype : {torch::kFloat, torch::kDouble}) {
       CAPTURE(world, dtype);
