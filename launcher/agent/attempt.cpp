@@ -141,12 +141,13 @@ class Attempt {
     for (auto& w : workers_) {
       if (w.pid > 0) ::kill(-w.pid, SIGKILL);  // reaped (or unreaped): never the pid itself, it may be reused
     }
-    return {std::move(failures), launcher_signal, unreaped_, stopped_by_};
+    return {std::move(failures), launcher_signal, failed_before_signal_, unreaped_, stopped_by_};
   }
 
  private:
   std::vector<WorkerExit> failures;
   std::optional<int> launcher_signal;
+  bool failed_before_signal_ = false;
 
   // The attempt's filtered_std{out,err}.log, created once and shared by its workers.
   int filtered_file(const std::string& path) {
@@ -346,10 +347,22 @@ class Attempt {
     }
   }
 
+  // Note [A signal during a failed stop]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // A signal that comes while the group is already stopping because a worker failed (its --shutdown_grace)
+  // hurries the stop and ends the restarts, but the job failed because of that worker: the launcher
+  // exits with the worker's code, not 128 + the signal. On hosts this is the common case, not a rare
+  // one: the host launcher of the failed rank is told to stop (its stdin closed, read as SIGTERM) as
+  // soon as any other host ends, often within its grace. Exiting 143 there made the job's exit code
+  // 143 instead of the root cause's (launcher.process_hosts failed so 2 of 12 runs under load).
   void handle_signals() {
     for (int sig : signals_.drain()) {
       if (sig == SIGCHLD) continue;
-      if (!launcher_signal) launcher_signal = sig;
+      if (!launcher_signal) {
+        launcher_signal = sig;
+        failed_before_signal_ =
+            std::any_of(failures.begin(), failures.end(), [](const WorkerExit& f) { return !f.after_stop; });
+      }
       spdlog::warn("received {}: forwarding it to {} workers", process::signal_name(sig), running_count());
       for (auto& w : workers_) {
         if (w.running) process::signal_group(w.pid, sig);

@@ -69,9 +69,10 @@ SupervisorResult supervise(const SupervisorOptions& options, const GroupFactory&
         if (i != first) result.other_failures.push_back(run.failures[i]);
       }
     }
-    result.exit_code = run.launcher_signal      ? 128 + *run.launcher_signal
-                       : result.root_cause ? result.root_cause->launcher_exit_code()
-                                           : 0;
+    // See Note [A signal during a failed stop] in attempt.cpp.
+    result.exit_code = run.launcher_signal && !run.failed_before_signal ? 128 + *run.launcher_signal
+                       : result.root_cause                             ? result.root_cause->launcher_exit_code()
+                                                                       : 0;
     if (options.link != nullptr) {
       if (coordinated_restart(options, signals, attempt, run, result)) continue;
       if (run.unreaped) spdlog::error("not restarting: a worker of this attempt was not reaped after SIGKILL");

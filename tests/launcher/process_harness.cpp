@@ -74,25 +74,38 @@ Child::~Child() {
   if (err_fd_ >= 0) ::close(err_fd_);
 }
 
+void Child::pump() {
+  pollfd fds[2] = {{out_fd_, POLLIN, 0}, {err_fd_, POLLIN, 0}};
+  ::poll(fds, 2, 20);
+  for (int i = 0; i < 2; ++i) {
+    if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+    char buf[65536];
+    const ssize_t r = ::read(fds[i].fd, buf, sizeof buf);
+    if (r > 0) {
+      (i == 0 ? outcome_.out : outcome_.err).append(buf, static_cast<size_t>(r));
+    } else {
+      ::close(fds[i].fd);
+      (i == 0 ? out_fd_ : err_fd_) = -1;
+    }
+  }
+}
+
+bool Child::wait_for_err(const std::string& text, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (outcome_.err.find(text) == std::string::npos) {
+    if (done_ || err_fd_ < 0 || std::chrono::steady_clock::now() >= deadline) return false;
+    pump();
+  }
+  return true;
+}
+
 std::optional<LaunchOutcome> Child::wait(std::chrono::milliseconds timeout) {
   if (done_) return outcome_;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::optional<int> status;
   std::optional<std::chrono::steady_clock::time_point> drain_deadline;
   while (true) {
-    pollfd fds[2] = {{out_fd_, POLLIN, 0}, {err_fd_, POLLIN, 0}};
-    ::poll(fds, 2, 20);
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
-      char buf[65536];
-      const ssize_t r = ::read(fds[i].fd, buf, sizeof buf);
-      if (r > 0) {
-        (i == 0 ? outcome_.out : outcome_.err).append(buf, static_cast<size_t>(r));
-      } else {
-        ::close(fds[i].fd);
-        (i == 0 ? out_fd_ : err_fd_) = -1;
-      }
-    }
+    pump();
     int st = 0;
     if (!status && ::waitpid(pid_, &st, WNOHANG) == pid_) {
       status = st;

@@ -43,9 +43,12 @@ class Child {
   pid_t pid() const { return pid_; }
   // Waits up to timeout; returns nullopt on timeout (the child keeps running).
   std::optional<LaunchOutcome> wait(std::chrono::milliseconds timeout);
+  // Reads its output until its stderr holds `text`; false when it did not within timeout.
+  bool wait_for_err(const std::string& text, std::chrono::milliseconds timeout);
   void signal(int sig) const { ::kill(pid_, sig); }
 
  private:
+  void pump();  // reads what its pipes have, waiting up to 20 ms
   pid_t pid_ = -1;
   int out_fd_ = -1;
   int err_fd_ = -1;

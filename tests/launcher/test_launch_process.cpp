@@ -289,6 +289,24 @@ TEST_CASE("SIGTERM, SIGINT, SIGHUP, SIGQUIT to the launcher are forwarded to eve
   }
 }
 
+TEST_CASE("SIGTERM during a failed group's --shutdown_grace: the failed worker's exit code", "[process][signals]") {
+  // See Note [A signal during a failed stop] in launcher/agent/attempt.cpp. Rank 0 ignores SIGTERM,
+  // so the stop after rank 1's failure lasts the whole grace (8 s), within which the launcher's own
+  // SIGTERM comes (the signal does not shorten it, as in torchrun).
+  TempDir dir;
+  Child launcher(with_worker({launcher_path(), "--nproc_per_node", "2", "--master_port", "0", "--shutdown_grace", "8"},
+                             {"--out", dir.path(), "--ignore-sigterm", "--sleep", "0:60", "--exit", "1:3"}));
+  REQUIRE(launcher.wait_for_err("a worker failed: sending SIGTERM", 20s));
+  launcher.signal(SIGTERM);
+  const auto outcome = launcher.wait(20s);
+  REQUIRE(outcome);
+  INFO(outcome->err);
+  CHECK(outcome->exit_code == 3);
+  CHECK_THAT(outcome->err, Catch::Contains("worker group FAILED (launcher received SIGTERM)"));
+  CHECK_THAT(outcome->err, Catch::Contains("rank      : 1"));
+  CHECK(wait_gone(recorded_pids(dir, 2), 2s).empty());
+}
+
 TEST_CASE("--signals_to_handle forwards SIGUSR1 (Slurm's requeue signal) to every worker", "[process][signals]") {
   TempDir dir;
   Child launcher(with_worker({launcher_path(), "--nproc_per_node", "2", "--master_port", "0", "--shutdown_grace", "5",
