@@ -141,13 +141,12 @@ class Attempt {
     for (auto& w : workers_) {
       if (w.pid > 0) ::kill(-w.pid, SIGKILL);  // reaped (or unreaped): never the pid itself, it may be reused
     }
-    return {std::move(failures), launcher_signal, failed_before_signal_, unreaped_, stopped_by_};
+    return {std::move(failures), launcher_signal, unreaped_, stopped_by_};
   }
 
  private:
   std::vector<WorkerExit> failures;
   std::optional<int> launcher_signal;
-  bool failed_before_signal_ = false;
 
   // The attempt's filtered_std{out,err}.log, created once and shared by its workers.
   int filtered_file(const std::string& path) {
@@ -355,14 +354,12 @@ class Attempt {
   // one: the host launcher of the failed rank is told to stop (its stdin closed, read as SIGTERM) as
   // soon as any other host ends, often within its grace. Exiting 143 there made the job's exit code
   // 143 instead of the root cause's (launcher.process_hosts failed so 2 of 12 runs under load).
+  // No flag is needed: the signal starts the stop, so a failure seen before it is the one failure
+  // not after_stop, and the root cause when there is one (Note [Root cause]).
   void handle_signals() {
     for (int sig : signals_.drain()) {
       if (sig == SIGCHLD) continue;
-      if (!launcher_signal) {
-        launcher_signal = sig;
-        failed_before_signal_ =
-            std::any_of(failures.begin(), failures.end(), [](const WorkerExit& f) { return !f.after_stop; });
-      }
+      if (!launcher_signal) launcher_signal = sig;
       spdlog::warn("received {}: forwarding it to {} workers", process::signal_name(sig), running_count());
       for (auto& w : workers_) {
         if (w.running) process::signal_group(w.pid, sig);

@@ -14,7 +14,6 @@ namespace ddp::launcher::agent {
 struct AttemptOutcome {
   std::vector<WorkerExit> failures;    // empty: every worker exited 0
   std::optional<int> launcher_signal;  // a signal the launcher received and forwarded
-  bool failed_before_signal = false;   // a worker had failed when it came: Note [A signal during a failed stop]
   bool unreaped = false;               // a worker was given up on: see Note [Unreapable workers]
   // Another node's failure or loss that stopped this group (See Note [Coordinated restarts]).
   std::optional<std::string> stopped_by;

@@ -70,9 +70,10 @@ SupervisorResult supervise(const SupervisorOptions& options, const GroupFactory&
       }
     }
     // See Note [A signal during a failed stop] in attempt.cpp.
-    result.exit_code = run.launcher_signal && !run.failed_before_signal ? 128 + *run.launcher_signal
-                       : result.root_cause                             ? result.root_cause->launcher_exit_code()
-                                                                       : 0;
+    const bool failed_before_signal = result.root_cause && !result.root_cause->after_stop;
+    result.exit_code = run.launcher_signal && !failed_before_signal ? 128 + *run.launcher_signal
+                       : result.root_cause                         ? result.root_cause->launcher_exit_code()
+                                                                   : 0;
     if (options.link != nullptr) {
       if (coordinated_restart(options, signals, attempt, run, result)) continue;
       if (run.unreaped) spdlog::error("not restarting: a worker of this attempt was not reaped after SIGKILL");
