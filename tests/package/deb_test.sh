@@ -49,7 +49,11 @@ cp -r "$consumer" "$work/root/tmp/consumer"
 ip link set lo up
 in_root() { chroot "$work/root" env -u LD_LIBRARY_PATH -u CMAKE_PREFIX_PATH HOME=/tmp "$@"; }
 
-in_root dpkg -i /tmp/debs/ddp-launch_*.deb /tmp/debs/libddp*.deb >"$work/dpkg-install.log" 2>&1 ||
+# The names are spelled out: a glob here would be expanded by this shell against the real /tmp,
+# not the root's (it passed only where a /tmp/debs of an earlier run was left over).
+debs=()
+for package in ddp-launch libddp-dev "libddp${version%.*}"; do debs+=("/tmp/debs/${package}_${version}_amd64.deb"); done
+in_root dpkg -i "${debs[@]}" >"$work/dpkg-install.log" 2>&1 ||
   fail "dpkg -i failed: $(tail -n 5 "$work/dpkg-install.log")"
 for file in /usr/bin/ddp_launch /usr/lib/libddp_launch_rdzv.so "/usr/lib/libddp.so.${version%.*}" \
             /usr/lib/cmake/ddp/ddpConfig.cmake /usr/include/ddp/ddp.h; do
