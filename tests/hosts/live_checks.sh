@@ -2,9 +2,10 @@
 # a live_recovery_demo run started with --samples N --batch B --log-samples "$work/samples"
 # --params-out "$work/params" (See Note [Live demo data] in examples/live_recovery_demo.cpp).
 #   live_check_training LOG STEPS N B DEMO PID...
-# LOG: the log of rank 0 from start to end (a survivor's host); PID...: the workers whose parameters
+# LOG: a survivor's log from start to end (its applied steps); PID...: the workers whose parameters
 # must equal the reference's. Checks, failing through the caller's `fail`:
-#   - the schedule (rank 0's "round ... world W ... at step S" lines) agrees with LOG's applied steps;
+#   - the schedule (rank 0's "round R ... world W ... at step S" lines, from every $work/hostK.log)
+#     agrees with LOG's applied steps;
 #   - every applied step has one batch record of each of its ranks (records of a step computed at
 #     another world size and dropped do not count);
 #   - per epoch every sample is trained exactly once, except the padding of the epoch's last share,
@@ -19,18 +20,23 @@
 live_check_training() {
   local log=$1 steps=$2 samples=$3 batch=$4 demo=$5 schedule pid off_by_one
   shift 5
-  # The schedule the live run applied, from rank 0's groups (host 0's first worker, rank 0 of every
-  # round): a group of world size W "at step S" applied steps S+1, S+2, ... up to the next group's S.
-  # A step is applied by the ranks whose step agreement completed, possibly not by all (See Note [Live
-  # recovery]), so the survivors' "step S world W" lines are only checked against it.
-  sed -n -E 's/.*live demo: round [0-9]+ rank 0 world ([0-9]+) epoch [0-9]+ offset [0-9]+ at step ([0-9]+)$/\1 \2/p' \
-    "$log" | awk -v total="$steps" '
+  # The schedule the live run applied, from rank 0's groups: a group of world size W "at step S"
+  # applied steps S+1, S+2, ... up to the next group's S. Rank 0 of a round may be any host's worker:
+  # node ranks follow the order in which the launchers claimed their rendezvous slots, not the host
+  # numbers (under load host 1 may claim first), and when rank 0's host is lost a survivor becomes
+  # rank 0. So the round lines come from every host's log, in the order of their (job-wide) round
+  # numbers. A step is applied by the ranks whose step agreement completed, possibly not by all (See
+  # Note [Live recovery]), so the survivors' "step S world W" lines are only checked against it.
+  cat "$work"/host[0-9]*.log |
+    sed -n -E 's/.*live demo: round ([0-9]+) rank 0 world ([0-9]+) epoch [0-9]+ offset [0-9]+ at step ([0-9]+)$/\1 \2 \3/p' |
+    sort -n -k 1,1 | awk -v total="$steps" '
     function emit(to) { for (; s < to; s++) print s + 1, w }
-    NR > 1 && $2 < s { print "rank 0 regrouped at step " $2 " after step " s; exit 1 }
-    NR > 1 { emit($2) }
-    { w = $1; s = $2 }
+    NR > 1 && $1 == r { print "two rank 0 lines of round " r; exit 1 }
+    NR > 1 && $3 < s { print "rank 0 regrouped at step " $3 " after step " s; exit 1 }
+    NR > 1 { emit($3) }
+    { r = $1; w = $2; s = $3 }
     END { if (NR) emit(total) }' >"$work/worlds" || fail "rank 0's rounds: $(cat "$work/worlds")"
-  (($(wc -l <"$work/worlds") == steps)) || fail "no round line of rank 0 in $(basename "$log")"
+  (($(wc -l <"$work/worlds") == steps)) || fail "no round line of rank 0 in $work/host*.log"
   sed -n -E 's/.*live demo: step ([0-9]+) world ([0-9]+) at_ms.*/\1 \2/p' "$log" | awk -v worlds="$work/worlds" '
     BEGIN { while ((getline line < worlds) > 0) { split(line, a, " "); world[a[1]] = a[2] } }
     world[$1] != $2 { print "step " $1 " was applied at world size " $2 ", not " world[$1]; bad = 1; exit 1 }' \
