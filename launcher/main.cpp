@@ -127,7 +127,8 @@ int run(const config::LaunchConfig& c, const EnvironmentSnapshot& env) {
   agent::LocalWorkers local;
   local.nproc = resources::resolve_nproc(c, env, machine);
   local.gpus = resources::resolve_visible_gpus(c, env, local.nproc, machine);
-  local.cpu_slices = resources::resolve_cpu_binding(c, local.nproc, machine);
+  std::string binding;
+  local.cpu_slices = resources::resolve_cpu_binding(c, env, local.nproc, local.gpus, machine, binding);
   if (c.gpus.mode == config::GpuRequest::Mode::kAuto) spdlog::info("--gpus auto picked GPUs {}", ddp::join(local.gpus, ","));
   for (const auto& note : c.notes) spdlog::info("{}", note);
   for (const auto& warning : c.warnings) spdlog::warn("{}", warning);
@@ -149,7 +150,7 @@ int run(const config::LaunchConfig& c, const EnvironmentSnapshot& env) {
     for (int lr = 0; lr < local.nproc; ++lr) {
       bound += ddp::str(lr == 0 ? "" : ", ", "local rank ", lr, ": ", resources::format_cpu_list(local.cpu_slices[lr]));
     }
-    spdlog::info("--cpu_bind exclusive: {}{}", bound,
+    spdlog::info("{}: {}{}", binding, bound,
                  env.get(ddp::env::kOmpNumThreads) ? "" : " (OMP_NUM_THREADS = each worker's CPU count)");
   } else if (agent::needs_omp_default(env.vars, local.nproc)) {
     spdlog::warn("setting OMP_NUM_THREADS=1 for each of the {} workers to avoid overloading the machine; "

@@ -84,6 +84,10 @@ constexpr FlagSpec kFlags[] = {
      "none, or exclusive: each local worker runs on its own contiguous share of the launcher's CPUs "
      "(OMP_NUM_THREADS = its CPU count unless set)",
      "none"},
+    {"numa_binding", true,
+     "node, socket, exclusive or core-complex: pin each local worker to CPUs near its GPU (CPU-only: local "
+     "ranks in blocks over the NUMA nodes), as torchrun does",
+     nullptr},
     {"dry_run", false, "Print each worker's command and environment, start nothing", nullptr},
     {"no_python", false, "Exec the target as a binary even if its name ends in .py", nullptr},
     {"python", true, "Interpreter for a .py target, -m or --run_path (default: $PYTHON_EXEC, $PYTHON, python3)", nullptr},
@@ -105,7 +109,6 @@ constexpr FlagSpec kFlags[] = {
     {"run_path", false, "The target is a Python script (as a .py target: PYTHON -u SCRIPT args)", nullptr},
     // torchrun's flags that ddp_launch refuses, saying why: see Note [torchrun's command line].
     {"logs_specs", true, "Refused: a Python entry point", nullptr},
-    {"numa_binding", true, "Refused: use --cpu_bind exclusive", nullptr},
     {"run_id", true, "TORCHELASTIC_RUN_ID (default: rdzv_id, or 'none')", nullptr},
     {"print_completion", true,
      "Print a completion script for bash, zsh or tcsh and exit, e.g. --print-completion bash > "
@@ -226,6 +229,17 @@ std::string completion_script(const std::string& shell) {
            "complete ddp_launch 'c/--/(" + ddp::join(words, " ") + ")/' 'p/*/f/'\n";
   }
   throw UsageError(ddp::str("--print_completion: invalid choice '", shell, "' (choose from bash, zsh, tcsh)"));
+}
+
+const char* numa_binding_name(NumaBinding mode) {
+  switch (mode) {
+    case NumaBinding::kNode: return "node";
+    case NumaBinding::kSocket: return "socket";
+    case NumaBinding::kExclusive: return "exclusive";
+    case NumaBinding::kCoreComplex: return "core-complex";
+    case NumaBinding::kNone: break;
+  }
+  return "none";
 }
 
 std::vector<std::string> split_list(const std::string& text, char sep) {
@@ -670,8 +684,18 @@ static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSn
     refuse_torchrun_only("event_log_handler", event_log_handler);
   }
   c.virtual_local_rank = on("virtual_local_rank");
-  for (const char* name : {"logs_specs", "numa_binding"}) {
-    if (given(name)) refuse_torchrun_only(name, text(name));
+  if (given("logs_specs")) refuse_torchrun_only("logs_specs", text("logs_specs"));
+  if (given("numa_binding")) {
+    const std::string mode = text("numa_binding");
+    for (NumaBinding m : {NumaBinding::kNode, NumaBinding::kSocket, NumaBinding::kExclusive, NumaBinding::kCoreComplex}) {
+      if (mode == numa_binding_name(m)) c.numa_binding = m;
+    }
+    if (c.numa_binding == NumaBinding::kNone) {
+      throw UsageError(ddp::str("--numa_binding: invalid choice '", mode, "' (choose from node, socket, exclusive, core-complex)"));
+    }
+    if (c.cpu_bind != CpuBind::kNone) {
+      throw UsageError("--numa_binding and --cpu_bind exclusive both pin the workers: give one");
+    }
   }
   if (given("duplicate_stdout_filters")) c.duplicate_stdout_filters = parse_duplicate_filters(text("duplicate_stdout_filters"));
   if (given("duplicate_stderr_filters")) c.duplicate_stderr_filters = parse_duplicate_filters(text("duplicate_stderr_filters"));

@@ -46,6 +46,11 @@ struct NprocRequest {
 // --cpu_bind: whether each local worker is pinned to its own CPUs.
 enum class CpuBind { kNone, kExclusive };
 
+// --numa_binding (torchrun's): each local worker pinned near its GPU (or, CPU-only, its NUMA node).
+// See Note [NUMA binding] in launcher/resources/numa_binding.cpp.
+enum class NumaBinding { kNone, kNode, kSocket, kExclusive, kCoreComplex };
+const char* numa_binding_name(NumaBinding mode);  // torchrun's spelling: "node", ..., "core-complex"
+
 // --recovery: what a lost host costs the others. See Note [Live recovery with ddp_launch] in
 // launcher/agent/live_recovery.cpp.
 enum class Recovery { kRestart, kLive };
@@ -113,6 +118,7 @@ struct LaunchConfig {
   bool virtual_local_rank = false;
   // CPUs (See Note [CPU binding] in launcher/resources/resources.h).
   CpuBind cpu_bind = CpuBind::kNone;
+  NumaBinding numa_binding = NumaBinding::kNone;
   // Misc.
   bool dry_run = false;
   std::string run_id;  // TORCHELASTIC_RUN_ID

@@ -23,8 +23,8 @@
 //   variable is an integer: 0 off). A flag on the command line wins over its variable.
 // -m, --run_path and a `.py` target run Python as torchrun does (See Note [Python workers] in
 // worker_command.cpp); --logs_specs (a Python entry point) is refused;
-// flags whose torchrun meaning has no counterpart in ddp_launch yet (--numa_binding, an event log
-// handler that prints) are refused naming
+// flags whose torchrun meaning has no counterpart in ddp_launch yet (an event log handler that
+// prints) are refused naming
 // what to use instead, never ignored: a job that asked for them would silently behave differently.
 // --start_method is accepted with any of torchrun's choices: a binary is always fork()ed and
 // exec()ed, which is what every start method amounts to for a binary.
@@ -228,10 +228,6 @@ void refuse_torchrun_only(const std::string& name, const std::string& value) {
     throw UsageError(ddp::str("--logs_specs ", value,
                               ": names a Python entry point (torchrun.logs_specs); ddp_launch's logs are set by "
                               "--log_dir, --redirects and --tee"));
-  }
-  if (name == "numa_binding") {
-    throw UsageError(ddp::str("--numa_binding ", value,
-                              ": not supported; --cpu_bind exclusive gives each worker its own CPUs (not NUMA-aware)"));
   }
   if (name == "event_log_handler") {
     throw UsageError(ddp::str("--event_log_handler ", value,

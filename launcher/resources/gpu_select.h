@@ -23,6 +23,7 @@ struct GpuInfo {
   std::vector<GpuProcess> processes;  // compute processes holding the GPU
   std::string uuid;                     // for the metrics (may be empty)
   std::optional<double> utilization;    // 0..1, for the metrics, when NVML tells
+  std::string pci_bus_id;               // "0000:3b:00.0" (sysfs's spelling), for --numa_binding; may be empty
 };
 
 // Source of GPU facts. The real one is NVML; tests give a fake.

@@ -1,5 +1,6 @@
 #include "launcher/resources/nvml_provider.h"
 
+#include <cstdio>
 #include <optional>
 #include <utility>
 
@@ -28,6 +29,15 @@ struct NvmlUtilization {  // nvmlUtilization_t: percent of the last sample perio
   unsigned int gpu;
   unsigned int memory;
 };
+struct NvmlPciInfo {  // nvmlPciInfo_t (nvmlDeviceGetPciInfo_v3)
+  char busIdLegacy[16];
+  unsigned int domain;
+  unsigned int bus;
+  unsigned int device;
+  unsigned int pciDeviceId;
+  unsigned int pciSubSystemId;
+  char busId[32];
+};
 constexpr nvmlReturn kNvmlSuccess = 0;
 constexpr nvmlReturn kNvmlInsufficientSize = 7;
 
@@ -48,6 +58,7 @@ class NvmlProvider : public GpuProvider {
     // Optional: only the metrics use them.
     uuid_ = lib_.optional_symbol<nvmlReturn (*)(nvmlDevice, char*, unsigned)>("nvmlDeviceGetUUID");
     utilization_ = lib_.optional_symbol<nvmlReturn (*)(nvmlDevice, NvmlUtilization*)>("nvmlDeviceGetUtilizationRates");
+    pci_ = lib_.optional_symbol<nvmlReturn (*)(nvmlDevice, NvmlPciInfo*)>("nvmlDeviceGetPciInfo_v3");  // --numa_binding
     if (init_() != kNvmlSuccess) {
       throw UsageError("NVML loaded but nvmlInit failed: is the GPU driver running (nvidia-smi)?");
     }
@@ -73,6 +84,12 @@ class NvmlProvider : public GpuProvider {
       if (uuid_ != nullptr && uuid_(dev, uuid, sizeof uuid) == kNvmlSuccess) info.uuid = uuid;
       NvmlUtilization util{};
       if (utilization_ != nullptr && utilization_(dev, &util) == kNvmlSuccess) info.utilization = util.gpu / 100.0;
+      NvmlPciInfo pci{};
+      if (pci_ != nullptr && pci_(dev, &pci) == kNvmlSuccess) {
+        char id[16];  // sysfs's spelling, as /sys/bus/pci/devices names it: 0000:3b:00.0
+        std::snprintf(id, sizeof id, "%04x:%02x:%02x.0", pci.domain & 0xffffu, pci.bus & 0xffu, pci.device & 0xffu);
+        info.pci_bus_id = id;
+      }
       std::vector<NvmlProcessInfo> procs(16);
       unsigned n = static_cast<unsigned>(procs.size());
       nvmlReturn rc = procs_(dev, &n, procs.data());
@@ -118,6 +135,7 @@ class NvmlProvider : public GpuProvider {
   nvmlReturn (*name_)(nvmlDevice, char*, unsigned) = nullptr;
   nvmlReturn (*procs_)(nvmlDevice, unsigned*, NvmlProcessInfo*) = nullptr;
   nvmlReturn (*proc_name_)(unsigned, char*, unsigned) = nullptr;
+  nvmlReturn (*pci_)(nvmlDevice, NvmlPciInfo*) = nullptr;
   nvmlReturn (*uuid_)(nvmlDevice, char*, unsigned) = nullptr;
   nvmlReturn (*utilization_)(nvmlDevice, NvmlUtilization*) = nullptr;
 };

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "ddp/base/worker_variable_names.h"
+#include "launcher/resources/numa_binding.h"
 #include "launcher/resources/nvml_provider.h"
 
 namespace ddp::launcher::resources {
@@ -188,10 +189,54 @@ std::vector<std::vector<int>> exclusive_cpu_slices(const std::vector<int>& cpus,
   return slices;
 }
 
-std::vector<std::vector<int>> resolve_cpu_binding(const config::LaunchConfig& config, int nproc,
-                                                  const MachineResources& machine) {
-  if (config.cpu_bind == config::CpuBind::kNone) return {};
-  return exclusive_cpu_slices(machine.cpus(), nproc);
+std::vector<std::vector<int>> resolve_cpu_binding(const config::LaunchConfig& config, const EnvironmentSnapshot& env,
+                                                  int nproc, const std::vector<std::string>& gpus,
+                                                  MachineResources& machine, std::string& how) {
+  if (config.cpu_bind == config::CpuBind::kExclusive) {
+    how = "--cpu_bind exclusive";
+    return exclusive_cpu_slices(machine.cpus(), nproc);
+  }
+  if (config.numa_binding == config::NumaBinding::kNone) return {};
+  const CpuTopology topology = read_cpu_topology(machine.sysfs_root());
+  // The GPU workers' GPUs (See Note [NUMA binding]): the ones chosen, else local rank i -> GPU i.
+  std::vector<VisibleGpu> visible;
+  std::string no_gpu;
+  try {
+    visible = visible_gpus(env, machine);
+  } catch (const UsageError& e) {
+    no_gpu = e.what();
+  }
+  std::vector<NumaPlacement> placements;
+  if (gpus.empty() && visible.empty()) {
+    placements = spread_over_nodes(topology, machine.cpus(), nproc);
+    how = ddp::str("CPU workers over ", topology.node_cpus.size(), " NUMA node(s), no GPU",
+                   no_gpu.empty() ? "" : " (" + no_gpu + ")");
+  } else {
+    std::vector<int> gpu_of;
+    for (int lr = 0; lr < nproc; ++lr) {
+      int found = gpus.empty() && lr < static_cast<int>(visible.size()) ? lr : -1;
+      for (int v = 0; !gpus.empty() && v < static_cast<int>(visible.size()); ++v) {
+        if (visible[v].cuda_name == gpus[lr]) found = v;
+      }
+      if (found < 0) {
+        throw UsageError(ddp::str("--numa_binding binds worker i near GPU i, but ", visible.size(), " GPU(s) are visible for ",
+                                  nproc, " workers; give --gpus, or start as many workers as GPUs"));
+      }
+      gpu_of.push_back(found);
+    }
+    std::vector<int> nodes;
+    for (const VisibleGpu& v : visible) {
+      if (v.info.pci_bus_id.empty()) {
+        throw UsageError(ddp::str("--numa_binding: NVML gives no PCI bus id of GPU ", v.info.index,
+                                  " (driver too old?); use --cpu_bind exclusive"));
+      }
+      nodes.push_back(pci_numa_node(machine.sysfs_root(), v.info.pci_bus_id));
+    }
+    placements = gpu_placements(nodes, gpu_of);
+    how = "GPU workers, each near its GPU";
+  }
+  how = ddp::str("--numa_binding ", config::numa_binding_name(config.numa_binding), " (", how, ")");
+  return numa_cpu_slices(config.numa_binding, topology, machine.cpus(), placements);
 }
 
 std::string format_cpu_list(const std::vector<int>& cpus) {

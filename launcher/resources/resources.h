@@ -19,8 +19,8 @@ using GpuProviderLoader = std::function<std::unique_ptr<GpuProvider>()>;
 // What the machine has. Tests pass a CPU count and a loader of a fake provider.
 class MachineResources {
  public:
-  MachineResources(std::vector<int> cpus, GpuProviderLoader load_gpu_provider)
-      : cpus_(std::move(cpus)), load_(std::move(load_gpu_provider)) {}
+  MachineResources(std::vector<int> cpus, GpuProviderLoader load_gpu_provider, std::string sysfs_root = "/sys")
+      : cpus_(std::move(cpus)), load_(std::move(load_gpu_provider)), sysfs_root_(std::move(sysfs_root)) {}
   // CPUs 0..cpu_count-1 (tests).
   MachineResources(int cpu_count, GpuProviderLoader load_gpu_provider);
   // This process's CPUs (affinity) and NVML, loaded on first use.
@@ -31,10 +31,13 @@ class MachineResources {
   const std::vector<int>& cpus() const { return cpus_; }
   // Every GPU; the provider is loaded once. Throws UsageError when it cannot be loaded.
   const std::vector<GpuInfo>& gpus();
+  // Where the CPU and PCI topology is read (--numa_binding): /sys, or a test's fake.
+  const std::string& sysfs_root() const { return sysfs_root_; }
 
  private:
   std::vector<int> cpus_;
   GpuProviderLoader load_;
+  std::string sysfs_root_ = "/sys";
   std::optional<std::vector<GpuInfo>> gpus_;
 };
 
@@ -87,8 +90,14 @@ std::vector<std::string> resolve_visible_gpus(const config::LaunchConfig& config
 // The CPUs of each local rank for --cpu_bind exclusive (empty for none). Throws UsageError when
 // there are fewer CPUs than workers.
 std::vector<std::vector<int>> exclusive_cpu_slices(const std::vector<int>& cpus, int nproc);
-std::vector<std::vector<int>> resolve_cpu_binding(const config::LaunchConfig& config, int nproc,
-                                                  const MachineResources& machine);
+
+// Each local rank's CPUs (empty: not pinned) for --cpu_bind exclusive or --numa_binding (See Note
+// [NUMA binding] in numa_binding.cpp), given the CUDA_VISIBLE_DEVICES each worker gets (`gpus`, as
+// resolve_visible_gpus gives them; empty: none chosen). `how` gets a phrase of how the workers were
+// placed, for the log. Throws UsageError.
+std::vector<std::vector<int>> resolve_cpu_binding(const config::LaunchConfig& config, const EnvironmentSnapshot& env,
+                                                  int nproc, const std::vector<std::string>& gpus,
+                                                  MachineResources& machine, std::string& how);
 
 // "0-3,8,10-11": the kernel's cpulist format, as in /proc/self/status's Cpus_allowed_list.
 std::string format_cpu_list(const std::vector<int>& cpus);

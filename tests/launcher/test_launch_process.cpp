@@ -20,6 +20,7 @@
 #include "launcher/process/spawn.h"
 #include "launcher/resources/resources.h"
 #include "launcher/agent/supervisor.h"
+#include "tests/launcher/config_support.h"
 #include "tests/launcher/process_harness.h"
 
 using namespace ddp::launcher;
@@ -683,6 +684,39 @@ TEST_CASE("--cpu_bind exclusive pins each worker, its threads and its restarts t
   CHECK(count_lines(refused.err) == 1);
   CHECK_THAT(refused.err, Catch::Contains("--cpu_bind exclusive needs a CPU per worker"));
   CHECK_FALSE(std::filesystem::exists(marker));
+}
+
+TEST_CASE("--numa_binding pins each worker to its NUMA node's CPUs on this machine", "[process][cpu]") {
+  // The placement itself: test_numa_binding.cpp (fake sysfs roots). Here: what this machine's /sys
+  // gives is what each worker runs on, and the launcher says so.
+  MachineResources machine = MachineResources::of_this_machine();
+  const int nproc = std::min<int>(2, static_cast<int>(machine.cpus().size()));
+  for (const char* mode : {"node", "exclusive", "core-complex"}) {
+    const std::vector<std::string> flags = {"--nproc_per_node", std::to_string(nproc), "--master_port", "0",
+                                            "--numa-binding", mode};
+    std::vector<std::string> parsed = flags;
+    parsed.push_back("/bin/true");
+    std::string how;
+    const auto slices = resolve_cpu_binding(ddp::launcher::testing::parse(parsed, ddp::EnvironmentSnapshot::from_process()),
+                                            ddp::EnvironmentSnapshot::from_process(), nproc, {}, machine, how);
+    REQUIRE(slices.size() == static_cast<std::size_t>(nproc));
+    std::vector<std::string> args = flags;
+    for (const char* a : {"/bin/sh", "-c", "grep Cpus_allowed_list: /proc/self/status; echo omp=$OMP_NUM_THREADS"}) args.push_back(a);
+    const auto outcome = run_launcher(args, {}, 20s);
+    INFO(mode << ": " << outcome.out << outcome.err);
+    CHECK(outcome.exit_code == 0);
+    for (int rank = 0; rank < nproc; ++rank) {
+      const std::string prefix = "[rank " + std::to_string(rank) + "]: ";
+      CHECK(count_of(outcome.out, prefix + "Cpus_allowed_list:\t" + format_cpu_list(slices[rank]) + "\n") == 1);
+      CHECK(count_of(outcome.out, prefix + "omp=" + std::to_string(slices[rank].size()) + "\n") == 1);
+    }
+    CHECK_THAT(outcome.err, Catch::Contains(how + ": local rank 0: " + format_cpu_list(slices[0])));
+    CHECK_THAT(outcome.err, Catch::Contains(ddp::str("--numa_binding ", mode, " (")));
+  }
+  const auto refused = run_launcher({"--numa_binding", "gpu", "/bin/true"}, {}, 20s);
+  CHECK(refused.exit_code == 2);
+  CHECK(count_lines(refused.err) == 1);
+  CHECK_THAT(refused.err, Catch::Contains("--numa_binding: invalid choice 'gpu'"));
 }
 
 TEST_CASE("a static job needs only --master_port: its neighbour taken changes nothing", "[process]") {

@@ -276,9 +276,11 @@ TEST_CASE("--cpu_bind exclusive: contiguous slices of the launcher's CPUs, OMP_N
   CHECK(format_cpu_list({}).empty());
 
   LaunchConfig bound = parse({"--cpu_bind", "exclusive", "/bin/true"});
-  const MachineResources machine(4, nullptr);
-  CHECK(resolve_cpu_binding(bound, 2, machine) == Slices{{0, 1}, {2, 3}});
-  CHECK(resolve_cpu_binding(parse({"/bin/true"}), 2, machine).empty());
+  MachineResources machine(4, nullptr);
+  std::string how;
+  CHECK(resolve_cpu_binding(bound, {}, 2, {}, machine, how) == Slices{{0, 1}, {2, 3}});
+  CHECK(how == "--cpu_bind exclusive");
+  CHECK(resolve_cpu_binding(parse({"/bin/true"}), {}, 2, {}, machine, how).empty());
 
   // OMP_NUM_THREADS: the user's value wins; pinned workers get their CPU count; else torchrun's rule.
   WorkerSlot pinned;
