@@ -2,10 +2,12 @@
 #   LIBTORCH=/path/to/libtorch   use the official LibTorch zip instead of the venv's torch wheel
 #   DDP_BUILD_DIR=build          where scripts/build.sh builds (default: build)
 #   DDP_JOBS=N                   parallel compile jobs (default: number of cores)
+#   DDP_TORCH_VERSION=2.14.1     the venv's torch wheel (default 2.13.0, the CPU wheel; 2.14.1 is the
+#                                newest this machine's pip allows: its CUDA 13 wheel, which runs without a GPU)
 DDP_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DDP_VENV="$DDP_ROOT/.venv"
 DDP_BUILD_DIR=${DDP_BUILD_DIR:-$DDP_ROOT/build}
-DDP_TORCH_VERSION=2.13.0
+DDP_TORCH_VERSION=${DDP_TORCH_VERSION:-2.13.0}
 
 ddp_die() { echo "error: $*" >&2; exit 1; }
 
