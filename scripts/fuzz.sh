@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (clang, ASan + UBSan) into build-fuzz/ and runs each for a bounded time.
-#   scripts/fuzz.sh [-t SECONDS] [TARGET...]     targets: idx cifar10 checkpoint (default: all)
+#   scripts/fuzz.sh [-t SECONDS] [TARGET...]     targets: idx cifar10 checkpoint (the readers, with
+#                                                LibTorch), hostfile ddp_env rdzv_conf environment
+#                                                agent_datagram store_values (torch-free); default: all
 #   -t SECONDS / DDP_FUZZ_SECONDS: time per target (default 60).
 # Seeds come from real data (fuzz_seeds: Fashion-MNIST cut small, CIFAR-10 records, a real checkpoint);
 # the corpus grows in build-fuzz/corpus/<target>/ from run to run. A crash input is copied to
@@ -15,12 +17,17 @@ targets=()
 while (($#)); do
   case $1 in
     -t) seconds=$2; shift 2 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
-    idx|cifar10|checkpoint) targets+=("$1"); shift ;;
-    *) ddp_die "unknown argument '$1' (targets: idx cifar10 checkpoint; -t SECONDS)" ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    idx|cifar10|checkpoint|hostfile|ddp_env|rdzv_conf|environment|agent_datagram|store_values) targets+=("$1"); shift ;;
+    *) ddp_die "unknown argument '$1' (targets: idx cifar10 checkpoint hostfile ddp_env rdzv_conf environment agent_datagram store_values; -t SECONDS)" ;;
   esac
 done
-((${#targets[@]})) || targets=(idx cifar10 checkpoint)
+((${#targets[@]})) || targets=(idx cifar10 checkpoint hostfile ddp_env rdzv_conf environment agent_datagram store_values)
+# The readers' seeds need fuzz_seeds (LibTorch: a long clang build); the launcher targets' do not.
+seed_tool=fuzz_launcher_seeds
+for target in "${targets[@]}"; do
+  case $target in idx|cifar10|checkpoint) seed_tool=fuzz_seeds ;; esac
+done
 [[ $seconds =~ ^[1-9][0-9]*$ ]] || ddp_die "-t wants a whole number of seconds, not '$seconds'"
 
 "$DDP_ROOT/scripts/setup.sh" --fuzz
@@ -37,7 +44,7 @@ cmake -S "$DDP_ROOT" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_PREFIX_PATH="$(ddp_torch_prefix)" "${launcher[@]}" \
   -DDDP_BUILD_FUZZERS=ON -DDDP_SANITIZE="address;undefined" -DDDP_WARNINGS_AS_ERRORS=OFF \
   -DDDP_BUILD_BENCHMARKS=OFF -DDDP_INSTALL=OFF >/dev/null
-cmake --build "$build" --parallel "${DDP_JOBS:-$(nproc)}" --target fuzz_seeds "${targets[@]/#/fuzz_}"
+cmake --build "$build" --parallel "${DDP_JOBS:-$(nproc)}" --target "$seed_tool" "${targets[@]/#/fuzz_}"
 
 ddp_export_sanitizer_options
 # Scratch files of the inputs on tmpfs when there is one (the checkpoint entry fsyncs).
@@ -49,7 +56,11 @@ export OMP_NUM_THREADS=1
 
 seeds=$build/seeds
 rm -rf "$seeds"
-"$build/bin/fuzz_seeds" "$seeds" /usr/share/datasets/fashion-mnist
+if [[ $seed_tool == fuzz_seeds ]]; then
+  "$build/bin/fuzz_seeds" "$seeds" /usr/share/datasets/fashion-mnist
+else
+  "$build/bin/fuzz_launcher_seeds" "$seeds"
+fi
 
 found=0
 summary=()

@@ -1,5 +1,7 @@
 #include "ddp/base/worker_variables.h"
 
+#include "ddp/base/printable.h"
+
 #include <sys/un.h>
 
 #include <cstdlib>
@@ -58,13 +60,23 @@ int parse_int(const std::string& text, const std::string& what, int min_value, i
     used = 0;
   }
   if (used == 0 || used != text.size() || value < min_value || value > max_value) {
-    throw InvalidArgument(str(what, "='", text, "' is not an integer in [", min_value, ", ",
+    throw InvalidArgument(str(what, "='", printable(text), "' is not an integer in [", min_value, ", ",
                               max_value, "]"));
   }
   return static_cast<int>(value);
 }
 
 namespace {
+
+// A local rank outside its node's count (LOCAL_RANK=1 with LOCAL_WORLD_SIZE=1, found by
+// fuzz_environment) would pick a GPU or a CPU share that is not there: the variables disagree.
+void check_local_rank(int local_rank, const char* rank_name, int local_world_size, const char* size_name) {
+  if (local_rank >= local_world_size) {
+    throw InvalidArgument(str(rank_name, "=", local_rank, " is not below the local world size ", local_world_size, " (",
+                              size_name, ", or ", env::kWorldSize, " when unset): set both, with ", rank_name,
+                              " in 0..", size_name, "-1"));
+  }
+}
 
 constexpr int kMaxInt = std::numeric_limits<int>::max();
 constexpr const char* kHowToSet =
@@ -258,6 +270,7 @@ WorkerEnvironment parse_worker_environment(const EnvLookup& env, int rank_overri
   }
   out.local_rank = first_int(env, {local_rank_name}, 0).value_or(out.rank);
   out.local_world_size = first_int(env, {local_size_name}, 1).value_or(out.world_size);
+  check_local_rank(out.local_rank, local_rank_name, out.local_world_size, local_size_name);
   out.group_rank = first_int(env, {env::kGroupRank}, 0).value_or(0);
   out.group_world_size = first_int(env, {env::kGroupWorldSize}, 1).value_or(1);
   if (out.launch_source == LaunchSource::kSlurm) {
@@ -324,6 +337,7 @@ LocalPlacement parse_local_placement(const EnvLookup& env, int rank, int world_s
   if (auto value = env(env::kLocalWorldSize)) {
     out.local_world_size = parse_int(*value, env::kLocalWorldSize, 1, 1 << 20);
   }
+  check_local_rank(out.local_rank, env::kLocalRank, out.local_world_size, env::kLocalWorldSize);
   return out;
 }
 

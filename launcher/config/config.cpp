@@ -1,5 +1,7 @@
 #include "launcher/config/config.h"
 
+#include "ddp/base/printable.h"
+
 #include <arpa/inet.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -275,7 +277,7 @@ int parse_int_flag(const std::string& flag, const std::string& text, int min, in
     }
   }
   if (!ok || used != text.size()) {
-    throw UsageError(ddp::str(flag, " expects an integer, got '", text, "'"));
+    throw UsageError(ddp::str(flag, " expects an integer, got '", ddp::printable(text), "'"));
   }
   if (value < min || value > max) {
     throw UsageError(ddp::str(flag, " must be in ", min, "..", max, ", got ", value));
@@ -296,7 +298,7 @@ static double parse_seconds_flag(const std::string& flag, const std::string& tex
     }
   }
   if (!ok || used != text.size() || !std::isfinite(value) || value < 0) {
-    throw UsageError(ddp::str(flag, " expects a number of seconds >= 0, got '", text, "'"));
+    throw UsageError(ddp::str(flag, " expects a number of seconds >= 0, got '", ddp::printable(text), "'"));
   }
   return value;
 }

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "ddp/base/error.h"
+#include "ddp/base/printable.h"
 #include "ddp/base/str.h"
 #include "launcher/config/config.h"
 
@@ -23,7 +24,7 @@ void check_host_name(const std::string& host, const std::string& where) {
                   host.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") ==
                       std::string::npos;
   if (!ok) {
-    throw UsageError(ddp::str(where, ": '", host,
+    throw UsageError(ddp::str(where, ": '", ddp::printable(host),
                               "' is not a host name (letters, digits, '.', '_', '-'; for users, ports or IPv6 "
                               "addresses use a Host alias in ~/.ssh/config)"));
   }
@@ -46,7 +47,7 @@ std::map<std::string, std::set<int>> parse_selection(const std::string& flag, co
     const std::string host = config::trim_blanks(item.substr(0, colon));
     const auto known = std::find_if(hosts.begin(), hosts.end(), [&](const HostSlots& h) { return h.host == host; });
     if (known == hosts.end()) {
-      throw UsageError(ddp::str(flag, " '", text, "': host '", host, "' is not one of the job's hosts"));
+      throw UsageError(ddp::str(flag, " '", ddp::printable(text), "': host '", ddp::printable(host), "' is not one of the job's hosts"));
     }
     std::set<int>& slots = out[host];
     if (colon == std::string::npos) continue;
@@ -82,7 +83,7 @@ std::vector<HostSlots> parse_hostfile(const std::string& text, const std::string
     bool slots_seen = false;
     while (words >> word) {
       if (word.rfind("slots=", 0) != 0 || slots_seen) {
-        throw UsageError(ddp::str(where, " (host ", host, "): '", line, "' is not 'HOST slots=N'"));
+        throw UsageError(ddp::str(where, " (host ", ddp::printable(host), "): '", ddp::printable(line), "' is not 'HOST slots=N'"));
       }
       slots = config::parse_int_flag(ddp::str(where, " (host ", host, ") slots="), word.substr(6), 1, 1 << 16);
       slots_seen = true;
@@ -105,12 +106,12 @@ std::vector<HostSlots> parse_hosts_list(const std::string& text) {
     const std::string item = config::trim_blanks(raw);
     const auto colon = item.find(':');
     const std::string host = item.substr(0, colon);
-    check_host_name(host, ddp::str("--hosts '", text, "'"));
+    check_host_name(host, ddp::str("--hosts '", ddp::printable(text), "'"));
     const int slots = colon == std::string::npos
                           ? 1
                           : config::parse_int_flag(ddp::str("--hosts slots of ", host), item.substr(colon + 1), 1, 1 << 16);
     if (!seen.insert(host).second) {
-      throw UsageError(ddp::str("--hosts '", text, "': host ", host, " is listed twice; give each host once"));
+      throw UsageError(ddp::str("--hosts '", ddp::printable(text), "': host ", host, " is listed twice; give each host once"));
     }
     hosts.push_back(make_host(host, slots));
   }
@@ -138,7 +139,7 @@ std::vector<HostSlots> select_hosts(std::vector<HostSlots> hosts, const std::str
     h.local_ranks = kept;
     out.push_back(std::move(h));
   }
-  if (out.empty()) throw UsageError(ddp::str("--exclude '", exclude, "' leaves no host"));
+  if (out.empty()) throw UsageError(ddp::str("--exclude '", ddp::printable(exclude), "' leaves no host"));
   return out;
 }
 
@@ -153,7 +154,7 @@ std::vector<std::pair<std::string, std::string>> parse_env_file(const std::strin
     const auto eq = trimmed.find('=');
     const std::string name = eq == std::string::npos ? trimmed : trimmed.substr(0, eq);
     if (eq == std::string::npos || !is_env_name(name)) {
-      throw UsageError(ddp::str(source, " line ", number, ": '", trimmed,
+      throw UsageError(ddp::str(source, " line ", number, ": '", ddp::printable(trimmed),
                                 "' is not NAME=VALUE (NAME: letters, digits and '_', not starting with a digit)"));
     }
     out.emplace_back(name, trimmed.substr(eq + 1));

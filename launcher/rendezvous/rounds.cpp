@@ -85,7 +85,11 @@ bool parse_members(const std::string& text, int max_nodes, std::vector<int>& mem
     std::size_t end = text.find(',', begin);
     if (end == std::string::npos) end = text.size();
     const std::string item = text.substr(begin, end - begin);
-    if (item.empty() || item.size() > 7 || item.find_first_not_of("0123456789") != std::string::npos) return false;
+    // Canonical numbers only ("01" is not 1): a list reads back as format_members wrote it.
+    if (item.empty() || item.size() > 7 || item.find_first_not_of("0123456789") != std::string::npos ||
+        (item.size() > 1 && item[0] == '0')) {
+      return false;
+    }
     const int slot = std::stoi(item);
     if (slot >= max_nodes || (!member_slots.empty() && slot <= member_slots.back())) return false;
     member_slots.push_back(slot);

@@ -147,6 +147,18 @@ TEST_CASE("tcp:// and file:// workers take their local placement from LOCAL_* wh
   CHECK(set.local_world_size == 2);
   CHECK_THROWS_WITH(ddp::parse_local_placement(lookup_of({{ddp::env::kLocalWorldSize, "0"}}), 0, 1),
                     Catch::Contains("LOCAL_WORLD_SIZE='0'"));
+  // A local rank outside the node's count is refused (found by fuzz_environment), from either parser.
+  CHECK_THROWS_WITH(ddp::parse_local_placement(lookup_of({{ddp::env::kLocalRank, "1"}, {ddp::env::kLocalWorldSize, "1"}}), 0, 2),
+                    Catch::Contains("LOCAL_RANK=1 is not below the local world size 1 (LOCAL_WORLD_SIZE"));
+  CHECK_THROWS_WITH(ddp::parse_local_placement(lookup_of({{ddp::env::kLocalWorldSize, "2"}}), 3, 4),
+                    Catch::Contains("LOCAL_RANK=3 is not below the local world size 2"));
+  CHECK_THROWS_WITH(ddp::parse_worker_environment(lookup_of({{ddp::env::kRank, "0"}, {ddp::env::kWorldSize, "2"},
+                                                             {ddp::env::kLocalRank, "2"}, {ddp::env::kLocalWorldSize, "2"},
+                                                             {ddp::env::kMasterAddr, "127.0.0.1"}, {ddp::env::kMasterPort, "29500"}})),
+                    Catch::Contains("LOCAL_RANK=2 is not below the local world size 2"));
+  // A value's control bytes are quoted: the error is one line.
+  CHECK_THROWS_WITH(ddp::parse_local_placement(lookup_of({{ddp::env::kLocalRank, "1\n2"}}), 0, 4),
+                    Catch::Equals("LOCAL_RANK='1\\x0a2' is not an integer in [0, 1048576]"));
   CHECK_FALSE(ddp::parse_omp_num_threads(lookup_of({})));
   CHECK(ddp::parse_omp_num_threads(lookup_of({{ddp::env::kOmpNumThreads, "8"}})) == 8);
   CHECK_THROWS_WITH(ddp::parse_omp_num_threads(lookup_of({{ddp::env::kOmpNumThreads, "many"}})),

@@ -39,6 +39,20 @@ Outcome cifar10_entry(const uint8_t* data, size_t size, const std::filesystem::p
 // pickle of a trainer.pt (progress, optimizer state, RNG), read into SGD with momentum / Adam.
 Outcome checkpoint_entry(const uint8_t* data, size_t size, const std::filesystem::path& scratch);
 
+// What the launcher and a worker read from outside (fuzz_launcher.cpp, torch-free). hostfile: first
+// byte % 3: 0 a hostfile, 1 a --hosts list, 2 a --hosts list, --include and --exclude, one a line.
+// ddp_env: a .ddp_env file. rdzv_conf: a --rdzv_conf value. environment: NAME=VALUE lines, read by
+// the launcher's flags and by a worker's contract. agent_datagram: one agent socket datagram.
+// store_values: first byte % 5: a rendezvous master record, closed record, claim, member list, or a
+// job channel number.
+Outcome hostfile_entry(const uint8_t* data, size_t size, const std::filesystem::path& scratch);
+Outcome ddp_env_entry(const uint8_t* data, size_t size, const std::filesystem::path& scratch);
+Outcome rdzv_conf_entry(const uint8_t* data, size_t size, const std::filesystem::path& scratch);
+Outcome environment_entry(const uint8_t* data, size_t size, const std::filesystem::path& scratch);
+Outcome agent_datagram_entry(const uint8_t* data, size_t size, const std::filesystem::path& scratch);
+Outcome store_values_entry(const uint8_t* data, size_t size, const std::filesystem::path& scratch);
+void write_launcher_seeds(const std::filesystem::path& corpus);
+
 // The names of the targets, which are also the folders of their corpora and regression inputs.
 const std::vector<std::string>& target_names();
 // Calls the entry of `target` (one of target_names()).

@@ -160,6 +160,7 @@ TEST_CASE("the closed record is proved and strict", "[launcher][elastic]") {
   std::vector<int> slots;
   CHECK(parse_members("0,2", 4, slots));
   CHECK(format_members(slots) == "0,2");
+  CHECK_FALSE(parse_members("0,02", 4, slots));  // found by fuzz_store_values: it read back as "0,2"
 }
 
 TEST_CASE("--nnodes MIN:MAX on the command line", "[launcher][elastic][config]") {

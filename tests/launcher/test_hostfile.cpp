@@ -104,6 +104,14 @@ TEST_CASE("hosts: Horovod's -H list", "[launcher][hostfile]") {
   CHECK(message_of([] { parse_hosts_list("h1:2,h1:2"); }).find("h1 is listed twice") != std::string::npos);
   CHECK(message_of([] { parse_hosts_list("h1:x"); }).find("--hosts slots of h1") != std::string::npos);
   CHECK(message_of([] { parse_hosts_list(""); }).find("--hosts is empty") != std::string::npos);
+  // Control bytes in the input are quoted as \xNN: the error stays one line (found by fuzz_hostfile).
+  for (const char* list : {"h1\nh2:2", "h1:2,h1:2\n", "h1:2\n"}) {
+    const std::string message = message_of([&] { parse_hosts_list(list); });
+    INFO(message);
+    CHECK(message.find('\n') == std::string::npos);
+    CHECK(message.find("\\x0a") != std::string::npos);
+  }
+  CHECK(message_of([] { parse_hosts_list("h\r1:2"); }).find("'h\\x0d1' is not a host name") != std::string::npos);
 }
 
 TEST_CASE("include/exclude: DeepSpeed's host@host:slots", "[launcher][hostfile]") {
