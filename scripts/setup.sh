@@ -75,3 +75,20 @@ if ! "$DDP_VENV/bin/python" -c "import torch, sys; sys.exit(torch.__version__.sp
   [[ -x $DDP_VENV/bin/python ]] || python3 -m venv "$DDP_VENV"
   "$DDP_VENV/bin/python" -m pip install -q --disable-pip-version-check "torch==$DDP_TORCH_VERSION"
 fi
+
+# The newest torchrun's own parser for launcher.torchrun_parity (tests/launcher/torchrun_parity.py
+# checks every flag of it against ddp_launch): run.py read from the torch 2.14.1 wheel, which is
+# downloaded (not installed) and removed; its parser runs on the venv's torch.
+if [[ ${1:-} == --test ]]; then
+  newest=$DDP_VENV/torchrun-2.14.1/run.py
+  if [[ ! -f $newest ]]; then
+    wheel_dir=$(mktemp -d)
+    "$DDP_VENV/bin/python" -m pip download -q --no-deps --disable-pip-version-check -d "$wheel_dir" torch==2.14.1 2>/dev/null &&
+      "$DDP_VENV/bin/python" -c 'import glob, os, sys, zipfile
+wheel = glob.glob(os.path.join(sys.argv[1], "torch-2.14.1-*.whl"))[0]
+os.makedirs(os.path.dirname(sys.argv[2]), exist_ok=True)
+open(sys.argv[2], "wb").write(zipfile.ZipFile(wheel).read("torch/distributed/run.py"))' "$wheel_dir" "$newest" ||
+      echo "setup: no torch 2.14.1 wheel to read torchrun's run.py from: launcher.torchrun_parity checks $DDP_TORCH_VERSION only"
+    rm -rf "$wheel_dir"
+  fi
+fi

@@ -1,6 +1,9 @@
 """Every flag of the installed torch's torchrun, side by side with ddp_launch.
 
-  torchrun_parity.py DDP_LAUNCH
+  torchrun_parity.py DDP_LAUNCH [RUN_PY]
+
+RUN_PY: another torch's torch/distributed/run.py (scripts/setup.sh --test reads 2.14.1's from its
+wheel into .venv/torchrun-2.14.1/run.py), whose parser is loaded on the installed torch; missing: skip.
 
 Reads torchrun's own argument parser (torch.distributed.run.get_args_parser) from the wheel, and for
 every spelling of every flag (each choice of a flag with choices) builds one command line; torchrun's
@@ -55,9 +58,25 @@ REFUSED = {"logs_specs"}
 EXITING = {"help", "print_completion"}
 
 
+def load_parser():
+    """torchrun's parser, and the torch version it is from."""
+    if len(sys.argv) < 3:
+        return get_args_parser(), torch.__version__
+    run_py = sys.argv[2]
+    if not os.path.isfile(run_py):
+        print(f"SKIP: no {run_py} (scripts/setup.sh --test reads it from the torch 2.14.1 wheel)")
+        sys.exit(77)
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("torchrun_under_test", run_py)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    version = os.path.basename(os.path.dirname(os.path.abspath(run_py))).replace("torchrun-", "")
+    return module.get_args_parser(), f"{version} (its run.py on torch {torch.__version__})"
+
+
 def main():
     launch = sys.argv[1]
-    parser = get_args_parser()
+    parser, version = load_parser()
     log_dir = tempfile.mkdtemp(prefix="ddp_parity_")
     failures, checked = [], 0
     for action in parser._actions:
@@ -76,7 +95,7 @@ def main():
         elif name in VALUES:
             values = [VALUES[name]]
         else:
-            failures.append(f"{longest}: no test value for this flag of torch {torch.__version__}; add one to VALUES")
+            failures.append(f"{longest}: no test value for this flag of torch {version}; add one to VALUES")
             continue
         for spelling in action.option_strings:
             for value in values:
@@ -108,11 +127,11 @@ def main():
                 elif out.returncode != 0:
                     failures.append(f"{' '.join(cmd)}: exit {out.returncode}: {out.stderr.strip()[:300]}")
     if failures:
-        print(f"FAIL: torch {torch.__version__}'s torchrun flags vs ddp_launch:")
+        print(f"FAIL: torch {version}'s torchrun flags vs ddp_launch:")
         for f in failures:
             print("  " + f)
         sys.exit(1)
-    print(f"OK: torch {torch.__version__}: {checked} torchrun command lines (every spelling and choice of "
+    print(f"OK: torch {version}: {checked} torchrun command lines (every spelling and choice of "
           f"{sum(1 for a in parser._actions if a.option_strings)} flags) accepted by torchrun's parser and by ddp_launch "
           f"(refused in one line: {', '.join(sorted(REFUSED))})")
 
