@@ -43,6 +43,14 @@ mount -t overlay overlay -o "lowerdir=/,upperdir=$work/ov/upper,workdir=$work/ov
 mount -t proc proc "$work/root/proc"
 mount --rbind /dev "$work/root/dev"
 mount -t tmpfs tmpfs "$work/root/tmp"
+# LibTorch under /tmp (a checkout cloned there, its venv) would be hidden by that fresh /tmp: it is
+# seen read-only at its real path (the consumer's Torch_DIR and its rpath name it).
+torch_root=$(cd "$torch_dir/../../.." && pwd)
+if [[ $torch_root == /tmp/* ]]; then
+  mkdir -p "$work/root$torch_root"
+  mount --bind "$torch_root" "$work/root$torch_root"
+  mount -o remount,bind,ro "$work/root$torch_root"
+fi
 mkdir "$work/root/tmp/debs"
 cp "$work"/debs/*.deb "$work/root/tmp/debs/"
 cp -r "$consumer" "$work/root/tmp/consumer"
