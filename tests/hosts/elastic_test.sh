@@ -121,8 +121,12 @@ case $scenario in
     grep -q -E "^ddp_launch: error: .*1 node joined within 2 s \(--rdzv_timeout\), fewer than the minimum of 2 \(--nnodes 2:3\)$" \
       "$work/alone.log" || fail "below MIN: $(cat "$work/alone.log")"
     # --max_restarts used up: a 1-node job (--nnodes 1:2 --max_restarts 0) does not admit host1,
-    # which ends with one line after its --rdzv_timeout; the job itself finishes (exit 0).
-    printf '%s\n' '#!/bin/sh' 'sleep 3' >"$work/sleeper.sh"
+    # which ends with one line after its --rdzv_timeout; the job itself finishes (exit 0). The job's
+    # worker runs until host1's launcher has ended (bounded: 30 s), so the store it serves is there
+    # for host1's whole wait. (It slept 3 s: a CI run under load saw host1 still waiting when host0's
+    # launcher ended and closed its store, "Failed to recv", not the refusal.)
+    printf '%s\n' '#!/bin/sh' "i=0; while [ ! -e '$work/refused.done' ] && [ \$i -lt 300 ]; do sleep 0.1; i=\$((i+1)); done" \
+      >"$work/sleeper.sh"
     chmod +x "$work/sleeper.sh"
     used_up=(--nnodes 1:2 --rdzv_endpoint host0:29402 --rdzv_id used_up --rdzv_conf last_call_timeout=0.5
       --max_restarts 0)
@@ -131,6 +135,7 @@ case $scenario in
     status=0
     "$cluster" exec "$name" 1 timeout -s KILL 20 "$launch" "${used_up[@]}" --rdzv_timeout 2 /bin/true \
       >"$work/refused.log" 2>&1 || status=$?
+    touch "$work/refused.done"
     ((status == 1)) || fail "a node the job could not admit exited with $status, not 1: $(cat "$work/refused.log")"
     grep -q -E "^ddp_launch: error: .*the running job did not admit this node into round 1 within 2 s" \
       "$work/refused.log" || fail "not admitted: $(cat "$work/refused.log")"
