@@ -1,5 +1,6 @@
 #include "launcher/agent/elastic_rounds.h"
 
+#include <algorithm>
 #include <memory>
 #include <spdlog/spdlog.h>
 
@@ -9,6 +10,18 @@
 #include "launcher/channel/job_channel.h"
 #include "launcher/channel/job_link.h"
 #include "launcher/process/log_layout.h"
+
+// Note [Newcomers another member saw]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The next round closes as soon as every node it expects has claimed a slot (Note [Elastic rounds]):
+// the members that remain and the newcomers. A member whose round was stopped from elsewhere (the
+// job channel's stop: another member saw the newcomers and stopped, or failed) did not see them
+// itself. Counting none, it expected the old member count only, and closed the round once that many
+// had claimed: the newcomer and itself, without the member that saw the newcomer and was slower to
+// re-join (hosts.elastic_up under load: host0 skipped round 1, joined round 2, a second restart
+// spent). It counts them now, as every claim of the next round at this moment: the newcomers and
+// any member that re-joined already. That bound is high, never low: the round may wait out its last
+// call, but never closes without a member.
 
 namespace ddp::launcher::agent {
 namespace {
@@ -109,7 +122,10 @@ class ElasticRounds : public PolicyWithContext {
                     config_.max_restarts);
       return false;
     }
-    expected_ = rendezvous::expected_next_round(rules_, round.node.nnodes, lost, newcomers.waiting());
+    // See Note [Newcomers another member saw].
+    int waiting = newcomers.waiting();
+    if (waiting == 0 && result.stopped_by) waiting = std::max(0, rendezvous_->num_nodes_waiting(round.number));
+    expected_ = rendezvous::expected_next_round(rules_, round.node.nnodes, lost, waiting);
     spdlog::warn("round {} ended ({}): joining round {} with the nodes that remain, restart {} of {}", round.number,
                  why, round.number + 1, round.number + 1, config_.max_restarts);
     after_round_ = round.number;
