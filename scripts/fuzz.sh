@@ -23,10 +23,10 @@ while (($#)); do
   esac
 done
 ((${#targets[@]})) || targets=(idx cifar10 checkpoint hostfile ddp_env rdzv_conf environment agent_datagram store_values)
-# The readers' seeds need fuzz_seeds (LibTorch: a long clang build); the launcher targets' do not.
+# The checkpoint's seeds need fuzz_seeds (LibTorch: a long clang build); the other targets' do not.
 seed_tool=fuzz_launcher_seeds
 for target in "${targets[@]}"; do
-  case $target in idx|cifar10|checkpoint) seed_tool=fuzz_seeds ;; esac
+  [[ $target != checkpoint ]] || seed_tool=fuzz_seeds
 done
 [[ $seconds =~ ^[1-9][0-9]*$ ]] || ddp_die "-t wants a whole number of seconds, not '$seconds'"
 
@@ -59,7 +59,7 @@ rm -rf "$seeds"
 if [[ $seed_tool == fuzz_seeds ]]; then
   "$build/bin/fuzz_seeds" "$seeds" /usr/share/datasets/fashion-mnist
 else
-  "$build/bin/fuzz_launcher_seeds" "$seeds"
+  "$build/bin/fuzz_launcher_seeds" "$seeds" /usr/share/datasets/fashion-mnist
 fi
 
 found=0

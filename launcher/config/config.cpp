@@ -380,7 +380,22 @@ static SplitArgs split_launcher_args(int argc, const char* const* argv) {
 static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSnapshot& env,
                         const std::vector<std::string>& program);
 
+static ParseResult parse_launch_args_as_given(int argc, const char* const* argv, const EnvironmentSnapshot& env);
+
+// The command line and the environment are outside input, and errors quote them: a control byte in
+// a flag's value or a variable (a newline, a '\r' from a file edited on Windows) is quoted as \xNN
+// here, whichever check quoted it, so that the error stays one line (found by fuzz_rdzv_conf).
 ParseResult parse_launch_args(int argc, const char* const* argv, const EnvironmentSnapshot& env) {
+  try {
+    return parse_launch_args_as_given(argc, argv, env);
+  } catch (const UsageError& e) {
+    const std::string message = e.what();
+    if (std::none_of(message.begin(), message.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; })) throw;
+    throw UsageError(ddp::printable(message));
+  }
+}
+
+static ParseResult parse_launch_args_as_given(int argc, const char* const* argv, const EnvironmentSnapshot& env) {
   const SplitArgs split = split_launcher_args(argc, argv);
 
   cxxopts::Options options("ddp_launch",

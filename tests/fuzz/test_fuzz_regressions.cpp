@@ -64,6 +64,7 @@ const std::map<std::string, std::string> kExpectedErrors = {
     {"checkpoint/trainer-reduce-system", "Python object of type posix.system"},
     {"hostfile/hosts-control-bytes", "--hosts 'note1hosts\\x0ano\\x00"},
     {"store_values/members-leading-zero", "not a member list"},
+    {"rdzv_conf/unknown-key-with-newline", "--rdzv_conf: unknown key 'keep_alive_\\x0aax_attempt'"},
 };
 
 }  // namespace

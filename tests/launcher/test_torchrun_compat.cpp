@@ -118,6 +118,9 @@ TEST_CASE("torchrun flags that cannot apply to a binary: one line saying why, ex
       {{"--start-method", "thread", w}, "invalid choice 'thread'", {}},
       {{"--rdzv-conf", "is_host=1", w}, "--rdzv_conf is_host", {}},
       {{"--rdzv-conf", "bogus=1", w}, "unknown key 'bogus'", {}},
+      // Control bytes in what is quoted stay on one line (fuzz_rdzv_conf found a newline in a key).
+      {{"--rdzv-conf", "bog\nus=1", w}, "unknown key 'bog\\x0aus'", {}},
+      {{"--cpu_bind", "none\r", w}, "--cpu_bind: unknown value 'none\\x0d'", {}},
       {{"--rdzv-conf", "join_timeout=soon", w}, "join_timeout=soon: expected a number of seconds", {}},
       {{"--rdzv-conf", "join_timeout=5", "--rdzv_timeout", "6", w}, "disagree", {}},
       {{"--signals-to-handle", "SIGKILL", w}, "SIGKILL cannot be forwarded", {}},
