@@ -220,7 +220,8 @@ std::vector<std::vector<int>> resolve_cpu_binding(const config::LaunchConfig& co
       }
       if (found < 0) {
         throw UsageError(ddp::str("--numa_binding binds worker i near GPU i, but ", visible.size(), " GPU(s) are visible for ",
-                                  nproc, " workers; give --gpus, or start as many workers as GPUs"));
+                                  nproc, " workers", no_gpu.empty() ? "" : " (" + no_gpu + ")",
+                                  "; give --gpus, or start as many workers as GPUs"));
       }
       gpu_of.push_back(found);
     }
