@@ -298,7 +298,7 @@ static double parse_seconds_flag(const std::string& flag, const std::string& tex
     }
   }
   if (!ok || used != text.size() || !std::isfinite(value) || value < 0) {
-    throw UsageError(ddp::str(flag, " expects a number of seconds >= 0, got '", ddp::printable(text), "'"));
+    throw UsageError(ddp::str(flag, " expects a number of seconds >= 0, got '", text, "'"));
   }
   return value;
 }

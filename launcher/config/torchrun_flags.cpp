@@ -1,7 +1,5 @@
 #include "launcher/config/torchrun_flags.h"
 
-#include "ddp/base/printable.h"
-
 #include <signal.h>
 
 #include <cctype>
@@ -67,7 +65,7 @@ double conf_seconds(const std::string& key, const std::string& value) {
     used = 0;
   }
   if (value.empty() || used != value.size() || !std::isfinite(seconds) || seconds <= 0) {
-    throw UsageError(ddp::str("--rdzv_conf ", ddp::printable(key), "=", ddp::printable(value), ": expected a number of seconds > 0"));
+    throw UsageError(ddp::str("--rdzv_conf ", key, "=", value, ": expected a number of seconds > 0"));
   }
   return seconds;
 }
@@ -105,7 +103,7 @@ Endpoint parse_rdzv_endpoint(const std::string& flag, const std::string& text) {
   if (!text.empty() && text[0] == '[') {  // [v6] or [v6]:port
     const auto close = text.find(']');
     if (close == std::string::npos || (close + 1 < text.size() && text[close + 1] != ':')) {
-      throw UsageError(ddp::str(flag, " '", ddp::printable(text), "' is not HOST[:PORT] (an IPv6 address as [ADDR]:PORT)"));
+      throw UsageError(ddp::str(flag, " '", text, "' is not HOST[:PORT] (an IPv6 address as [ADDR]:PORT)"));
     }
     endpoint.host = text.substr(1, close - 1);
     if (close + 1 < text.size()) port_text = text.substr(close + 2);
@@ -114,10 +112,10 @@ Endpoint parse_rdzv_endpoint(const std::string& flag, const std::string& text) {
     endpoint.host = text.substr(0, colon);
     if (colon != std::string::npos) port_text = text.substr(colon + 1);
     if (colon != std::string::npos && text.find(':') != colon) {
-      throw UsageError(ddp::str(flag, " '", ddp::printable(text), "': write an IPv6 address as [ADDR]:PORT"));
+      throw UsageError(ddp::str(flag, " '", text, "': write an IPv6 address as [ADDR]:PORT"));
     }
   }
-  if (endpoint.host.empty()) throw UsageError(ddp::str(flag, " '", ddp::printable(text), "' has no host (e.g. node1:29400)"));
+  if (endpoint.host.empty()) throw UsageError(ddp::str(flag, " '", text, "' has no host (e.g. node1:29400)"));
   if (!port_text.empty() || text.back() == ':') endpoint.port = parse_int_flag(flag + " port", port_text, 0, 65535);
   return endpoint;
 }
@@ -145,7 +143,7 @@ RendezvousConf parse_rdzv_conf(const std::string& text) {
     if (item.empty()) continue;
     const auto eq = item.find('=');
     if (eq == std::string::npos) {
-      throw UsageError(ddp::str("--rdzv_conf '", ddp::printable(text), "': '", ddp::printable(item), "' is not KEY=VALUE (e.g. join_timeout=900)"));
+      throw UsageError(ddp::str("--rdzv_conf '", text, "': '", item, "' is not KEY=VALUE (e.g. join_timeout=900)"));
     }
     const std::string key = trim_blanks(item.substr(0, eq));
     const std::string value = trim_blanks(item.substr(eq + 1));
@@ -161,22 +159,22 @@ RendezvousConf parse_rdzv_conf(const std::string& text) {
       conf_seconds(key, value);
     } else if (key == "keep_alive_max_attempt") {
       if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos || value == "0") {
-        throw UsageError(ddp::str("--rdzv_conf keep_alive_max_attempt=", ddp::printable(value), ": expected an integer >= 1"));
+        throw UsageError(ddp::str("--rdzv_conf keep_alive_max_attempt=", value, ": expected an integer >= 1"));
       }
       if (value.size() > 6) {
-        throw UsageError(ddp::str("--rdzv_conf keep_alive_max_attempt=", ddp::printable(value), ": expected an integer up to 999999"));
+        throw UsageError(ddp::str("--rdzv_conf keep_alive_max_attempt=", value, ": expected an integer up to 999999"));
       }
       conf.keep_alive_max_attempt = std::stoi(value);
     } else if (key == "use_libuv") {
       if (value != "0" && value != "1" && value != "true" && value != "false" && value != "True" && value != "False") {
-        throw UsageError(ddp::str("--rdzv_conf use_libuv=", ddp::printable(value), ": expected 0, 1, true or false"));
+        throw UsageError(ddp::str("--rdzv_conf use_libuv=", value, ": expected 0, 1, true or false"));
       }
     } else if (key == "is_host") {
       throw UsageError(
           "--rdzv_conf is_host: ddp_launch serves the rendezvous store on the node whose address is the "
           "--rdzv_endpoint host; drop is_host");
     } else {
-      throw UsageError(ddp::str("--rdzv_conf: unknown key '", ddp::printable(key),
+      throw UsageError(ddp::str("--rdzv_conf: unknown key '", key,
                                 "' (known: join_timeout, last_call_timeout, close_timeout, read_timeout, timeout, "
                                 "heartbeat, keep_alive_interval, keep_alive_max_attempt, use_libuv)"));
     }
@@ -194,11 +192,11 @@ std::vector<int> parse_signals_to_handle(const std::string& text) {
       if (name == s.name) found = &s;
     }
     if (found == nullptr) {
-      throw UsageError(ddp::str("--signals_to_handle: unknown signal '", ddp::printable(name),
+      throw UsageError(ddp::str("--signals_to_handle: unknown signal '", name,
                                 "' (names like SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2)"));
     }
     if (found->number == SIGKILL || found->number == SIGSTOP || found->number == SIGCHLD || found->number == SIGPIPE) {
-      throw UsageError(ddp::str("--signals_to_handle: ", ddp::printable(name),
+      throw UsageError(ddp::str("--signals_to_handle: ", name,
                                 " cannot be forwarded (it cannot be caught, or the launcher needs it itself)"));
     }
     bool seen = false;
@@ -227,17 +225,17 @@ std::vector<std::string> parse_duplicate_filters(const std::string& text) {
 
 void refuse_torchrun_only(const std::string& name, const std::string& value) {
   if (name == "logs_specs") {
-    throw UsageError(ddp::str("--logs_specs ", ddp::printable(value),
+    throw UsageError(ddp::str("--logs_specs ", value,
                               ": names a Python entry point (torchrun.logs_specs); ddp_launch's logs are set by "
                               "--log_dir, --redirects and --tee"));
   }
   if (name == "event_log_handler") {
-    throw UsageError(ddp::str("--event_log_handler ", ddp::printable(value),
+    throw UsageError(ddp::str("--event_log_handler ", value,
                               ": ddp_launch has no torchelastic event log (null is accepted); its events are its "
                               "console lines and --metrics_port"));
   }
   if (name == "start_method") {
-    throw UsageError(ddp::str("--start_method: invalid choice '", ddp::printable(value), "' (choose from spawn, fork, forkserver)"));
+    throw UsageError(ddp::str("--start_method: invalid choice '", value, "' (choose from spawn, fork, forkserver)"));
   }
 }
 

@@ -171,15 +171,13 @@ std::vector<NumaPlacement> spread_over_nodes(const CpuTopology& topology, const 
   if (nodes.empty()) {
     throw UsageError(ddp::str("--numa_binding: no NUMA node holds the launcher's CPUs (", format_cpu_list(allowed), ")"));
   }
-  const int n = static_cast<int>(nodes.size());
-  std::vector<NumaPlacement> out(nproc);
-  std::vector<int> count(n, 0);
-  for (int lr = 0; lr < nproc; ++lr) count[static_cast<long long>(lr) * n / nproc]++;
+  const auto block_of = [&](int lr) { return static_cast<std::size_t>(static_cast<long long>(lr) * nodes.size() / nproc); };
+  std::vector<int> count(nodes.size(), 0), seen(nodes.size(), 0);
+  for (int lr = 0; lr < nproc; ++lr) ++count[block_of(lr)];
+  std::vector<NumaPlacement> out;
   for (int lr = 0; lr < nproc; ++lr) {
-    const int block = static_cast<int>(static_cast<long long>(lr) * n / nproc);
-    int first = 0;
-    while (static_cast<long long>(first) * n / nproc < block) ++first;
-    out[lr] = {nodes[block], lr - first, count[block]};
+    const std::size_t block = block_of(lr);
+    out.push_back({nodes[block], seen[block]++, count[block]});
   }
   return out;
 }
@@ -210,13 +208,13 @@ std::vector<std::vector<int>> numa_cpu_slices(config::NumaBinding mode, const Cp
     }
     return cpus;
   };
+  if (mode == config::NumaBinding::kNone) return {};
   std::vector<std::vector<int>> slices;
   for (const NumaPlacement& p : placements) {
     const std::vector<int> node_cpus = cpus_of_node(p.node);
     std::vector<int> cpus;
     switch (mode) {
       case config::NumaBinding::kNone:
-        return {};
       case config::NumaBinding::kNode:
         cpus = node_cpus;
         break;

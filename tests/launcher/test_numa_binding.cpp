@@ -1,12 +1,9 @@
 // --numa_binding (See Note [NUMA binding] in launcher/resources/numa_binding.cpp): the topology read
 // from fake sysfs roots of 2 and 4 NUMA nodes and from this machine's, the CPUs of each mode, the
 // GPU workers' placement from their GPUs' PCI NUMA nodes, and the errors.
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 #include <algorithm>
-#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <numeric>
@@ -15,6 +12,7 @@
 #include "launcher/resources/numa_binding.h"
 #include "launcher/resources/resources.h"
 #include "tests/launcher/config_support.h"
+#include "tests/support/temp_dir.h"
 
 using namespace ddp::launcher::config;
 using namespace ddp::launcher::resources;
@@ -27,17 +25,11 @@ namespace {
 // A sysfs tree in a temporary folder, removed at the end.
 class FakeSysfs {
  public:
-  FakeSysfs() {
-    char dir[] = "/tmp/ddp_sysfs_XXXXXX";
-    REQUIRE(::mkdtemp(dir) != nullptr);
-    root_ = dir;
-  }
-  ~FakeSysfs() { std::system(("rm -rf '" + root_ + "'").c_str()); }
-  const std::string& root() const { return root_; }
+  std::string root() const { return dir_.path.string(); }
 
   void write(const std::string& path, const std::string& text) {
-    const std::string full = root_ + "/" + path;
-    std::system(("mkdir -p '" + full.substr(0, full.rfind('/')) + "'").c_str());
+    const std::filesystem::path full = dir_.path / path;
+    std::filesystem::create_directories(full.parent_path());
     std::ofstream(full) << text << "\n";
   }
   // A NUMA node's cpulist.
@@ -58,7 +50,7 @@ class FakeSysfs {
   }
 
  private:
-  std::string root_;
+  ddp::testing::TempDir dir_;
 };
 
 // 2 sockets, one node each, 4 cores x 2 hyperthreads per node (CPU i and i + 8 share a core), two

@@ -102,14 +102,9 @@ def main():
                 flag = [spelling] + ([] if value is None else [value])
                 target = ["/bin/true"]
                 extra = []
-                if name in ("module",):
-                    target = ["json.tool"]
+                if name in ("module", "run_path"):  # a Python target, run by this interpreter
+                    target = ["json.tool"] if name == "module" else [os.path.abspath(__file__)]
                     extra = ["--python", sys.executable]
-                elif name == "run_path":
-                    target = [os.path.abspath(__file__)]
-                    extra = ["--python", sys.executable]
-                elif name == "no_python":
-                    target = ["/bin/true"]
                 try:
                     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                         parser.parse_args(flag + target)
