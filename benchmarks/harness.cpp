@@ -219,7 +219,8 @@ BenchOptions parse_options(int argc, char** argv, const std::string& scenario_de
   cli.add("max-bytes", "allreduce: largest message (sizes double up to it)", std::to_string(d.max_bytes));
   cli.add("bucket-cap-mb", "ddp: gradient bucket size in MiB", "25");
   cli.add_switch("gradient-as-bucket-view", "ddp: gradients are views into the buckets (no copies in and out)");
-  cli.add("comm-hook", "ddp: allreduce | fp16_compress | bf16_compress", "allreduce");
+  cli.add("comm-hook", "ddp: allreduce | fp16 | bf16 | powersgd | none (no communication: the compute ceiling)",
+          "allreduce");
   cli.add("powersgd-rank", "ddp with --comm-hook powersgd: the approximation's rank", "1");
   cli.add("powersgd-start-iter", "ddp with --comm-hook powersgd: iterations all-reduced before compressing (>= 2)", "2");
   cli.add_switch("no-broadcast-buffers", "ddp: do not broadcast buffers (BatchNorm statistics) at each forward");
@@ -232,6 +233,12 @@ BenchOptions parse_options(int argc, char** argv, const std::string& scenario_de
   cli.add("dp-replicas", "train, dp: N replicas on the CPU, each on its own thread (0: every CUDA device, else one)", "0");
   cli.add("optimizer", "train: sgd | adam", "sgd");
   cli.add_switch("zero", "train, ddp: shard the optimizer state over the ranks (ZeroRedundancyOptimizer)");
+  cli.add("diloco", "train, ddp: DiLoCo, H local steps between outer steps (0: off)", "0");
+  cli.add("diloco-fragments", "train, ddp, with --diloco: streaming DiLoCo's fragments F", "1");
+  cli.add("diloco-delay", "train, ddp, with --diloco: inner steps each exchange overlaps (< H / F)", "0");
+  cli.add("outer-lr", "with --diloco: the outer SGD's learning rate", "0.7");
+  cli.add("outer-momentum", "with --diloco: the outer SGD's Nesterov momentum", "0.9");
+  cli.add("outer-dtype", "with --diloco: fp32 | bf16 | fp16 | int8", "fp32");
   cli.parse(argc, argv);
 
   BenchOptions options;
@@ -262,7 +269,7 @@ BenchOptions parse_options(int argc, char** argv, const std::string& scenario_de
   options.bucket_cap_mb = is_number(cap) ? std::strtod(cap.c_str(), nullptr) : 0;
   if (!(options.bucket_cap_mb > 0 && options.bucket_cap_mb <= 4096)) throw UsageError("--bucket-cap-mb must be in (0, 4096]");
   options.gradient_as_bucket_view = cli.given("gradient-as-bucket-view");
-  options.comm_hook = cli.choice("comm-hook", {"allreduce", "fp16_compress", "bf16_compress", "fp16", "bf16", "powersgd"});
+  options.comm_hook = cli.choice("comm-hook", {"allreduce", "fp16_compress", "bf16_compress", "fp16", "bf16", "powersgd", "none"});
   options.powersgd_rank = cli.integer("powersgd-rank", 1);
   options.powersgd_start_iter = cli.integer("powersgd-start-iter", 2);
   options.broadcast_buffers = !cli.given("no-broadcast-buffers");
@@ -287,6 +294,18 @@ BenchOptions parse_options(int argc, char** argv, const std::string& scenario_de
   options.dp_replicas = cli.integer("dp-replicas", 0, 1024);
   options.optimizer = cli.choice("optimizer", {"sgd", "adam"});
   options.zero = cli.given("zero");
+  options.diloco = cli.integer("diloco", 0);
+  options.diloco_fragments = cli.integer("diloco-fragments", 1);
+  options.diloco_delay = cli.integer("diloco-delay", 0);
+  options.outer_lr = cli.number("outer-lr", 1e-6, 1e6);
+  options.outer_momentum = cli.number("outer-momentum", 0, 0.999999);
+  options.outer_dtype = cli.choice("outer-dtype", {"fp32", "bf16", "fp16", "int8"});
+  if (options.diloco > 0 && (options.comm_hook != "allreduce" || options.zero || options.amp == "fp16")) {
+    throw UsageError("--diloco sends no gradients: drop --comm-hook, --zero and --amp fp16");
+  }
+  if (options.diloco_delay * options.diloco_fragments >= std::max<int64_t>(options.diloco, 1) && options.diloco > 0) {
+    throw UsageError("--diloco-delay must be less than --diloco / --diloco-fragments");
+  }
   return options;
 }
 

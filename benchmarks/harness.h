@@ -125,6 +125,14 @@ struct BenchOptions : OutputOptions {
   int64_t dp_replicas = 0;                        // dp over N CPU replicas (0: DataParallel's default)
   std::string optimizer = "sgd";                  // sgd | adam
   bool zero = false;                              // ddp: ZeroRedundancyOptimizer around the optimizer
+  // Issue 38, train scenario, ddp: DiLoCo over the optimizer (ddp/algorithms/diloco.h; 0: off).
+  // --comm-hook none sends nothing at all: the hosts' compute ceiling, measured in the same run.
+  int64_t diloco = 0;                             // H
+  int64_t diloco_fragments = 1;                   // F
+  int64_t diloco_delay = 0;                       // tau
+  double outer_lr = 0.7;
+  double outer_momentum = 0.9;
+  std::string outer_dtype = "fp32";               // fp32 | bf16 | fp16 | int8
 };
 
 // Parses argv (argv[0] is the program). scenario_default fills `scenario` when --scenario is absent.

@@ -17,6 +17,7 @@
 #include "ddp/algorithms/comm.h"
 #include "ddp/algorithms/comm_hook_state.h"
 #include "ddp/algorithms/default_comm_hooks.h"
+#include "ddp/algorithms/diloco.h"
 #include "ddp/algorithms/model_averaging.h"
 #include "ddp/algorithms/powersgd.h"
 #include "ddp/amp/autocast.h"

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -23,6 +24,8 @@
 #include "ddp/parallel/data_parallel.h"
 #include "ddp/parallel/distributed_data_parallel.h"
 #include "ddp/algorithms/comm_hook_state.h"
+#include "ddp/algorithms/diloco.h"
+#include "ddp/algorithms/model_averaging.h"
 #include "ddp/algorithms/powersgd.h"
 #include "ddp/base/error.h"
 #include "ddp/distributed/process_group.h"
@@ -172,8 +175,13 @@ Trainee wrap(Holder model, const TrainOptions& options, const Runtime& rt) {
     t.evaluate = t.forward;
   } else if (options.mode == Mode::kDdp) {
     model->to(rt.device);
-    auto ddp = std::make_shared<DistributedDataParallel<Holder>>(model, rt.group);
-    if (options.comm_hook != "allreduce") {
+    // --diloco: no gradient and no buffer leaves the rank in a step; DiLoCo averages the parameters.
+    DdpOptions ddp_options;
+    ddp_options.broadcast_buffers = options.diloco == 0;
+    auto ddp = std::make_shared<DistributedDataParallel<Holder>>(model, rt.group, ddp_options);
+    if (options.diloco > 0) {
+      ddp->register_comm_hook(std::make_shared<PostLocalSgdHook>(PostLocalSgdOptions{}));
+    } else if (options.comm_hook != "allreduce") {
       PowerSgdOptions powersgd;
       powersgd.matrix_approximation_rank = options.powersgd_rank;
       powersgd.start_powersgd_iter = options.powersgd_start_iter;
@@ -273,9 +281,85 @@ std::optional<CheckpointInfo> checkpoint_to_resume(const TrainOptions& options, 
   return std::nullopt;
 }
 
+// --diloco: its outer state beside the model, written by rank 0 (the same on every rank).
+const char* const kDiLoCoStateFile = "diloco.pt";
+
+// --diloco: the ranks' parameters made equal (an outer step over what is left) before they are
+// evaluated or saved. Not in a live job, whose collectives belong in FaultTolerant's steps: there
+// each rank evaluates its own parameters, and a checkpoint holds rank 0's with the outer state.
+void finish_outer_steps(DiLoCo* diloco, const Runtime& rt) {
+  if (diloco != nullptr && !rt.live) diloco->finish();
+}
+
+// --diloco: each rank's inner SGD momentum is its own (its gradients are not averaged), while the
+// checkpoint's optimizer state is rank 0's; so every rank also writes its momentum buffers.
+std::filesystem::path inner_state_file(const std::filesystem::path& checkpoint, int rank) {
+  return checkpoint / str("diloco-inner-rank", rank, ".pt");
+}
+
+void save_inner_state(torch::optim::Optimizer& inner, const std::filesystem::path& checkpoint, int rank) {
+  StateDict buffers;
+  int64_t index = 0;
+  for (const auto& group : inner.param_groups()) {
+    for (const auto& p : group.params()) {
+      const auto found = inner.state().find(p.unsafeGetTensorImpl());
+      if (found != inner.state().end()) {
+        const auto& sgd = static_cast<const torch::optim::SGDParamState&>(*found->second);
+        buffers.insert(str(index), sgd.momentum_buffer().cpu());
+      }
+      ++index;
+    }
+  }
+  save_state_dict(buffers, inner_state_file(checkpoint, rank));
+}
+
+// False when the checkpoint has no file for this rank (fewer ranks saved it): rank 0's momentum stays.
+bool load_inner_state(torch::optim::Optimizer& inner, const std::filesystem::path& checkpoint, int rank) {
+  const auto file = inner_state_file(checkpoint, rank);
+  if (!std::filesystem::exists(file)) return false;
+  const StateDict buffers = load_state_dict_file(file);
+  int64_t index = 0;
+  for (const auto& group : inner.param_groups()) {
+    for (const auto& p : group.params()) {
+      if (const torch::Tensor* buffer = buffers.find(str(index++))) {
+        auto state = std::make_unique<torch::optim::SGDParamState>();
+        state->momentum_buffer(buffer->to(p.device()));
+        inner.state()[p.unsafeGetTensorImpl()] = std::move(state);
+      }
+    }
+  }
+  return true;
+}
+
+// --diloco: DiLoCo over `inner`, with the outer state of the checkpoint being resumed (if any).
+std::unique_ptr<DiLoCo> make_diloco(const TrainOptions& options, const Runtime& rt, torch::optim::Optimizer& inner,
+                                    const std::filesystem::path& resumed) {
+  DiLoCoOptions diloco_options;
+  diloco_options.sync_every = options.diloco;
+  diloco_options.fragments = options.diloco_fragments;
+  diloco_options.sync_delay = options.diloco_delay;
+  diloco_options.outer_lr = options.outer_lr;
+  diloco_options.outer_momentum = options.outer_momentum;
+  diloco_options.outer_dtype = parse_outer_dtype(options.outer_dtype);
+  auto diloco = std::make_unique<DiLoCo>(rt.group, inner, diloco_options);
+  if (resumed.empty()) return diloco;
+  if (!load_inner_state(inner, resumed, rt.rank) && rt.rank > 0) {
+    std::cerr << "warning: rank " << rt.rank << ": " << resumed.string() << " holds no inner momentum of this rank: "
+              << "it starts from rank 0's" << std::endl;
+  }
+  if (std::filesystem::exists(resumed / kDiLoCoStateFile)) {
+    diloco->load_state(load_state_dict_file(resumed / kDiLoCoStateFile));
+  } else if (rt.main()) {  // saved without --diloco, or cut before rank 0 wrote the state
+    std::cerr << "warning: " << resumed.string() << " holds no " << kDiLoCoStateFile
+              << ": the outer optimizer starts afresh from its parameters" << std::endl;
+  }
+  return diloco;
+}
+
 // Writes a checkpoint through the library: rank 0 writes, every rank waits for it.
 void save(const TrainOptions& options, const Runtime& rt, Trainee& trainee, torch::optim::Optimizer& optimizer,
-          const amp::GradScaler& scaler, int64_t step, const samplers::SamplerState& sampler_state) {
+          DiLoCo* diloco, const amp::GradScaler& scaler, int64_t step, const samplers::SamplerState& sampler_state) {
+  finish_outer_steps(diloco, rt);
   // --zero: every rank sends its shard of the optimizer state to rank 0, which writes it whole.
   if (auto* zero = dynamic_cast<ZeroRedundancyOptimizer*>(&optimizer)) zero->consolidate_state_dict(0);
   TrainingProgress progress;
@@ -290,6 +374,15 @@ void save(const TrainOptions& options, const Runtime& rt, Trainee& trainee, torc
         save_comm_hook_state(*trainee.comm_hook, folder, rt.group->rank());
       } catch (const IoError& error) {  // e.g. hosts without a shared file system: train on
         std::cerr << "warning: the communication hook's state is not in the checkpoint: " << error.what() << std::endl;
+      }
+    }
+    if (diloco != nullptr) {
+      try {
+        if (rt.main()) save_state_dict(diloco->state(), folder / kDiLoCoStateFile);
+        save_inner_state(optimizer, folder, rt.rank);
+      } catch (const IoError& error) {  // as the hook's state above
+        std::cerr << "warning: rank " << rt.rank << ": DiLoCo's state is not in the checkpoint: " << error.what()
+                  << std::endl;
       }
     }
   } else {
@@ -369,6 +462,7 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
   amp::GradScalerOptions scaler_options;
   scaler_options.enabled = options.amp == amp::Precision::kFloat16;
   amp::GradScaler scaler(rt.device, scaler_options);
+  std::unique_ptr<DiLoCo> diloco;  // made after --resume loads the parameters: its global copy
 
   // --resume: model, optimizer (momentum), step, sampler epoch and position, RNG state. A worker joining
   // a live job receives them from a survivor instead (See Note [Live training]).
@@ -380,6 +474,7 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
       if (trainee.comm_hook && rt.group && load_comm_hook_state(*trainee.comm_hook, latest->path, rt.rank)) {
         if (rt.main()) std::cout << "resuming the communication hook's state" << std::endl;
       }
+      if (options.diloco > 0) diloco = make_diloco(options, rt, optimizer, latest->path);
       global_step = progress.step;
       if (progress.grad_scaler && scaler.is_enabled()) scaler.load_state_dict(*progress.grad_scaler);
       epoch = progress.sampler.epoch;
@@ -390,12 +485,14 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
       std::cout << "no valid checkpoint in " << options.checkpoint_dir << ": starting from scratch" << std::endl;
     }
   }
+  if (options.diloco > 0 && !diloco) diloco = make_diloco(options, rt, optimizer, {});
   // Live: the samples of the epoch that the applied steps consumed, all ranks together (exact).
   int64_t epoch_offset = 0;
   if (rt.live) {
     if (resumed) epoch_offset = samplers::global_offset(*resumed, sets.train_size, /*drop_last=*/false);
     FaultTolerant& ft = *rt.live->ft;
     ft.track(optimizer);
+    if (diloco) ft.track(*diloco);
     if (scaler.is_enabled()) ft.track(scaler);
     ft.track("epoch", epoch);
     ft.track("epoch offset", epoch_offset);
@@ -475,6 +572,8 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
       // Forward and backward of the step's micro-batches: DDP synchronises the gradients in the last.
       const auto compute = [&] {
         die_or_wait_for_test(options, rt.live.get(), rt.rank, rt.world_size, global_step);
+        // Live: the exchanges due after the last inner step (See Note [DiLoCo under FaultTolerant]).
+        if (diloco && rt.live) diloco->synchronize();
         optimizer.zero_grad();
         step_loss = 0;
         for (int64_t m = micro; m < step_end; ++m, ++batches) {
@@ -497,7 +596,13 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
               .lr(scheduled_learning_rate(options, schedule_progress(epoch, options.epochs, share_start, sets.train_size,
                                                                      group_start / options.grad_accum, epoch_steps)));
         }
-        scaler.step(optimizer);  // optimizer.step() unless fp16 gradients overflowed
+        if (!diloco) {
+          scaler.step(optimizer);  // optimizer.step() unless fp16 gradients overflowed
+        } else if (rt.live) {
+          diloco->inner_step();  // apply() does not communicate; synchronize() follows in compute()
+        } else {
+          diloco->step();
+        }
         scaler.update();
         ++global_step;
         epoch_offset = *sampler.state(step_end * batch_size).offset;
@@ -520,10 +625,10 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
       const bool last = micro == micro_batches;
       if (!options.checkpoint_dir.empty() && options.checkpoint_every > 0 && !last &&
           global_step % options.checkpoint_every == 0) {
-        save(options, rt, trainee, optimizer, scaler, global_step, sampler.state(micro * batch_size));
+        save(options, rt, trainee, optimizer, diloco.get(), scaler, global_step, sampler.state(micro * batch_size));
       }
       if (stop_signal && !last && stop_signal->requested(rt.group.get())) {
-        save(options, rt, trainee, optimizer, scaler, global_step, sampler.state(micro * batch_size));
+        save(options, rt, trainee, optimizer, diloco.get(), scaler, global_step, sampler.state(micro * batch_size));
         if (rt.main()) {
           std::cout << "signal " << stop_signal->name() << ": checkpoint of step " << global_step << " written to "
                     << options.checkpoint_dir << ", stopping (resume with --resume)" << std::endl;
@@ -548,8 +653,9 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
     const double seconds = std::chrono::duration<double>(Clock::now() - epoch_start).count();
     train_seconds += seconds;
     if (!options.checkpoint_dir.empty() && !stopped) {
-      save(options, rt, trainee, optimizer, scaler, global_step, samplers::SamplerState{epoch + 1, 0, rt.world_size, 0});
+      save(options, rt, trainee, optimizer, diloco.get(), scaler, global_step, samplers::SamplerState{epoch + 1, 0, rt.world_size, 0});
     }
+    finish_outer_steps(diloco.get(), rt);  // a no-op after the checkpoint's
     const double accuracy = evaluate(trainee, *sets.test, sets.test_size, std::max<int64_t>(batch_size, 256), rt);
     const std::vector<double> loss_sums = sum_over_ranks({loss_sum, static_cast<double>(loss_count)}, rt);
     const double mean_loss = loss_sums[1] > 0 ? loss_sums[0] / loss_sums[1] : 0.0;
@@ -574,6 +680,10 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
     std::cout << "rank " << rt.rank << ": live recovery finished at step " << global_step << ", world size "
               << rt.world_size << ", pid " << ::getpid() << ", parameters " << std::hex
               << parameters_checksum(*trainee.module) << std::dec << std::endl;
+  }
+  if (diloco && rt.main()) {
+    std::cout << "DiLoCo: " << diloco->outer_steps() << " outer steps over " << diloco->inner_steps()
+              << " inner steps, " << diloco->bytes_sent() << " bytes sent by rank 0" << std::endl;
   }
   if (rt.main()) {
     std::cout << "final test accuracy " << percent(metrics.final_accuracy) << " (" << metrics.samples_per_second

@@ -65,6 +65,46 @@ void parse_batch_policy_flags(const cxxopts::ParseResult& result, TrainOptions& 
   }
 }
 
+// --diloco and its companions (after --mode, --comm-hook, --zero and --amp are parsed).
+void parse_diloco_flags(const cxxopts::ParseResult& result, TrainOptions& o) {
+  o.diloco = positive<int64_t>(result, "diloco", 0);
+  o.diloco_fragments = positive<int64_t>(result, "diloco-fragments", 1);
+  o.diloco_delay = positive<int64_t>(result, "diloco-delay", 0);
+  o.outer_lr = result["outer-lr"].as<double>();
+  o.outer_momentum = result["outer-momentum"].as<double>();
+  o.outer_dtype = result["outer-dtype"].as<std::string>();
+  if (o.diloco == 0) {
+    for (const char* flag : {"diloco-fragments", "diloco-delay", "outer-lr", "outer-momentum", "outer-dtype"}) {
+      if (result.count(flag)) throw UsageError(str("--", flag, " needs --diloco H (inner steps between syncs)"));
+    }
+    return;
+  }
+  if (o.mode != Mode::kDdp) throw UsageError("--diloco needs --mode ddp (it averages over the ranks)");
+  if (o.comm_hook != "allreduce") {
+    throw UsageError(str("--diloco and --comm-hook ", o.comm_hook, ": DiLoCo sends no gradients; drop --comm-hook"));
+  }
+  if (o.zero) throw UsageError("--diloco and --zero: every rank steps all of its parameters; drop --zero");
+  if (o.amp == amp::Precision::kFloat16) {
+    throw UsageError("--diloco and --amp fp16: the GradScaler may skip inner steps; use --amp bf16");
+  }
+  if (!(o.outer_lr > 0)) throw UsageError(str("--outer-lr must be positive, not ", o.outer_lr));
+  if (!(o.outer_momentum >= 0 && o.outer_momentum < 1)) {
+    throw UsageError(str("--outer-momentum must be in [0, 1), not ", o.outer_momentum));
+  }
+  const std::vector<std::string> dtypes{"fp32", "bf16", "fp16", "int8"};  // ddp::parse_outer_dtype's
+  if (std::find(dtypes.begin(), dtypes.end(), o.outer_dtype) == dtypes.end()) {
+    throw UsageError(str("--outer-dtype must be fp32, bf16, fp16 or int8, not '", o.outer_dtype, "'"));
+  }
+  if (o.diloco_fragments > o.diloco) {
+    throw UsageError(str("--diloco-fragments ", o.diloco_fragments, " exceeds --diloco ", o.diloco,
+                         ": each fragment needs its own inner step"));
+  }
+  if (o.diloco_delay * o.diloco_fragments >= o.diloco) {
+    throw UsageError(str("--diloco-delay ", o.diloco_delay, " must be less than --diloco / --diloco-fragments (",
+                         o.diloco, " / ", o.diloco_fragments, ")"));
+  }
+}
+
 }  // namespace
 
 std::optional<TrainOptions> parse_train_options(int argc, char** argv, const ProgramSpec& spec) {
@@ -107,7 +147,13 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, const Pro
       ("powersgd-rank", "ddp with --comm-hook powersgd: the rank of the approximation", cxxopts::value<int64_t>()->default_value("1"))
       ("powersgd-start-iter", "ddp with --comm-hook powersgd: steps all-reduced before compressing (>= 2)", cxxopts::value<int64_t>()->default_value("1000"))
       ("batch-policy", "when the world size changes at a resume, keep per-rank (--batch-size per rank) or global (--global-batch-size)", cxxopts::value<std::string>()->default_value("per-rank"))
-      ("global-batch-size", "with --batch-policy global: samples per optimizer step, divided among the ranks", cxxopts::value<int64_t>()->default_value("0"));
+      ("global-batch-size", "with --batch-policy global: samples per optimizer step, divided among the ranks", cxxopts::value<int64_t>()->default_value("0"))
+      ("diloco", "ddp: DiLoCo, H local SGD steps between outer steps on the averaged change (0: off; see docs/ddp.md)", cxxopts::value<int64_t>()->default_value("0"))
+      ("diloco-fragments", "with --diloco: streaming DiLoCo, the model synced in F fragments at staggered steps", cxxopts::value<int64_t>()->default_value("1"))
+      ("diloco-delay", "with --diloco: inner steps a fragment's exchange overlaps before its outer step (< H / F)", cxxopts::value<int64_t>()->default_value("0"))
+      ("outer-lr", "with --diloco: the outer SGD's learning rate", cxxopts::value<double>()->default_value("0.7"))
+      ("outer-momentum", "with --diloco: the outer SGD's Nesterov momentum", cxxopts::value<double>()->default_value("0.9"))
+      ("outer-dtype", "with --diloco: fp32 | bf16 | fp16 | int8, what the outer gradients travel as", cxxopts::value<std::string>()->default_value("fp32"));
   cxxopts::ParseResult result;
   try {
     result = cli.parse(argc, argv);
@@ -180,6 +226,7 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, const Pro
     o.zero = result.count("zero") > 0;
     if (o.zero && o.mode != Mode::kDdp) throw UsageError("--zero needs --mode ddp (it shards over the ranks)");
     parse_batch_policy_flags(result, o);
+    parse_diloco_flags(result, o);
     o.log_samples = result["log-samples"].as<std::string>();
     o.die_at_step = positive<int64_t>(result, "die-at-step", 0);
   } catch (const cxxopts::exceptions::exception& e) {

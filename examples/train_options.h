@@ -59,6 +59,14 @@ struct TrainOptions {
   int64_t global_batch_size = 0;  // --global-batch-size: samples per optimizer step (batch policy global)
   std::string log_samples;  // debug: each rank appends the samples it trains on to a file in this folder
   int64_t die_at_step = 0;  // debug: the last rank SIGKILLs itself in step N (See live_training.h; 0: off)
+  // --diloco H: DiLoCo over the SGD above (ddp/algorithms/diloco.h); 0: off. The outer optimizer
+  // and streaming: --outer-lr, --outer-momentum, --diloco-fragments, --diloco-delay, --outer-dtype.
+  int64_t diloco = 0;
+  int64_t diloco_fragments = 1;
+  int64_t diloco_delay = 0;
+  double outer_lr = 0.7;
+  double outer_momentum = 0.9;
+  std::string outer_dtype = "fp32";
 };
 
 // Parses argv. Returns nullopt after printing --help. Throws ddp::UsageError with a one-line

@@ -7,6 +7,10 @@
 #   DELAY [1ms]: one-way delay on every host's link (a round trip between two hosts: twice it);
 #   0 adds none
 #   HOOKS ["allreduce fp16 powersgd:1 powersgd:2 powersgd:4"]  WARMUP [3]  ITERS [4]
+#   HOOKS also takes ceiling (ddp_bench --comm-hook none: the same hosts training with no
+#   communication, the bed's compute ceiling) and diloco:H[:F[:DTYPE[:TAU]]] (ddp_bench --diloco H
+#   --diloco-fragments F --outer-dtype DTYPE --diloco-delay TAU); these two have no PyTorch side.
+#   A diloco entry warms up for H steps and times DILOCO_CYCLES [2] x H (whole sync cycles).
 #   BATCH_resnet18 [16]  BATCH_lenet [64]  ALLREDUCE_BYTES ["8388608 67108864"]  PYTHON_SIDE [1]
 #   TORCH_TRIES [3]: tries of each PyTorch run before it is recorded as failed
 #   ROUNDS [1]: each bed's measurements repeated in rounds (busbw, then per model the one-host
@@ -62,6 +66,7 @@ reason=$("$cluster" check) || {
   echo "bench-hooks.sh: $reason" >&2
   exit 2
 }
+diloco_cycles=${DILOCO_CYCLES:-2}
 for b in ddp_launch ddp_bench allreduce_bench link_delay; do
   [[ -x $bin/$b ]] || {
     echo "bench-hooks.sh: $bin/$b is missing: DDP_BUILD_TARGETS=\"ddp_launch ddp_bench allreduce_bench link_delay\" scripts/build.sh" >&2
@@ -196,19 +201,27 @@ for rate in $rates; do
         # the row (rate R, 1 host) is their mean, the scaling of R's rows divides by it.
         before=$(one_host "$model" "$b")
         for hook in $hooks; do
-          h=${hook%%:*} r=1
-          [[ $hook == *:* ]] && r=${hook#*:}
+          h=${hook%%:*} r=1 steps=(--warmup "$warmup" --iters "$iters")
+          case $hook in
+            ceiling) how=(--comm-hook none) ;;
+            diloco:*)
+              IFS=: read -r _ H F dtype tau <<<"$hook"
+              how=(--diloco "$H" --diloco-fragments "${F:-1}" --outer-dtype "${dtype:-fp32}" --diloco-delay "${tau:-0}")
+              steps=(--warmup "$H" --iters "$((diloco_cycles * H))") ;;
+            *)
+              [[ $hook == *:* ]] && r=${hook#*:}
+              how=(--comm-hook "$h" --powersgd-rank "$r") ;;
+          esac
           port=$((port + 1))
           rm -f "$work/train.csv"
           if on_hosts "$n" "$port" "$work/cpp" cpp "$bin/ddp_bench" --mode ddp --model "$model" --batch "$b" \
-            --warmup "$warmup" --iters "$iters" --comm-hook "$h" --powersgd-rank "$r" --csv "$work/train.csv" \
-            --no-markdown; then
+            "${steps[@]}" "${how[@]}" --csv "$work/train.csv" --no-markdown; then
             row samples_per_s "$rate" "$n" "$model" "$hook" cpp "$(column "$work/train.csv" samples_per_s)"
           else
             row samples_per_s "$rate" "$n" "$model" "$hook" cpp failed
             keep "$work/cpp" "$model-${hook/:/}-$rate-$n-cpp-r$round"
           fi
-          ((python_side)) || continue
+          [[ $python_side == 1 && $hook != ceiling && $hook != diloco:* ]] || continue
           # PyTorch's powerSGD_hook can abort with Gloo ("Received data size doesn't match expected
           # size"): it all-reduces Q on the group of the next bucket's P, from Gloo's callback
           # thread, in an order that differs between ranks. Each failed try is kept and counted.

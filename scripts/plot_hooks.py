@@ -14,7 +14,7 @@ import statistics
 import sys
 
 COLOURS = {"allreduce": "#1f77b4", "fp16": "#ff7f0e", "bf16": "#8c564b", "powersgd:1": "#2ca02c",
-           "powersgd:2": "#d62728", "powersgd:4": "#9467bd"}
+           "powersgd:2": "#d62728", "powersgd:4": "#9467bd", "ceiling": "#000"}
 RATE_MBPS = {"10mbit": 10, "100mbit": 100, "1gbit": 1000, "10gbit": 10000}
 PANEL_W, PANEL_H, MARGIN = 420, 300, 60
 
@@ -136,6 +136,10 @@ def tables(path):
             scaling = [v / one[r] for r, v in cpp.items() if one.get(r)]
             if scaling:
                 text += f" ({summary(scaling, lambda x: f'{x:.2f}')}x one host)"
+            ceiling = cells.get(("ceiling", "cpp"), {})  # the same hosts with no communication, per round
+            of_ceiling = [v / ceiling[r] for r, v in cpp.items() if ceiling.get(r)]
+            if hook != "ceiling" and of_ceiling:
+                text += f" {summary(of_ceiling, lambda x: f'{x:.0%}')} of the ceiling"
             paired = [v / torch[r] for r, v in cpp.items() if torch.get(r)]
             if torch:
                 text += f"; PyTorch {summary(list(torch.values()), lambda x: f'{x:.1f}')}"

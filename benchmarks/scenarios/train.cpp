@@ -22,6 +22,8 @@
 #include "ddp/amp/grad_scaler.h"
 #include "ddp/parallel/data_parallel.h"
 #include "ddp/parallel/distributed_data_parallel.h"
+#include "ddp/algorithms/diloco.h"
+#include "ddp/algorithms/model_averaging.h"
 #include "ddp/algorithms/powersgd.h"
 #include "examples/data/fashion_mnist.h"
 #include "examples/data/image_dataset.h"
@@ -139,6 +141,17 @@ Measurement train_loop(Forward&& forward, std::vector<torch::Tensor> parameters,
   amp::GradScalerOptions scaler_options;
   scaler_options.enabled = precision == amp::Precision::kFloat16;
   amp::GradScaler scaler(device, scaler_options);
+  std::optional<DiLoCo> diloco;  // --diloco: its exchanges fall in the optimizer phase
+  if (options.diloco > 0 && zero_group) {
+    DiLoCoOptions diloco_options;
+    diloco_options.sync_every = options.diloco;
+    diloco_options.fragments = options.diloco_fragments;
+    diloco_options.sync_delay = options.diloco_delay;
+    diloco_options.outer_lr = options.outer_lr;
+    diloco_options.outer_momentum = options.outer_momentum;
+    diloco_options.outer_dtype = parse_outer_dtype(options.outer_dtype);
+    diloco.emplace(zero_group, optimizer, diloco_options);
+  }
   Measurement m;
   PhaseTimer timer;
   DdpStats before;
@@ -160,7 +173,11 @@ Measurement train_loop(Forward&& forward, std::vector<torch::Tensor> parameters,
     step += timer.lap("forward");
     scaler.scale(loss).backward();
     step += timer.lap("backward");
-    scaler.step(optimizer);
+    if (diloco) {
+      diloco->step();
+    } else {
+      scaler.step(optimizer);
+    }
     scaler.update();
     optimizer.zero_grad();
     step += timer.lap("optimizer");
@@ -191,7 +208,8 @@ DdpOptions ddp_options(const BenchOptions& options) {
   DdpOptions ddp;
   ddp.bucket_cap_bytes = mebibytes(options.bucket_cap_mb);
   ddp.gradient_as_bucket_view = options.gradient_as_bucket_view;
-  ddp.broadcast_buffers = options.broadcast_buffers;
+  // --diloco and --comm-hook none: nothing leaves a rank in a step, buffers neither.
+  ddp.broadcast_buffers = options.broadcast_buffers && options.diloco == 0 && options.comm_hook != "none";
   // The harness accepted only known names; powersgd is registered on the module (below).
   if (auto builtin = parse_comm_hook(options.comm_hook)) ddp.comm_hook = *builtin;
   ddp.algorithm = parse_collective_algorithm(options.algorithms.front());
@@ -205,7 +223,10 @@ std::string ddp_options_text(const BenchOptions& options) {
   return "bucket_cap_mb=" + cap.str() +
          " gradient_as_bucket_view=" + (options.gradient_as_bucket_view ? "1" : "0") + " comm_hook=" +
          options.comm_hook + (options.comm_hook == "powersgd" ? str("(r=", options.powersgd_rank, ")") : std::string()) +
-         " broadcast_buffers=" + (options.broadcast_buffers ? "1" : "0") +
+         " broadcast_buffers=" + (ddp_options(options).broadcast_buffers ? "1" : "0") +
+         (options.diloco > 0 ? str(" diloco=", options.diloco, " fragments=", options.diloco_fragments, " delay=",
+                                   options.diloco_delay, " outer_dtype=", options.outer_dtype)
+                             : std::string()) +
          (options.algorithms.front() == "auto" ? "" : " algorithm=" + options.algorithms.front());
 }
 
@@ -235,7 +256,9 @@ Measurement run_mode(Holder model, const Config& config, const std::shared_ptr<P
   const torch::Device device = group->device();
   model->to(device);
   DistributedDataParallel<Holder> ddp_model(model, group, ddp_options(options));
-  if (options.comm_hook == "powersgd") {
+  if (options.diloco > 0 || options.comm_hook == "none") {
+    ddp_model.register_comm_hook(std::make_shared<PostLocalSgdHook>(PostLocalSgdOptions{}));  // local gradients
+  } else if (options.comm_hook == "powersgd") {
     PowerSgdOptions powersgd;
     powersgd.matrix_approximation_rank = options.powersgd_rank;
     powersgd.start_powersgd_iter = options.powersgd_start_iter;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "ddp/algorithms/diloco.h"
 #include "ddp/amp/grad_scaler.h"
 #include "ddp/base/error.h"
 #include "ddp/base/str.h"
@@ -114,6 +115,7 @@ void FaultTolerant::track(torch::optim::Optimizer& optimizer) {
   optimizer_ = &optimizer;
 }
 void FaultTolerant::track(amp::GradScaler& scaler) { scaler_ = &scaler; }
+void FaultTolerant::track(DiLoCo& diloco) { diloco_ = &diloco; }
 void FaultTolerant::track(const std::string& name, std::int64_t& counter) { counters_.emplace_back(name, &counter); }
 
 void FaultTolerant::start() {
@@ -220,21 +222,27 @@ void FaultTolerant::regroup(const std::string& why) {
 void FaultTolerant::synchronize_state() {
   if (model_) model_->reset(group_);
   if (scaler_ != nullptr) scaler_->reset_process_group(group_);
-  // [steps applied, holds no state] of every rank.
-  const auto info = torch::tensor({step_, std::int64_t{has_state_ ? 0 : 1}}, torch::kLong);
+  if (diloco_ != nullptr) diloco_->reset_process_group(group_);
+  // [steps applied, holds no state, DiLoCo's outer steps] of every rank: progress is (steps, outer
+  // steps), See Note [DiLoCo under FaultTolerant] in ddp/algorithms/diloco.cpp.
+  const std::int64_t outer = diloco_ != nullptr ? diloco_->outer_steps() : 0;
+  const auto info = torch::tensor({step_, std::int64_t{has_state_ ? 0 : 1}, outer}, torch::kLong);
   const auto all = group_->allgather(info, "state agreement");
-  int source = -1;
-  std::int64_t best = -1;
-  for (int r = 0; r < group_->size(); ++r) {
+  const auto progress = [&](int r) {
     const auto* entry = all[static_cast<std::size_t>(r)].data_ptr<std::int64_t>();
-    if (entry[1] == 0 && entry[0] > best) best = entry[0], source = r;
+    return std::make_pair(entry[0], entry[2]);
+  };
+  const auto holds_state = [&](int r) { return all[static_cast<std::size_t>(r)].data_ptr<std::int64_t>()[1] == 0; };
+  int source = -1;
+  for (int r = 0; r < group_->size(); ++r) {
+    if (holds_state(r) && (source < 0 || progress(r) > progress(source))) source = r;
   }
   if (source < 0) source = 0;  // the job's start: nobody holds state yet, rank 0's becomes it
+  const auto best = progress(source);
   bool anyone_receives = false;
   bool receive = false;
   for (int r = 0; r < group_->size(); ++r) {
-    const auto* entry = all[static_cast<std::size_t>(r)].data_ptr<std::int64_t>();
-    const bool needs = r != source && (entry[1] != 0 || entry[0] < best);
+    const bool needs = r != source && (!holds_state(r) || progress(r) < best);
     anyone_receives = anyone_receives || needs;
     if (r == group_->rank()) receive = needs;
   }
@@ -299,6 +307,12 @@ std::string FaultTolerant::encode_state() const {
     out.text(name);
     out.tensor(tensor);
   }
+  const StateDict outer = diloco_ != nullptr ? diloco_->state() : StateDict();
+  out.integer(diloco_ != nullptr ? static_cast<std::int64_t>(outer.size()) : -1);
+  for (const auto& item : outer) {
+    out.text(item.key());
+    out.tensor(item.value());
+  }
   return out.bytes();
 }
 
@@ -348,6 +362,13 @@ void FaultTolerant::load_state(const std::string& bytes, int source) {
     std::string name = in.text();
     hook_state.insert(std::move(name), in.tensor());
   }
+  const std::int64_t outer_entries = in.integer();
+  if ((outer_entries >= 0) != (diloco_ != nullptr)) mismatch("one side tracks a DiLoCo, the other not");
+  StateDict outer_state;
+  for (std::int64_t i = 0; i < outer_entries; ++i) {
+    std::string name = in.text();
+    outer_state.insert(std::move(name), in.tensor());
+  }
   if (!in.at_end()) in.fail("bytes left after the state");
   // Everything was read: now change this rank's state.
   const torch::Device device = tensors.empty() ? torch::Device(torch::kCPU) : tensors.front().second.device();
@@ -358,6 +379,7 @@ void FaultTolerant::load_state(const std::string& bytes, int source) {
   if (optimizer_state) detail::load_optimizer_state_dict(*optimizer_, *optimizer_state, device, str("the state of rank ", source));
   if (has_scaler) scaler_->load_state_dict(scaler_state);
   if (model_ && (hook_entries > 0 || !model_->hook().state().is_empty())) model_->hook().load_state(hook_state);
+  if (diloco_ != nullptr) diloco_->load_state(outer_state);
   for (std::size_t i = 0; i < counters_.size(); ++i) *counters_[i].second = counters[i];
   step_ = step;
 }

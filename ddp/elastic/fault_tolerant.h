@@ -27,6 +27,7 @@ namespace ddp {
 namespace amp {
 class GradScaler;  // ddp/amp/grad_scaler.h
 }
+class DiLoCo;  // ddp/algorithms/diloco.h
 
 // Note [Live recovery]
 // ~~~~~~~~~~~~~~~~~~~~
@@ -133,6 +134,10 @@ class FaultTolerant {
   }
   void track(torch::optim::Optimizer& optimizer);
   void track(amp::GradScaler& scaler);
+  // Its outer state travels to joiners and its exchanges follow the group; call its synchronize()
+  // in compute() and inner_step() in apply() (See Note [DiLoCo under FaultTolerant] in
+  // ddp/algorithms/diloco.cpp).
+  void track(DiLoCo& diloco);
   // A counter of the loop (the epoch, samples consumed in it, ...) that joiners receive.
   void track(const std::string& name, std::int64_t& counter);
 
@@ -183,6 +188,7 @@ class FaultTolerant {
   std::optional<TrackedModel> model_;
   torch::optim::Optimizer* optimizer_ = nullptr;
   amp::GradScaler* scaler_ = nullptr;
+  DiLoCo* diloco_ = nullptr;
   std::vector<std::pair<std::string, std::int64_t*>> counters_;
   std::mutex watch_mutex_;
   std::condition_variable watch_wakeup_;

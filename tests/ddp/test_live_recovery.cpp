@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include "ddp/algorithms/diloco.h"
+#include "ddp/algorithms/model_averaging.h"
 #include "ddp/amp/grad_scaler.h"
 #include "ddp/base/error.h"
 #include "ddp/elastic/fault_tolerant.h"
@@ -121,6 +123,8 @@ struct Outcome {
   std::int64_t growth_tracker = -1;
   std::vector<std::int64_t> samples;  // the sampler's indices of the applied steps (Scenario::sampler)
   std::string last_regroup_reason;
+  torch::Tensor outer_state;  // DiLoCo's state after finish(), every tensor of it end to end
+  std::int64_t outer_steps = -1;
 };
 
 struct Scenario {
@@ -138,6 +142,8 @@ struct Scenario {
   // Batches from a DistributedSampler (kSamplerBatch per rank, no shuffle) re-sharded at every new group
   // from the tracked count of samples the applied steps consumed.
   bool sampler = false;
+  // DiLoCo (H = 2, Nesterov momentum) over a DDP whose hook does not communicate; finish() at the end.
+  bool diloco = false;
   // Bound of every collective: the detection bound of a silent peer.
   std::chrono::milliseconds group_timeout = ddp::testing::kRankTimeout;
   std::chrono::milliseconds settle_timeout = 20s;  // every lost rank is marked gone, unless a Plan says not
@@ -211,6 +217,14 @@ std::vector<Outcome> run(const Scenario& scenario) {
         scaler_options.growth_interval = 2;
         scaler_options.enabled = scenario.scaler;
         ddp::amp::GradScaler scaler(torch::kCPU, scaler_options);
+        std::optional<ddp::DiLoCo> diloco;
+        if (scenario.diloco) {
+          model.register_comm_hook(std::make_shared<ddp::PostLocalSgdHook>(ddp::PostLocalSgdOptions{}));
+          ddp::DiLoCoOptions diloco_options;
+          diloco_options.sync_every = 2;
+          diloco.emplace(ft.group(), optimizer, diloco_options);
+          ft.track(*diloco);
+        }
         ft.track(model);
         ft.track(optimizer);
         if (scenario.scaler) ft.track(scaler);
@@ -250,6 +264,7 @@ std::vector<Outcome> run(const Scenario& scenario) {
             std::vector<std::size_t> indices;
             const bool applied = ft.step(
                 [&] {
+                  if (diloco) diloco->synchronize();  // See Note [DiLoCo under FaultTolerant]
                   optimizer.zero_grad();
                   auto [x, y] = batch(ft.steps(), rank, world);
                   if (sampler) {
@@ -262,7 +277,11 @@ std::vector<Outcome> run(const Scenario& scenario) {
                   scaler.scale(torch::mse_loss(model(x), y)).backward();
                 },
                 [&] {
-                  scaler.step(optimizer);
+                  if (diloco) {
+                    diloco->inner_step();
+                  } else {
+                    scaler.step(optimizer);
+                  }
                   scaler.update();
                   consumed += world * kSamplerBatch;
                 });
@@ -272,6 +291,13 @@ std::vector<Outcome> run(const Scenario& scenario) {
             return leave();
           }
           if (t == 0) rank0_steps.store(ft.steps());
+        }
+        if (diloco) {
+          diloco->finish();
+          std::vector<torch::Tensor> parts;
+          for (const auto& item : diloco->state()) parts.push_back(item.value().to(torch::kDouble).reshape({-1}));
+          out.outer_state = torch::cat(parts);
+          out.outer_steps = diloco->outer_steps();
         }
         out.final_params = flat(*net);
         out.steps = ft.steps();
@@ -469,6 +495,44 @@ TEST_CASE("a joiner with PowerSGD receives the hook's shared state", "[live]") {
     CHECK(outcomes[t].hook_iterations == scenario.total_steps);  // the joiner's count came with the state
   }
   CHECK(outcomes[2].world_at == std::vector<int>{3, 3});
+}
+
+TEST_CASE("a joiner with DiLoCo receives the outer state: every rank ends bit for bit equal", "[live][diloco]") {
+  Scenario scenario;
+  scenario.initial_world = 2;
+  scenario.joiners = 1;
+  scenario.total_steps = 7;
+  scenario.plans[2].joiner = true;
+  scenario.hold_for_joiner_at = 3;  // joins with a momentum built by one outer step
+  scenario.diloco = true;
+  const auto outcomes = run(scenario);
+  for (std::size_t t = 0; t < outcomes.size(); ++t) {
+    INFO("thread " << t << ": " << outcomes[t].error);
+    REQUIRE(outcomes[t].error.empty());
+    CHECK(outcomes[t].outer_steps == 4);  // after steps 2, 4, 6, then finish()
+    CHECK(torch::equal(outcomes[t].outer_state, outcomes[0].outer_state));
+    CHECK(torch::equal(outcomes[t].final_params, outcomes[0].final_params));
+  }
+  CHECK(outcomes[2].regroups == 1);
+  CHECK(outcomes[2].world_at.size() < outcomes[0].world_at.size());
+}
+
+TEST_CASE("a lost rank under DiLoCo: the survivors go on with the same outer state", "[live][diloco]") {
+  Scenario scenario;
+  scenario.initial_world = 3;
+  scenario.total_steps = 6;
+  scenario.plans[2].leave_at_step = 3;
+  scenario.diloco = true;
+  const auto outcomes = run(scenario);
+  for (std::size_t t = 0; t < 2; ++t) {
+    INFO("thread " << t << ": " << outcomes[t].error);
+    REQUIRE(outcomes[t].error.empty());
+    CHECK(outcomes[t].world_at == std::vector<int>{3, 3, 3, 2, 2, 2});
+    CHECK(outcomes[t].outer_steps == 3);  // after steps 2, 4 and 6; finish() has nothing left
+    CHECK(torch::equal(outcomes[t].outer_state, outcomes[0].outer_state));
+    CHECK(torch::equal(outcomes[t].final_params, outcomes[0].final_params));
+  }
+  CHECK(outcomes[2].left);
 }
 
 TEST_CASE("a collective whose peer closed raises PeerLostError", "[live]") {

@@ -176,6 +176,40 @@ TEST_CASE("DDP with --resume after an interruption mid-epoch ends where an unint
   CHECK(max_abs_difference(read_params(tmp / "whole.bin"), read_params(tmp / "resumed.bin")) < 1e-6);
 }
 
+TEST_CASE("--diloco 1 with outer lr 1 and no momentum is DDP; a resumed DiLoCo run ends where a whole one does",
+          "[training][ddp][diloco]") {
+  TempDir tmp;
+  // Plain SGD (no inner momentum): the mean of the ranks' steps is DDP's step on the mean gradient.
+  const std::string program = kBin + "/ddp_launch --nproc_per_node 2 --master_port 0 " + kBin +
+                              "/train_fashion_mnist --mode ddp --limit 512 --batch-size 32 --seed 6";
+  const std::string plain = " --epochs 1 --momentum 0 --save-params ";
+  REQUIRE_SUCCESS(run(program + plain + (tmp / "ddp.bin")));
+  const Run h1 = run(program + plain + (tmp / "h1.bin") + " --diloco 1 --outer-lr 1 --outer-momentum 0");
+  REQUIRE_SUCCESS(h1);
+  CHECK_THAT(h1.output, Contains("DiLoCo: 8 outer steps over 8 inner steps"));
+  const auto ddp = read_params(tmp / "ddp.bin");
+  CHECK(max_abs_difference(ddp, read_params(tmp / "h1.bin")) < 1e-5);
+  // Streaming DiLoCo with Nesterov momentum in int8: the outer state (momentum, global parameters,
+  // schedule) must come back from the checkpoint of step 8, or the resumed run ends elsewhere.
+  const std::string diloco = program + " --epochs 2 --diloco 4 --diloco-fragments 2 --outer-dtype int8";
+  REQUIRE_SUCCESS(run(diloco + " --save-params " + (tmp / "whole.bin")));
+  const std::string checkpoints = " --checkpoint-dir " + (tmp / "ck");
+  REQUIRE_SUCCESS(run(diloco + checkpoints + " --max-steps 11"));
+  REQUIRE(fs::exists(tmp.path / "ck" / "step-000000000008" / "diloco.pt"));
+  const Run resumed = run(diloco + checkpoints + " --resume --save-params " + (tmp / "resumed.bin"));
+  REQUIRE_SUCCESS(resumed);
+  CHECK_THAT(resumed.output, Contains("step-000000000008 (epoch 2, step 8)"));
+  const auto whole = read_params(tmp / "whole.bin");
+  CHECK(max_abs_difference(whole, read_params(tmp / "resumed.bin")) < 1e-6);
+  // Without the outer state the resumed run goes elsewhere (and says so): the check above can fail.
+  fs::remove(tmp.path / "ck" / "step-000000000016" / "MANIFEST");
+  fs::remove(tmp.path / "ck" / "step-000000000008" / "diloco.pt");
+  const Run afresh = run(diloco + checkpoints + " --resume --save-params " + (tmp / "afresh.bin"));
+  REQUIRE_SUCCESS(afresh);
+  CHECK_THAT(afresh.output, Contains("the outer optimizer starts afresh"));
+  CHECK(max_abs_difference(whole, read_params(tmp / "afresh.bin")) > 1e-4);
+}
+
 TEST_CASE("--resume names every checkpoint it skips; none valid stops the run unless --allow-fresh-start",
           "[training]") {
   TempDir tmp;
@@ -227,6 +261,11 @@ TEST_CASE("bad command lines and missing data: one clear line and an exit code",
       {"train_fashion_mnist --batch-policy elastic", "--batch-policy must be per-rank or global, not 'elastic'"},
       {"train_fashion_mnist --batch-policy global", "--batch-policy global needs --global-batch-size N"},
       {"train_fashion_mnist --global-batch-size 64", "--global-batch-size needs --batch-policy global"},
+      {"train_fashion_mnist --diloco 8", "--diloco needs --mode ddp"},
+      {"train_fashion_mnist --outer-lr 0.5", "--outer-lr needs --diloco H"},
+      {"train_fashion_mnist --mode ddp --diloco 8 --outer-dtype int4", "--outer-dtype must be fp32, bf16, fp16 or int8, not 'int4'"},
+      {"train_fashion_mnist --mode ddp --diloco 8 --comm-hook powersgd", "DiLoCo sends no gradients"},
+      {"train_fashion_mnist --mode ddp --diloco 8 --diloco-fragments 4 --diloco-delay 2", "--diloco-delay 2 must be less than"},
       {"train_fashion_mnist --batch-policy global --global-batch-size 100 --grad-accum 3 --limit 64",
        "--global-batch-size 100 does not divide among 1 rank(s) x 3 micro-batch(es)"},
   };
