@@ -303,7 +303,7 @@ BenchOptions parse_options(int argc, char** argv, const std::string& scenario_de
   if (options.diloco > 0 && (options.comm_hook != "allreduce" || options.zero || options.amp == "fp16")) {
     throw UsageError("--diloco sends no gradients: drop --comm-hook, --zero and --amp fp16");
   }
-  if (options.diloco_delay * options.diloco_fragments >= std::max<int64_t>(options.diloco, 1) && options.diloco > 0) {
+  if (options.diloco > 0 && options.diloco_delay >= std::max<int64_t>(1, options.diloco / options.diloco_fragments)) {
     throw UsageError("--diloco-delay must be less than --diloco / --diloco-fragments");
   }
   return options;

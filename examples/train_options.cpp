@@ -99,9 +99,9 @@ void parse_diloco_flags(const cxxopts::ParseResult& result, TrainOptions& o) {
     throw UsageError(str("--diloco-fragments ", o.diloco_fragments, " exceeds --diloco ", o.diloco,
                          ": each fragment needs its own inner step"));
   }
-  if (o.diloco_delay * o.diloco_fragments >= o.diloco) {
+  if (o.diloco_delay >= o.diloco / o.diloco_fragments) {  // ddp::DiLoCo's rule, in whole steps
     throw UsageError(str("--diloco-delay ", o.diloco_delay, " must be less than --diloco / --diloco-fragments (",
-                         o.diloco, " / ", o.diloco_fragments, ")"));
+                         o.diloco, " / ", o.diloco_fragments, " = ", o.diloco / o.diloco_fragments, " steps)"));
   }
 }
 

@@ -266,6 +266,7 @@ TEST_CASE("bad command lines and missing data: one clear line and an exit code",
       {"train_fashion_mnist --mode ddp --diloco 8 --outer-dtype int4", "--outer-dtype must be fp32, bf16, fp16 or int8, not 'int4'"},
       {"train_fashion_mnist --mode ddp --diloco 8 --comm-hook powersgd", "DiLoCo sends no gradients"},
       {"train_fashion_mnist --mode ddp --diloco 8 --diloco-fragments 4 --diloco-delay 2", "--diloco-delay 2 must be less than"},
+      {"train_fashion_mnist --mode ddp --diloco 10 --diloco-fragments 3 --diloco-delay 3", "(10 / 3 = 3 steps)"},
       {"train_fashion_mnist --batch-policy global --global-batch-size 100 --grad-accum 3 --limit 64",
        "--global-batch-size 100 does not divide among 1 rank(s) x 3 micro-batch(es)"},
   };
