@@ -10,7 +10,8 @@
 #   HOOKS also takes ceiling (ddp_bench --comm-hook none: the same hosts training with no
 #   communication, the bed's compute ceiling) and diloco:H[:F[:DTYPE[:TAU]]] (ddp_bench --diloco H
 #   --diloco-fragments F --outer-dtype DTYPE --diloco-delay TAU); these two have no PyTorch side.
-#   A diloco entry warms up for H steps and times DILOCO_CYCLES [2] x H (whole sync cycles).
+#   A diloco entry warms up for H steps and times DILOCO_CYCLES [2] x H (whole sync cycles); ceiling
+#   takes the steps of the first diloco entry in HOOKS (so both time the same work), else WARMUP, ITERS.
 #   BATCH_resnet18 [16]  BATCH_lenet [64]  ALLREDUCE_BYTES ["8388608 67108864"]  PYTHON_SIDE [1]
 #   TORCH_TRIES [3]: tries of each PyTorch run before it is recorded as failed
 #   ROUNDS [1]: each bed's measurements repeated in rounds (busbw, then per model the one-host
@@ -162,6 +163,15 @@ one_host() {
   column "$work/single.csv" samples_per_s
 }
 
+# ceiling's steps: those of the first diloco entry, so the share of the ceiling compares equal work.
+ceiling_steps=(--warmup "$warmup" --iters "$iters")
+for hook in $hooks; do
+  [[ $hook == diloco:* ]] || continue
+  IFS=: read -r _ H _ <<<"$hook"
+  ceiling_steps=(--warmup "$H" --iters "$((diloco_cycles * H))")
+  break
+done
+
 port=29700
 for rate in $rates; do
   for n in $hosts_list; do
@@ -203,7 +213,7 @@ for rate in $rates; do
         for hook in $hooks; do
           h=${hook%%:*} r=1 steps=(--warmup "$warmup" --iters "$iters")
           case $hook in
-            ceiling) how=(--comm-hook none) ;;
+            ceiling) how=(--comm-hook none) steps=("${ceiling_steps[@]}") ;;
             diloco:*)
               IFS=: read -r _ H F dtype tau <<<"$hook"
               how=(--diloco "$H" --diloco-fragments "${F:-1}" --outer-dtype "${dtype:-fp32}" --diloco-delay "${tau:-0}")

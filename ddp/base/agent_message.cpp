@@ -23,6 +23,7 @@ void encode_agent_message(const AgentMessage& m, unsigned char (&out)[kAgentMess
   put(m.comm_time_s);
   put(m.loss);
   put(m.timestamp_s);
+  put(m.wait_time_s);
 }
 
 std::optional<AgentMessage> decode_agent_message(const void* data, std::size_t size) {
@@ -48,6 +49,7 @@ std::optional<AgentMessage> decode_agent_message(const void* data, std::size_t s
   get(m.comm_time_s);
   get(m.loss);
   get(m.timestamp_s);
+  get(m.wait_time_s);
   return m;
 }
 

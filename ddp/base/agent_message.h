@@ -24,7 +24,7 @@ namespace ddp {
 // the sender lives in the ddp library only, so the launcher never sees a class it cannot use.
 struct AgentMessage {
   // Bits of `flags`: which fields are set.
-  static constexpr std::uint16_t kHasStep = 1;     // step, step_time_s, comm_time_s (DDP's heartbeat)
+  static constexpr std::uint16_t kHasStep = 1;     // step, step_time_s, comm_time_s, wait_time_s (DDP's heartbeat)
   static constexpr std::uint16_t kHasSamples = 2;  // samples (cumulative samples this rank trained)
   static constexpr std::uint16_t kHasLoss = 4;     // loss
   std::uint16_t flags = 0;
@@ -34,15 +34,18 @@ struct AgentMessage {
   std::int64_t samples = 0;
   double step_time_s = 0;         // wall time of the previous iteration (heartbeat to heartbeat)
   double comm_time_s = 0;         // all-reduce time of the previous iteration (first launch to last done)
+  // The part of comm_time_s the previous iteration's backward waited for after its own compute: a
+  // straggler's peers wait for it, it waits least (See Note [Stragglers] in launcher/observe/straggler.h).
+  double wait_time_s = 0;
   double loss = 0;
   double timestamp_s = 0;         // worker's wall clock, seconds since the Unix epoch
 };
 
-inline constexpr std::uint32_t kAgentMagic = 0x31504444;  // "DDP1"
-inline constexpr std::size_t kAgentMessageBytes = 64;
+inline constexpr std::uint32_t kAgentMagic = 0x32504444;  // "DDP2"
+inline constexpr std::size_t kAgentMessageBytes = 72;
 
 // Fixed layout: magic u32, flags u16, pad u16, rank i32, pid i32, step i64, samples i64,
-// step_time f64, comm_time f64, loss f64, timestamp f64 = 64 bytes.
+// step_time f64, comm_time f64, loss f64, timestamp f64, wait_time f64 = 72 bytes.
 void encode_agent_message(const AgentMessage& message, unsigned char (&out)[kAgentMessageBytes]);
 
 // nullopt when the bytes are not one message of this version.

@@ -121,9 +121,11 @@ int run_agent(const config::LaunchConfig& c, const EnvironmentSnapshot& env, con
   // socket is opened and workers send nothing. Bound before the rendezvous: a port in use fails
   // before other nodes wait.
   std::unique_ptr<observe::AgentSocket> agent;
-  observe::ProgressBoard board(c.node_rank.value_or(0), c.nnodes * local.nproc);
+  const auto stragglers = c.stragglers ? std::optional<observe::StragglerOptions>({c.straggler_factor, c.straggler_window})
+                                      : std::nullopt;
+  observe::ProgressBoard board(c.node_rank.value_or(0), c.nnodes * local.nproc, stragglers);
   std::unique_ptr<observe::MetricsServer> metrics;
-  if (c.hang_timeout_s > 0 || c.metrics_port > 0) agent = observe::AgentSocket::open(env.get("TMPDIR").value_or("/tmp"));
+  if (c.hang_timeout_s > 0 || c.metrics_port > 0 || c.stragglers) agent = observe::AgentSocket::open(env.get("TMPDIR").value_or("/tmp"));
   // /healthz: a supervision loop that has not turned for 10 passes (at least 10 s) is stuck.
   if (c.metrics_port > 0) {
     metrics = std::make_unique<observe::MetricsServer>(c.metrics_addr, c.metrics_port, board,

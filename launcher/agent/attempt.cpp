@@ -10,6 +10,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <spdlog/spdlog.h>
 
 #include "ddp/base/detail/files.h"
@@ -129,6 +130,7 @@ class Attempt {
       reap();
       check_hangs();
       follow_job();
+      check_stragglers();
       if (stop_deadline_ && Clock::now() >= *stop_deadline_ && !killed_) kill_all(SIGKILL);
       if (reap_deadline_ && Clock::now() >= *reap_deadline_) give_up_on_unreaped();
       if (running_count() == 0) break;
@@ -220,6 +222,39 @@ class Attempt {
                                                   " (--hang_timeout)");
     }
     begin_stop(true, "the hang watchdog stopped the job");
+  }
+
+  // --straggler_action warn (See Note [Stragglers] in launcher/observe/straggler.h): timings go to and
+  // come from the other nodes; node 0's launcher names every straggler, the others their own ranks.
+  // A rank is named once when it becomes one, and said to be one no longer when its ratio falls
+  // back below the middle of 1 and the factor (so a ratio hovering at the factor is not named at
+  // every pass).
+  void check_stragglers() {
+    observe::ProgressBoard* board = options_.progress;
+    if (board == nullptr || !board->watches_stragglers()) return;
+    const auto now = Clock::now();
+    if (now - stragglers_checked_ < std::chrono::milliseconds(100)) return;
+    stragglers_checked_ = now;
+    const auto local = board->take_local_timings();
+    if (options_.link != nullptr) {
+      options_.link->publish_timings(attempt_, observe::encode_timings(local));
+      for (const std::string& items : options_.link->take_timings(attempt_)) {
+        board->add_remote_timings(observe::decode_timings(items));
+      }
+    }
+    const observe::StragglerOptions& o = board->straggler_options();
+    const bool names_all = board->node_rank() == 0;
+    for (const observe::RankStanding& s : board->straggler_standings()) {
+      const bool ours = std::any_of(workers_.begin(), workers_.end(), [&](const Worker& w) { return w.launch.rank == s.rank; });
+      if (!names_all && !ours) continue;
+      const std::string name = options_.link != nullptr ? options_.link->name_of_rank(s.rank)
+                                                         : ddp::str("rank ", s.rank, " on ", options_.host_name);
+      if (s.straggler && named_stragglers_.insert(s.rank).second) {
+        spdlog::warn("straggler: {} (--straggler_factor {})", observe::describe_straggler(s, o.window, name), o.factor);
+      } else if (s.ratio < (1 + o.factor) / 2 && named_stragglers_.erase(s.rank) > 0) {
+        spdlog::info("no longer a straggler: {}", observe::describe_straggler(s, o.window, name));
+      }
+    }
   }
 
   // This node's ranks' last reported steps.
@@ -512,6 +547,8 @@ class Attempt {
   std::optional<Clock::time_point> reap_deadline_;  // SIGKILL sent: see Note [Unreapable workers]
   bool unreaped_ = false;
   std::optional<std::string> stopped_by_;  // See Note [Coordinated restarts]
+  Clock::time_point stragglers_checked_;
+  std::set<int> named_stragglers_;  // ranks named as stragglers (See check_stragglers)
 };
 
 }  // namespace

@@ -50,7 +50,10 @@
 //   told the verdict `done` after its hello, so that the coordinator's going away is not node 0's loss.
 // - Progress: with --hang_timeout, each launcher sends its ranks' last steps (at most every 200 ms,
 //   only when they changed) and hears everyone else's, so a watchdog on any host names the ranks
-//   of the job that did not arrive (those at the lowest step), whichever host runs them.
+//   of the job that did not arrive (those at the lowest step), whichever host runs them. With
+//   --straggler_action, each also sends its ranks' step timings (`timings`, at most every 200 ms)
+//   and hears everyone else's, so that any launcher can name the job's stragglers (See Note
+//   [Stragglers] in launcher/observe/straggler.h).
 // - Every wait is bounded: connecting and a round's verdict by --rdzv_timeout (2 s with nothing to
 //   restart), the coordinator's linger at the end (it outlives node 0's group until the other
 //   launchers have left, so that none mistakes node 0's normal exit for its loss) by --rdzv_timeout

@@ -153,8 +153,8 @@ class CoordinatorLoop {
       const auto [round, kind] = split_word(rest);
       const bool known_kind = kind == "ok" || kind == "failed" || kind == "final";
       if (!over_ && parse_line_int(round) == round_ && known_kind) ended(c.node, kind);
-    } else if (word == "progress") {
-      broadcast(ddp::str("progress ", c.node, " ", rest), c.node);
+    } else if (word == "progress" || word == "timings") {
+      broadcast(ddp::str(word, " ", c.node, " ", rest), c.node);
     } else if (word == "bye") {
       c.said_bye = true;
     } else {

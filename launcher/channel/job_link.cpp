@@ -139,6 +139,11 @@ void JobLink::on_line(const std::string& line) {
       }
       begin = end + 1;
     }
+  } else if (word == "timings") {  // timings NODE ROUND ITEMS
+    const auto [node, r1] = split_word(rest);
+    const auto [round, items] = split_word(r1);
+    const auto r = parse_line_int(round);
+    if (r && remote_timings_.size() < 1024) remote_timings_.emplace_back(*r, items);  // bounded if never taken
   } else if (word == "store") {  // store PORT
     if (const auto port = parse_line_int(rest); port && *port > 0 && *port <= 65535) store_port_ = *port;
   } else if (word == "verdict") {  // verdict ROUND restart|done
@@ -178,6 +183,30 @@ void JobLink::publish_progress(int round, const std::vector<std::pair<int, std::
   link_.send(ddp::str("progress ", round, " ", ddp::join(items, ",")));
   sent_steps_ = steps;
   last_progress_sent_ = Clock::now();
+}
+
+void JobLink::publish_timings(int round, const std::string& items) {
+  if (round != unsent_timings_round_) {
+    unsent_timings_.clear();
+    unsent_timings_round_ = round;
+  }
+  if (!items.empty() && unsent_timings_.size() + items.size() < 60000) {  // a line stays under 64 KiB
+    unsent_timings_ += (unsent_timings_.empty() ? "" : ",") + items;
+  }
+  if (unsent_timings_.empty() || !link_.is_open() || connecting_) return;
+  if (Clock::now() - last_timings_sent_ < std::chrono::milliseconds(200)) return;
+  link_.send(ddp::str("timings ", round, " ", unsent_timings_));
+  unsent_timings_.clear();
+  last_timings_sent_ = Clock::now();
+}
+
+std::vector<std::string> JobLink::take_timings(int round) {
+  std::vector<std::string> out;
+  for (auto& [r, items] : remote_timings_) {
+    if (r == round) out.push_back(std::move(items));
+  }
+  remote_timings_.clear();
+  return out;
 }
 
 std::string JobLink::describe_behind(int round, const std::vector<std::pair<int, std::int64_t>>& local) const {

@@ -60,6 +60,11 @@ class JobLink {
   // " (across the job, rank(s) 2 on host2 did not arrive: at step 14, the others at 15)", or "" when
   // the other nodes' ranks are not behind this node's `local` ones or nothing is known of them.
   std::string describe_behind(int round, const std::vector<std::pair<int, std::int64_t>>& local) const;
+  // --straggler_action: this node's ranks' step timings (text the observe layer encodes, See Note
+  // [Stragglers] in launcher/observe/straggler.h), gathered and sent at most every 200 ms; and the
+  // other nodes' of `round`, each text once.
+  void publish_timings(int round, const std::string& items);
+  std::vector<std::string> take_timings(int round);
 
   // Reports the end of this node's group in `round` ("ok", "failed" or "final": cannot restart)
   // and waits, at most `timeout_s` and never past a forwarded signal, for the coordinator's
@@ -115,6 +120,10 @@ class JobLink {
   int remote_steps_round_ = -1;
   std::vector<std::pair<int, std::int64_t>> sent_steps_;
   Clock::time_point last_progress_sent_;
+  std::string unsent_timings_;
+  int unsent_timings_round_ = -1;
+  Clock::time_point last_timings_sent_;
+  std::vector<std::pair<int, std::string>> remote_timings_;  // (round, items), not yet taken
   Clock::time_point last_ping_;
   std::vector<std::string> news_;
   std::map<int, bool> lost_;  // node -> lost

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cxxopts.hpp>
 #include <random>
 #include <set>
@@ -63,6 +64,13 @@ constexpr FlagSpec kFlags[] = {
     {"event_log_handler", true, "Accepted for torchrun compatibility: null", "null"},
     {"hang_timeout", true,
      "Stop the job when a worker sent no heartbeat for this many seconds after its first (0: off)", "0"},
+    {"straggler_action", true,
+     "off, or warn: name a rank whose steps take --straggler_factor times the others' (the log, /metrics; "
+     "docs/faults.md)",
+     "off"},
+    {"straggler_factor", true, "With --straggler_action: a rank's busy time per step over the median of the others'",
+     "1.5"},
+    {"straggler_window", true, "With --straggler_action: the steps the figures are taken over", "50"},
     {"metrics_port", true, "Serve Prometheus metrics at http://ADDR:PORT/metrics (0: off)", "0"},
     {"metrics_addr", true,
      "Address --metrics_port listens on; anything but loopback exposes the metrics on the network", "127.0.0.1"},
@@ -718,6 +726,22 @@ static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSn
   if (given("duplicate_stderr_filters")) c.duplicate_stderr_filters = parse_duplicate_filters(text("duplicate_stderr_filters"));
   c.hang_timeout_s = parse_seconds_flag("--hang_timeout", text("hang_timeout"));
   c.metrics_port = parse_int_flag("--metrics_port", text("metrics_port"), 0, 65535);
+  if (text("straggler_action") != "off" && text("straggler_action") != "warn") {
+    throw UsageError(ddp::str("--straggler_action: invalid choice '", text("straggler_action"), "' (choose from off, warn)"));
+  }
+  c.stragglers = text("straggler_action") == "warn";
+  const std::string factor = text("straggler_factor");
+  char* factor_end = nullptr;
+  c.straggler_factor = std::strtod(factor.c_str(), &factor_end);
+  if (factor.empty() || std::isspace(static_cast<unsigned char>(factor[0])) || *factor_end != '\0' ||
+      !std::isfinite(c.straggler_factor) || c.straggler_factor <= 1) {
+    throw UsageError(ddp::str("--straggler_factor must be over 1 (a rank's time over the others'), got '",
+                              text("straggler_factor"), "'"));
+  }
+  c.straggler_window = parse_int_flag("--straggler_window", text("straggler_window"), 5, 100000);
+  if (!c.stragglers && (given("straggler_factor") || given("straggler_window"))) {
+    throw UsageError("--straggler_factor and --straggler_window need --straggler_action warn");
+  }
   if (c.elastic) check_elastic(rdzv || given("hostfile") || given("hosts"), text("nnodes"));
   // --hosts/--hostfile with a range: every host joins the first host's c10d rendezvous.
   c.recovery = parse_recovery_flag(text("recovery"), c.elastic && (rdzv || given("hostfile") || given("hosts")));  // See Note [Live recovery with ddp_launch]

@@ -6,12 +6,15 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 #include "ddp/base/str.h"
 
 namespace ddp::launcher::observe {
 
-ProgressBoard::ProgressBoard(int node_rank, int world_size) : worker_uid_(::geteuid()) {
+ProgressBoard::ProgressBoard(int node_rank, int world_size, std::optional<StragglerOptions> stragglers)
+    : worker_uid_(::geteuid()) {
+  if (stragglers) stragglers_.emplace(*stragglers);
   job_.node_rank = node_rank;
   job_.world_size = world_size;
 }
@@ -26,6 +29,8 @@ void ProgressBoard::begin_attempt(int attempt, const std::vector<WorkerIdentity>
   std::lock_guard<std::mutex> lock(mutex_);
   job_.restarts = attempt;
   job_.ranks.clear();
+  if (stragglers_) stragglers_->clear();
+  local_timings_.clear();
   for (const auto& w : workers) {
     RankProgress r;
     r.worker = w;
@@ -42,7 +47,10 @@ bool plausible(const AgentMessage& m, const RankProgress& r) {
   if (!finite_non_negative(m.timestamp_s)) return false;
   if (m.flags & AgentMessage::kHasStep) {
     if (m.step < 1 || (r.step && m.step < *r.step)) return false;
-    if (!finite_non_negative(m.step_time_s) || !finite_non_negative(m.comm_time_s)) return false;
+    if (!finite_non_negative(m.step_time_s) || !finite_non_negative(m.comm_time_s) ||
+        !finite_non_negative(m.wait_time_s)) {
+      return false;
+    }
   }
   if (m.flags & AgentMessage::kHasSamples) {
     if (m.samples < 0 || (r.samples && m.samples < *r.samples)) return false;
@@ -80,6 +88,12 @@ AgentVerdict ProgressBoard::record(const AgentDatagram& datagram, SteadyClock::t
     r.step = m.step;
     r.step_time_s = m.step_time_s;
     r.comm_time_s = m.comm_time_s;
+    // The previous iteration's timing (See Note [Stragglers]); the first heartbeat has none.
+    if (stragglers_ && m.step > 1 && m.step_time_s > 0) {
+      const StepTiming t{m.step - 1, std::max(0.0, m.step_time_s - m.wait_time_s), m.wait_time_s};
+      stragglers_->add(m.rank, t);
+      if (local_timings_.size() < 4096) local_timings_.emplace_back(m.rank, t);  // bounded if never taken
+    }
   }
   if (m.flags & AgentMessage::kHasSamples) {
     // samples/s over windows of at least one second, so that per-step jitter does not show.
@@ -113,6 +127,32 @@ void ProgressBoard::restart_rank(const WorkerIdentity& worker) {
     r = RankProgress();
     r.worker = worker;
   }
+  if (stragglers_) stragglers_->forget(worker.rank);  // its steps count from 1 again
+}
+
+std::vector<std::pair<int, StepTiming>> ProgressBoard::take_local_timings() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::exchange(local_timings_, {});
+}
+
+void ProgressBoard::add_remote_timings(const std::vector<std::pair<int, StepTiming>>& timings) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!stragglers_) return;
+  for (const auto& [rank, t] : timings) {
+    const bool local = std::any_of(job_.ranks.begin(), job_.ranks.end(),
+                                   [&](const RankProgress& r) { return r.worker.rank == rank; });
+    if (!local) stragglers_->add(rank, t);  // a local rank's own heartbeats are the truth
+  }
+}
+
+std::vector<RankStanding> ProgressBoard::straggler_standings() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stragglers_ ? stragglers_->standings() : std::vector<RankStanding>{};
+}
+
+int ProgressBoard::node_rank() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return job_.node_rank;
 }
 
 void ProgressBoard::count_failure() {
@@ -187,7 +227,9 @@ ProbeAnswer ProgressBoard::readiness() const {
 
 JobProgress ProgressBoard::snapshot() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return job_;
+  JobProgress job = job_;
+  if (stragglers_) job.stragglers = stragglers_->standings();
+  return job;
 }
 
 std::string describe_stuck(const StuckRank& s) {
@@ -284,6 +326,19 @@ std::string render_prometheus(const JobProgress& job, const std::vector<resource
            "Unix time (worker clock) of the rank's last heartbeat.",
            [](const RankProgress& r) { return r.heard ? Opt(r.timestamp_s) : Opt(); });
 
+  // --straggler_action: every current rank of the job (this node's and the others'), See Note [Stragglers].
+  if (!job.stragglers.empty()) {
+    const auto each = [&](const char* name, const char* help, auto value_of) {
+      e.family(name, "gauge", help);
+      for (const RankStanding& s : job.stragglers) e.sample(ddp::str("rank=\"", s.rank, "\",", node), value_of(s));
+    };
+    each("ddp_straggler_step_ratio", "The rank's median busy time per step over the window, over the median of the other ranks'.",
+         [](const RankStanding& s) { return s.ratio; });
+    each("ddp_straggler_last_arrival_ratio", "Share of the window's all-reduces the rank arrived at last (waited least).",
+         [](const RankStanding& s) { return s.last_share; });
+    each("ddp_straggler", "1 when the rank's step ratio is at or over --straggler_factor.",
+         [](const RankStanding& s) { return s.straggler ? 1.0 : 0.0; });
+  }
   e.family("ddp_restarts_total", "counter", "Restarts of this node's worker group.");
   e.sample(node, job.restarts);
   e.family("ddp_worker_failures_total", "counter",

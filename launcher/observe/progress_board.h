@@ -13,6 +13,7 @@
 
 #include "ddp/base/agent_message.h"
 #include "launcher/observe/agent_socket.h"
+#include "launcher/observe/straggler.h"
 #include "launcher/resources/gpu_select.h"
 
 namespace ddp::launcher::observe {
@@ -66,6 +67,7 @@ struct JobProgress {
   std::vector<RankProgress> ranks;  // this node's workers, by local rank
   bool supervising = false;         // a worker group runs (See Note [Health endpoints])
   SteadyClock::time_point last_turn;  // the supervision loop's last pass
+  std::vector<RankStanding> stragglers;  // --straggler_action: every current rank's standing (all nodes)
 };
 
 // What a health endpoint answers: ok (HTTP 200) or not (503), and one line saying why.
@@ -85,7 +87,8 @@ struct StuckRank {
 
 class ProgressBoard {
  public:
-  ProgressBoard(int node_rank, int world_size);
+  // With `stragglers`, heartbeats' timings feed a StragglerDetector (See Note [Stragglers]).
+  ProgressBoard(int node_rank, int world_size, std::optional<StragglerOptions> stragglers = std::nullopt);
 
   // A new rendezvous round's place of this node (an elastic job's rounds change both).
   void set_membership(int node_rank, int world_size);
@@ -112,6 +115,15 @@ class ProgressBoard {
   // in launcher/agent/live_respawn.h): its entry starts over with the new pid, the others keep theirs.
   void restart_rank(const WorkerIdentity& worker);
   void count_failure();
+
+  // --straggler_action (See Note [Stragglers]): the local ranks' timings recorded since the last call
+  // (for the job channel), the other nodes' timings, and every current rank's standing.
+  bool watches_stragglers() const { return stragglers_.has_value(); }
+  const StragglerOptions& straggler_options() const { return stragglers_->options(); }
+  std::vector<std::pair<int, StepTiming>> take_local_timings();
+  void add_remote_timings(const std::vector<std::pair<int, StepTiming>>& timings);
+  std::vector<RankStanding> straggler_standings() const;
+  int node_rank() const;
 
   // Note [Hang watchdog]
   // ~~~~~~~~~~~~~~~~~~~~
@@ -144,6 +156,8 @@ class ProgressBoard {
   mutable std::mutex mutex_;
   JobProgress job_;
   uid_t worker_uid_;  // workers run as the launcher's user
+  std::optional<StragglerDetector> stragglers_;
+  std::vector<std::pair<int, StepTiming>> local_timings_;  // recorded, not yet taken
 };
 
 // "rank 1 (pid 4242, local_rank 1) made no progress for 10 s (last heartbeat at step 5; the other

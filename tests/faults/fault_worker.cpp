@@ -1,7 +1,7 @@
 // Worker of the fault-injection tests (test_faults.cpp starts it through ddp_launch): a small DDP
 // training loop with checkpoints, and one fault injected where DDP_FAULT says.
 //
-//   fault_worker train --steps N [--step-ms M] [--timeout-ms T] [--checkpoint-dir D]
+//   fault_worker train --steps N [--step-ms M] [--spin-ms C] [--timeout-ms T] [--checkpoint-dir D]
 //                      [--checkpoint-every K] [--resume] [--save-params FILE] [--pid-dir D]
 //                      [--say-first-step] [--say-steps]
 //   fault_worker verify DIR      prints "latest valid checkpoint: step N" (find_latest_valid_checkpoint)
@@ -19,9 +19,12 @@
 // sees; --save-params writes the final parameters' raw bytes (rank 0) for a bit-for-bit comparison.
 // --say-first-step: rank 0 prints "trained a step in attempt A at NS" (steady clock, ns) after its
 // first step, so that scripts/bench-hosts.sh times a restart from the fault to training again.
+// --spin-ms C: each step also computes for C ms of CPU time (this thread's clock: a CPU quota or a
+// shared core makes the step longer, as on a slow host), after its sleep of --step-ms.
 // --say-steps: every rank prints "step S done" after each step, so that the bench counts the steps
 // a restart trains again (the last before the loss minus the one "resumed from step" names).
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <torch/torch.h>
@@ -136,12 +139,27 @@ void inject(const Fault& fault, const fs::path& checkpoint_dir, const fs::path& 
   while (true) std::this_thread::sleep_for(std::chrono::hours(1));  // hang
 }
 
+// Computes until this thread has used `ns` of CPU time.
+void spin(int64_t ns) {
+  const auto used = [] {
+    timespec t{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
+  };
+  const int64_t until = used() + ns;
+  volatile double sink = 1;
+  while (used() < until) {
+    for (int i = 0; i < 1000; ++i) sink = sink * 1.0000001 + 1e-9;
+  }
+}
+
 int train(const std::map<std::string, std::string>& flags) {
   const Fault fault = parse_fault(std::getenv("DDP_FAULT"));
   const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
   const int attempt = restart == nullptr ? 0 : std::stoi(restart);
   const int64_t steps = flag_int(flags, "steps", 10);
   const auto step_time = std::chrono::milliseconds(flag_int(flags, "step-ms", 0));
+  const int64_t spin_ns = flag_int(flags, "spin-ms", 0) * 1000000;
   const int64_t every = flag_int(flags, "checkpoint-every", 1);
   const fs::path checkpoint_dir = flags.count("checkpoint-dir") ? flags.at("checkpoint-dir") : "";
   const fs::path pid_dir = flags.count("pid-dir") ? flags.at("pid-dir") : "";
@@ -195,6 +213,7 @@ int train(const std::map<std::string, std::string>& flags) {
     }
     if (say_steps) std::cout << "step " << step << " done" << std::endl;
     std::this_thread::sleep_for(step_time);
+    spin(spin_ns);
     if (!checkpoint_dir.empty() && step % every == 0) {
       ddp::save_checkpoint(checkpoint_dir, *net, &optimizer, {0, step, {}}, group);
       std::cout << "checkpoint step " << step << std::endl;

@@ -28,7 +28,7 @@ const std::vector<std::string> kFlags = {
     "rdzv_id", "rdzv_backend", "rdzv_timeout", "max_restarts", "monitor_interval", "shutdown_grace", "log_dir",
     "redirects", "tee", "local_ranks_filter", "ranks_filter", "log_line_prefix_template", "collapse_lines", "gpus",
     "allow_busy_gpus", "dry_run", "no_python", "run_id",
-    "hang_timeout", "metrics_port", "metrics_addr", "help", "version", "print_completion",
+    "hang_timeout", "metrics_port", "metrics_addr", "straggler_action", "straggler_factor", "straggler_window", "help", "version", "print_completion",
     // torchrun's flags (docs/launcher.md, "torchrun's flags"), refused ones included.
     "rdzv_conf", "local_addr", "role", "shutdown_timeout", "signals_to_handle", "start_method", "event_log_handler",
     "module", "run_path", "logs_specs", "numa_binding", "virtual_local_rank", "duplicate_stdout_filters",
@@ -126,7 +126,8 @@ class ArgvFuzzer {
         {"--rdzv_backend", "static", "c10d", "x"},
         {"--hang_timeout", "0", "1", "-1", "nan", "inf", "1e309", "x", ""},
         {"--metrics_port", "0", "-1", "65536", "x", ""},
-        {"--metrics_addr", "127.0.0.1", "::1", "localhost", "1.2.3", ""}};
+        {"--metrics_addr", "127.0.0.1", "::1", "localhost", "1.2.3", ""},
+        {"--straggler_action", "off", "warn", "replace", ""}};
     const auto& choice = one_of(safe);
     if (choice.size() == 1) {
       argv.push_back(choice[0]);

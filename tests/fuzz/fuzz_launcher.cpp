@@ -159,7 +159,7 @@ Outcome environment_entry(const uint8_t* data, size_t size, const fs::path&) {
 Outcome agent_datagram_entry(const uint8_t* data, size_t size, const fs::path&) {
   const std::optional<AgentMessage> message = decode_agent_message(data, size);
   if (!message) return {false, "not an agent message"};
-  check(size == kAgentMessageBytes, "only 64-byte datagrams decode");
+  check(size == kAgentMessageBytes, "only datagrams of kAgentMessageBytes decode");
   unsigned char again[kAgentMessageBytes];
   encode_agent_message(*message, again);
   // The round trip gives the same bytes, but for the 2 pad bytes after the flags.
@@ -236,6 +236,7 @@ void write_launcher_seeds(const fs::path& corpus) {
   m.pid = 4242;
   m.step = 17;
   m.step_time_s = 0.25;
+  m.wait_time_s = 0.125;
   m.loss = 1.5;
   m.timestamp_s = 1.7e9;
   unsigned char bytes[kAgentMessageBytes];

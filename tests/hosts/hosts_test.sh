@@ -620,6 +620,64 @@ EOF
     lose_launcher 0 1 2
     echo "rendezvous host lost mid-training: hosts 1 and 2 ended after $elapsed s"
     ;;
+  straggler)
+    # Note [Stragglers] (--straggler_action warn), each worker computing 2 ms of CPU per step and
+    # sleeping 15 ms (as a step waits for its data or a GPU): 3 hosts computing flat out on 2 cores are
+    # not even (whichever shares a core is 1.5x slower for a window of 50 4-ms steps, seen here). An
+    # even job of 1000 steps names nobody. Then, while a job steps, host 2's worker is held to 5% of
+    # a core (a cgroup CPU quota; on a loaded machine the others get a quarter core or less each: a
+    # quota of 15% made rank 2 only 1.5x slower there): host 0's launcher names rank 2 on host2 within the
+    # window (its 50 steps end at most 50 steps after the quota), host 2's names its own rank, and
+    # no launcher names another rank.
+    [[ -w /sys/fs/cgroup/cpu/cgroup.procs ]] || { echo "SKIP: no cgroup v1 cpu controller to write to"; exit 77; }
+    quota=/sys/fs/cgroup/cpu/ddp-straggler-$$
+    mkdir "$quota"
+    # The quota's group goes after the hosts (cleanup): it can be removed once its worker is gone.
+    trap 'cleanup; for i in $(seq 50); do rmdir "$quota" 2>/dev/null && break; sleep 0.1; done' EXIT
+    straggler_job() {  # straggler_job WORKER_FLAGS...: every host's launcher
+      local k
+      for k in 0 1 2; do
+        start $k TMPDIR="$work" -- --nnodes 3 --node_rank $k --nproc_per_node 1 --master_addr "$host0" \
+          --master_port $port --monitor_interval 0.05 --shutdown_grace 2 --straggler_action warn "$fault_worker" train \
+          --step-ms 15 --spin-ms 2 "$@"
+      done
+    }
+    straggler_job --steps 1000
+    finish
+    grep -h -E "straggler: |no longer a straggler" "$work"/host*.log && fail "an even job of 1000 steps named a straggler (above)"
+    grep -q "finished 1000 steps" "$work/host0.log" || fail "the even job did not finish its 1000 steps"
+    port=$((port + 1))
+    mkdir -p "$work/pids"
+    straggler_job --steps 1000000 --say-steps --pid-dir "$work/pids"
+    last_step() { { grep -o "step [0-9]* done" "$work/host$1.log" || true; } | awk '{ s = $2 } END { print s + 0 }'; }
+    deadline=$((SECONDS + 30))
+    until (($(last_step 2) >= 100)); do
+      ((SECONDS < deadline)) || fail "the job did not reach step 100 within 30 s"
+      sleep 0.1
+    done
+    # 1 ms (the kernel's least) in every 20 ms: a short period, so that the quota slows every step
+    # alike rather than stopping the worker for 95 ms of every 100.
+    echo 20000 >"$quota/cpu.cfs_period_us"
+    echo 1000 >"$quota/cpu.cfs_quota_us"
+    rank_pids 2 >"$quota/cgroup.procs"
+    slowed=$(last_step 2)
+    deadline=$((SECONDS + 30))
+    until grep -q "straggler: rank 2 on host2" "$work/host0.log" && grep -q "straggler: rank 2 on host2" "$work/host2.log"; do
+      ((SECONDS < deadline)) || fail "host 0's and host 2's launchers did not both name rank 2 on host2 within 30 s of the quota"
+      sleep 0.1
+    done
+    named=$(grep -m 1 "straggler: rank 2 on host2" "$work/host0.log")
+    through=$(sed -E 's/.*\(steps [0-9]+-([0-9]+)\).*/\1/' <<<"$named")
+    ((through - slowed <= 50)) ||
+      fail "rank 2 named with the window to step $through, $((through - slowed)) steps after the quota (at step $slowed)"
+    grep -h -E "straggler: rank [01] " "$work"/host*.log && fail "a launcher named a rank that was not slowed (above)"
+    echo "slowed at step $slowed; host 0: $named"
+    # SIGTERM to host 0's launcher: the job channel stops the others (Note [Coordinated restarts]).
+    kill -TERM "$(launcher_pid 0)"
+    for k in 0 1 2; do wait "${pids[$k]}" || true; done
+    pids=()
+    wait_ended 5 $(rank_pids)
+    ;;
   *)
     echo "unknown scenario $scenario"
     exit 2

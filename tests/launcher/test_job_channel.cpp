@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <future>
@@ -193,4 +194,23 @@ TEST_CASE("every launcher hears the job's progress and names the ranks that did 
   }));
   CHECK(behind == " (across the job, did not arrive: rank 2 on host2 at step 14, the others at up to 15)");
   CHECK(job.links[0]->describe_behind(1, {{0, 15}}).empty());  // another round: nothing known
+}
+
+TEST_CASE("--straggler_action: every launcher hears the other nodes' step timings of its round", "[job_channel]") {
+  Job job(3, 0);
+  REQUIRE(job.all_named(3));
+  job.links[2]->publish_timings(1, "2:1:5:5");       // another round's (sent at once: nothing sent before)
+  job.links[2]->publish_timings(0, "2:7:190000:0");  // held: at most one line per 200 ms
+  job.links[1]->publish_timings(0, "1:7:100000:2000");
+  std::vector<std::string> heard;
+  REQUIRE(job.pump_until([&] {
+    for (int k : {1, 2}) job.links[k]->publish_timings(0, "");  // as the agent's passes do: sends what is held
+    for (auto& items : job.links[0]->take_timings(0)) heard.push_back(items);
+    return heard.size() >= 2;
+  }));
+  std::sort(heard.begin(), heard.end());
+  // Node 2's round-1 line came first on its connection and was not taken for round 0.
+  CHECK(heard == std::vector<std::string>{"1:7:100000:2000", "2:7:190000:0"});
+  for (const std::string& items : job.links[1]->take_timings(0)) CHECK(items.rfind("2:", 0) == 0);  // never its own
+  CHECK(job.links[0]->take_timings(0).empty());  // each text once
 }

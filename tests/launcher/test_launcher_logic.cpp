@@ -557,6 +557,22 @@ TEST_CASE("observability flags: hang watchdog and metrics endpoint", "[config]")
   CHECK_THAT(usage_error({"--metrics_port", "70000", "/bin/true"}), Catch::Contains("--metrics_port must be in 0..65535"));
   CHECK_THAT(usage_error({"--metrics_addr", "localhost", "/bin/true"}),
              Catch::Contains("--metrics_addr 'localhost' is not an IPv4 or IPv6 address"));
+  CHECK_FALSE(defaults.stragglers);
+  const LaunchConfig s = parse({"--straggler_action", "warn", "--straggler_factor", "2", "--straggler_window", "20", "/bin/true"});
+  CHECK(s.stragglers);
+  CHECK(s.straggler_factor == 2.0);
+  CHECK(s.straggler_window == 20);
+  CHECK(parse({"--straggler_action", "warn", "/bin/true"}).straggler_factor == 1.5);
+  CHECK_THAT(usage_error({"--straggler_action", "replace", "/bin/true"}),
+             Catch::Contains("--straggler_action: invalid choice 'replace' (choose from off, warn)"));
+  CHECK_THAT(usage_error({"--straggler_action", "warn", "--straggler_factor", "1", "/bin/true"}),
+             Catch::Contains("--straggler_factor must be over 1"));
+  CHECK_THAT(usage_error({"--straggler_action", "warn", "--straggler_factor", "nan", "/bin/true"}),
+             Catch::Contains("--straggler_factor must be over 1"));
+  CHECK_THAT(usage_error({"--straggler_action", "warn", "--straggler_window", "2", "/bin/true"}),
+             Catch::Contains("--straggler_window"));
+  CHECK_THAT(usage_error({"--straggler_window", "20", "/bin/true"}),
+             Catch::Contains("--straggler_factor and --straggler_window need --straggler_action warn"));
   WorkerSlot slot;
   slot.agent_socket = "/tmp/x/agent.sock";
   const auto vars = launcher_variables(NodeAssignment{}, slot);

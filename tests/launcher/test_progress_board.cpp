@@ -48,11 +48,12 @@ AgentDatagram from_worker(const ddp::AgentMessage& m) { return {m, SenderCredent
 
 }  // namespace
 
-TEST_CASE("agent messages: fixed 64-byte format, anything else is rejected", "[agent]") {
+TEST_CASE("agent messages: fixed 72-byte format, anything else is rejected", "[agent]") {
   ddp::AgentMessage m = heartbeat(3, 4242, 17);
   m.flags |= ddp::AgentMessage::kHasLoss | ddp::AgentMessage::kHasSamples;
   m.samples = 1 << 20;
   m.loss = 0.125;
+  m.wait_time_s = 0.0625;
   unsigned char bytes[ddp::kAgentMessageBytes];
   ddp::encode_agent_message(m, bytes);
   const auto back = ddp::decode_agent_message(bytes, sizeof bytes);
@@ -66,6 +67,7 @@ TEST_CASE("agent messages: fixed 64-byte format, anything else is rejected", "[a
   CHECK(back->comm_time_s == m.comm_time_s);
   CHECK(back->loss == 0.125);
   CHECK(back->timestamp_s == m.timestamp_s);
+  CHECK(back->wait_time_s == 0.0625);
   CHECK_FALSE(ddp::decode_agent_message(bytes, sizeof bytes - 1));
   bytes[0] ^= 1;  // magic
   CHECK_FALSE(ddp::decode_agent_message(bytes, sizeof bytes));

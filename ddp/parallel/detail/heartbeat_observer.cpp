@@ -19,6 +19,7 @@ void HeartbeatObserver::on_training_forward(std::int64_t now_ns) {
   m.step = ++step_;
   m.step_time_s = last_heartbeat_ns_ > 0 ? static_cast<double>(now_ns - last_heartbeat_ns_) / 1e9 : 0.0;
   m.comm_time_s = static_cast<double>(last_comm_ns_) / 1e9;
+  m.wait_time_s = static_cast<double>(last_wait_ns_) / 1e9;
   m.timestamp_s = wall_seconds_now();
   last_heartbeat_ns_ = now_ns;
   channel_.send(m);

@@ -14,13 +14,17 @@ class HeartbeatObserver : public IterationObserver {
  public:
   HeartbeatObserver(AgentChannel channel, int rank) : channel_(std::move(channel)), rank_(rank) {}
   void on_training_forward(std::int64_t now_ns) override;
-  void on_synchronized_backward(std::int64_t communication_ns) override { last_comm_ns_ = communication_ns; }
+  void on_synchronized_backward(std::int64_t communication_ns, std::int64_t exposed_wait_ns) override {
+    last_comm_ns_ = communication_ns;
+    last_wait_ns_ = exposed_wait_ns;
+  }
 
  private:
   AgentChannel channel_;
   int rank_;
   std::int64_t last_heartbeat_ns_ = 0;
   std::int64_t last_comm_ns_ = 0;
+  std::int64_t last_wait_ns_ = 0;
   std::int64_t step_ = 0;
 };
 

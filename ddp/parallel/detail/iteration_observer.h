@@ -12,8 +12,9 @@ class IterationObserver {
   // A training forward outside no_sync() starts (at world size 1 too), at steady-clock `now_ns`.
   virtual void on_training_forward(std::int64_t now_ns) = 0;
   // A synchronized backward ended; its communication took `communication_ns` (first launch to
-  // the end of the last bucket's work).
-  virtual void on_synchronized_backward(std::int64_t communication_ns) = 0;
+  // the end of the last bucket's work), of which backward waited `exposed_wait_ns` after its
+  // compute (the peers' lag and the last bucket's transfer).
+  virtual void on_synchronized_backward(std::int64_t communication_ns, std::int64_t exposed_wait_ns) = 0;
 };
 
 }  // namespace ddp::detail

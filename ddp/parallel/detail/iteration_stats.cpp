@@ -16,7 +16,7 @@ std::int64_t now_ns() {
       .count();
 }
 
-std::int64_t IterationStats::add_iteration(const std::vector<BucketTimes>& buckets, std::int64_t compute_end_ns,
+IterationStats::Communication IterationStats::add_iteration(const std::vector<BucketTimes>& buckets, std::int64_t compute_end_ns,
                                            std::int64_t wait_start_ns) {
   const std::int64_t end_ns = now_ns();
   std::int64_t first_launch = buckets.empty() ? end_ns : buckets.front().launch_ns, last_done = 0;
@@ -30,7 +30,7 @@ std::int64_t IterationStats::add_iteration(const std::vector<BucketTimes>& bucke
   sums_.communication_ms += ms(last_done - first_launch);
   sums_.hidden_communication_ms += ms(std::max<std::int64_t>(0, std::min(last_done, compute_end_ns) - first_launch));
   sums_.exposed_wait_ms += ms(end_ns - wait_start_ns);
-  return last_done - first_launch;
+  return {last_done - first_launch, end_ns - wait_start_ns};
 }
 
 DdpStats IterationStats::averages() const {

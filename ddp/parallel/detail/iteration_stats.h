@@ -24,9 +24,15 @@ class IterationStats {
   void set_bucket_bytes(std::vector<std::size_t> bytes) { sums_.bucket_bytes = std::move(bytes); }
   const std::vector<std::size_t>& bucket_bytes() const { return sums_.bucket_bytes; }
 
+  // One synchronized iteration's communication: first launch to last end, and the part of it that
+  // backward waited for after its compute (the exposed wait).
+  struct Communication {
+    std::int64_t total_ns = 0;
+    std::int64_t exposed_wait_ns = 0;
+  };
   // Adds one synchronized iteration whose backward computed until `compute_end_ns` and waited for
-  // the buckets from `wait_start_ns`; returns its communication time (first launch to last end).
-  std::int64_t add_iteration(const std::vector<BucketTimes>& buckets, std::int64_t compute_end_ns,
+  // the buckets from `wait_start_ns`.
+  Communication add_iteration(const std::vector<BucketTimes>& buckets, std::int64_t compute_end_ns,
                              std::int64_t wait_start_ns);
   // Averages over the iterations so far.
   DdpStats averages() const;

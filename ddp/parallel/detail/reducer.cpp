@@ -364,8 +364,10 @@ void Reducer::finalize_backward() {
       grad = p.view.clone();
     }
   }
-  const std::int64_t communication_ns = stats.add_iteration(times, compute_end_ns, wait_start_ns);
-  for (auto& observer : observers) observer->on_synchronized_backward(communication_ns);
+  const auto communication = stats.add_iteration(times, compute_end_ns, wait_start_ns);
+  for (auto& observer : observers) {
+    observer->on_synchronized_backward(communication.total_ns, communication.exposed_wait_ns);
+  }
   ++synced_backwards;
 }
 
