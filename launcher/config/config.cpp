@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <cstdlib>
 #include <cxxopts.hpp>
 #include <random>
 #include <set>
@@ -293,22 +292,25 @@ int parse_int_flag(const std::string& flag, const std::string& text, int min, in
   return static_cast<int>(value);
 }
 
-// Strict parsing of a duration flag in seconds; throws UsageError naming the flag.
-static double parse_seconds_flag(const std::string& flag, const std::string& text) {
+// The whole of `text` as a finite number (no leading space, nothing after it), or nullopt.
+static std::optional<double> strict_number(const std::string& text) {
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0]))) return std::nullopt;
   size_t used = 0;
   double value = 0;
-  bool ok = !text.empty() && !std::isspace(static_cast<unsigned char>(text[0]));
-  if (ok) {
-    try {
-      value = std::stod(text, &used);
-    } catch (const std::exception&) {
-      ok = false;
-    }
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    return std::nullopt;
   }
-  if (!ok || used != text.size() || !std::isfinite(value) || value < 0) {
-    throw UsageError(ddp::str(flag, " expects a number of seconds >= 0, got '", text, "'"));
-  }
+  if (used != text.size() || !std::isfinite(value)) return std::nullopt;
   return value;
+}
+
+// Strict parsing of a duration flag in seconds; throws UsageError naming the flag.
+static double parse_seconds_flag(const std::string& flag, const std::string& text) {
+  const std::optional<double> value = strict_number(text);
+  if (!value || *value < 0) throw UsageError(ddp::str(flag, " expects a number of seconds >= 0, got '", text, "'"));
+  return *value;
 }
 
 StreamSpec parse_stream_spec(const std::string& flag, const std::string& text) {
@@ -730,14 +732,12 @@ static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSn
     throw UsageError(ddp::str("--straggler_action: invalid choice '", text("straggler_action"), "' (choose from off, warn)"));
   }
   c.stragglers = text("straggler_action") == "warn";
-  const std::string factor = text("straggler_factor");
-  char* factor_end = nullptr;
-  c.straggler_factor = std::strtod(factor.c_str(), &factor_end);
-  if (factor.empty() || std::isspace(static_cast<unsigned char>(factor[0])) || *factor_end != '\0' ||
-      !std::isfinite(c.straggler_factor) || c.straggler_factor <= 1) {
+  const std::optional<double> factor = strict_number(text("straggler_factor"));
+  if (!factor || *factor <= 1) {
     throw UsageError(ddp::str("--straggler_factor must be over 1 (a rank's time over the others'), got '",
                               text("straggler_factor"), "'"));
   }
+  c.straggler_factor = *factor;
   c.straggler_window = parse_int_flag("--straggler_window", text("straggler_window"), 5, 100000);
   if (!c.stragglers && (given("straggler_factor") || given("straggler_window"))) {
     throw UsageError("--straggler_factor and --straggler_window need --straggler_action warn");
