@@ -61,7 +61,7 @@ start() {
     shift
   done
   shift
-  on "$k" env "${env[@]}" timeout -s KILL 45 "$launch" --log_dir "$work/logs$k" "$@" >"$work/host$k.log" 2>&1 &
+  on "$k" env "${env[@]}" timeout -s KILL "${launcher_limit:-45}" "$launch" --log_dir "$work/logs$k" "$@" >"$work/host$k.log" 2>&1 &
   pids+=($!)
 }
 
@@ -622,14 +622,18 @@ EOF
     ;;
   straggler)
     # Note [Stragglers] (--straggler_action warn), each worker computing 2 ms of CPU per step and
-    # sleeping 15 ms (as a step waits for its data or a GPU): 3 hosts computing flat out on 2 cores are
-    # not even (whichever shares a core is 1.5x slower for a window of 50 4-ms steps, seen here). An
+    # sleeping 10 ms (as a step waits for its data or a GPU): 3 hosts computing flat out on 2 cores are
+    # not even (whichever shares a core is 1.5x slower for a window of 50 4-ms steps, seen here).
+    # Beside a CPU hog a step takes 3-4 times its quiet 12 ms (wake-ups wait for a core): the
+    # launchers' bound is 90 s here, not 45 (1000 steps of 15 ms sleep were killed at 45 s once in
+    # 10 runs beside a hog; 10 ms leaves the cores as idle and the job shorter). An
     # even job of 1000 steps names nobody. Then, while a job steps, host 2's worker is held to 5% of
     # a core (a cgroup CPU quota; on a loaded machine the others get a quarter core or less each: a
     # quota of 15% made rank 2 only 1.5x slower there): host 0's launcher names rank 2 on host2 within the
     # window (its 50 steps end at most 50 steps after the quota), host 2's names its own rank, and
     # no launcher names another rank.
     [[ -w /sys/fs/cgroup/cpu/cgroup.procs ]] || { echo "SKIP: no cgroup v1 cpu controller to write to"; exit 77; }
+    launcher_limit=90
     quota=/sys/fs/cgroup/cpu/ddp-straggler-$$
     mkdir "$quota"
     # The quota's group goes after the hosts (cleanup): it can be removed once its worker is gone.
@@ -639,7 +643,7 @@ EOF
       for k in 0 1 2; do
         start $k TMPDIR="$work" -- --nnodes 3 --node_rank $k --nproc_per_node 1 --master_addr "$host0" \
           --master_port $port --monitor_interval 0.05 --shutdown_grace 2 --straggler_action warn "$fault_worker" train \
-          --step-ms 15 --spin-ms 2 "$@"
+          --step-ms 10 --spin-ms 2 "$@"
       done
     }
     straggler_job --steps 1000
