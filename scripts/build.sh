@@ -23,9 +23,15 @@ if command -v ccache >/dev/null && [[ -z ${DDP_NO_CCACHE:-} ]]; then
 fi
 python_arg=()
 [[ -x $DDP_VENV/bin/python ]] && python_arg=(-DDDP_PYTHON="$DDP_VENV/bin/python")
+cuda_args_text=$(ddp_cuda_cmake_args "$prefix")   # a plain assignment: its failure stops the script
+cuda_args=()
+[[ -n $cuda_args_text ]] && mapfile -t cuda_args <<<"$cuda_args_text"
+# TORCH_CUDA_ARCH_LIST matters only for CUDA sources, of which there are none; set, it keeps LibTorch's
+# config from probing for a GPU.
+((${#cuda_args[@]})) && export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 
 cmake -S "$DDP_ROOT" -B "$DDP_BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_EXPORT_COMPILE_COMMANDS=ON "${python_arg[@]}" "${launcher[@]}" "$@" >/dev/null
+  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_EXPORT_COMPILE_COMMANDS=ON "${python_arg[@]}" "${cuda_args[@]}" "${launcher[@]}" "$@" >/dev/null
 # DDP_BUILD_TARGETS="t1 t2": build only these (scripts/test.sh --sanitize-ci).
 targets=()
 # shellcheck disable=SC2206  # split on any white space, newlines included

@@ -2,7 +2,8 @@
 # Installs what the build needs, idempotently; prints nothing when everything is already there.
 #   scripts/setup.sh          what building and running need (all that scripts/demo.sh uses): the
 #                             compiler, CMake, Ninja, ccache, the C++ libraries, Fashion-MNIST, and
-#                             .venv with torch==$DDP_TORCH_VERSION (CPU) unless LIBTORCH is set
+#                             .venv with torch==$DDP_TORCH_VERSION (the 2.13.0 CPU wheel; another version:
+#                             .venv-VERSION, scripts/common.sh) unless LIBTORCH is set
 #   scripts/setup.sh --test   also what the test beds need (scripts/test.sh and CI call it): network
 #                             namespaces, sshd/pdsh/clush, Slurm, OpenMPI, Prometheus, gnuplot
 #   scripts/setup.sh --fuzz   also clang-14 and its runtimes, for scripts/fuzz.sh
@@ -81,7 +82,10 @@ fi
 # downloaded (not installed) and removed; its parser runs on the venv's torch.
 if [[ ${1:-} == --test ]]; then
   newest=$DDP_VENV/torchrun-2.14.1/run.py
-  if [[ ! -f $newest ]]; then
+  if [[ ! -f $newest && $DDP_TORCH_VERSION == 2.14.1 ]]; then
+    mkdir -p "$(dirname "$newest")"
+    cp "$("$DDP_VENV/bin/python" -c 'import torch.distributed.run as r; print(r.__file__)')" "$newest"
+  elif [[ ! -f $newest ]]; then
     wheel_dir=$(mktemp -d)
     "$DDP_VENV/bin/python" -m pip download -q --no-deps --disable-pip-version-check -d "$wheel_dir" torch==2.14.1 2>/dev/null &&
       "$DDP_VENV/bin/python" -c 'import glob, os, sys, zipfile

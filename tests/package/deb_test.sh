@@ -5,9 +5,9 @@
 # there with find_package(ddp) alone (the package in /usr, no CMAKE_PREFIX_PATH), built, and run
 # without LD_LIBRARY_PATH; ddp_launch runs from /usr/bin with the static and the c10d rendezvous (its
 # plugin found in /usr/lib); dpkg --purge removes them, and then no file of theirs is left.
-# Usage: deb_test.sh BUILD_DIR CONSUMER_SOURCE_DIR TORCH_DIR VERSION
+# Usage: deb_test.sh BUILD_DIR CONSUMER_SOURCE_DIR TORCH_DIR VERSION [CUDA_ROOT: a CUDA LibTorch's toolkit]
 set -euo pipefail
-build=$1 consumer=$2 torch_dir=$3 version=$4
+build=$1 consumer=$2 torch_dir=$3 version=$4 cuda_root=${5:-}
 
 skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -33,8 +33,8 @@ fi
 
 # Everything below runs in its own mount and network namespace: the overlay, /proc and /tmp vanish
 # with it, and the real / is never written.
-unshare --mount --net --propagation private bash -euo pipefail -s -- "$work" "$consumer" "$torch_dir" "$version" <<'INSIDE'
-work=$1 consumer=$2 torch_dir=$3 version=$4
+unshare --mount --net --propagation private bash -euo pipefail -s -- "$work" "$consumer" "$torch_dir" "$version" "$cuda_root" <<'INSIDE'
+work=$1 consumer=$2 torch_dir=$3 version=$4 cuda_root=$5
 fail() { echo "FAIL: $*" >&2; exit 1; }
 mkdir -p "$work/ov" "$work/root"
 mount -t tmpfs tmpfs "$work/ov"
@@ -69,7 +69,10 @@ for file in /usr/bin/ddp_launch /usr/lib/libddp_launch_rdzv.so "/usr/lib/libddp.
 done
 
 # A consumer against the installed package only: find_package(ddp) searches /usr by itself.
-in_root cmake -S /tmp/consumer -B /tmp/consumer-build -DCMAKE_BUILD_TYPE=Release "-DTorch_DIR=$torch_dir" \
+cuda_args=()   # a CUDA LibTorch's config needs the toolkit (tests/package/CMakeLists.txt)
+[[ -n $cuda_root ]] && cuda_args=("-DCUDAToolkit_ROOT=$cuda_root" "-DCUDA_TOOLKIT_ROOT_DIR=$cuda_root")
+in_root env TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}" cmake -S /tmp/consumer -B /tmp/consumer-build \
+  -DCMAKE_BUILD_TYPE=Release "-DTorch_DIR=$torch_dir" "${cuda_args[@]}" \
   >"$work/configure.log" 2>&1 || fail "configuring the consumer failed: $(grep -m 3 -A 3 'Error' "$work/configure.log")"
 grep -q "^ddp_DIR:PATH=/usr/lib/cmake/ddp$" "$work/root/tmp/consumer-build/CMakeCache.txt" ||
   fail "the consumer did not find the package in /usr/lib/cmake/ddp"

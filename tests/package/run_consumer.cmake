@@ -11,6 +11,7 @@ function(run_step what)
   set(step_error "${err}" PARENT_SCOPE)
 endfunction()
 
+include("${CMAKE_CURRENT_LIST_DIR}/cuda_args.cmake")   # cuda_args, for a CUDA LibTorch
 run_step("install" ${CMAKE_COMMAND} --install "${DDP_BUILD_DIR}" --prefix "${prefix}")
 if(NOT EXISTS "${prefix}/lib/cmake/ddp/ddpConfig.cmake")
   message(FATAL_ERROR "install did not produce lib/cmake/ddp/ddpConfig.cmake under ${prefix}")
@@ -83,7 +84,7 @@ check_port_diff("${MNIST_PORT_DIR}/mnist_serial.cpp" "${MNIST_PORT_DIR}/mnist_po
 
 run_step("configure consumer" ${CMAKE_COMMAND} -S "${CONSUMER_SOURCE_DIR}" -B "${WORK_DIR}/build"
   -G "${GENERATOR}" -DCMAKE_BUILD_TYPE=Release
-  "-DCMAKE_PREFIX_PATH=${prefix}" "-DTorch_DIR=${TORCH_DIR}"
+  "-DCMAKE_PREFIX_PATH=${prefix}" "-DTorch_DIR=${TORCH_DIR}" ${cuda_args}
   "-DREADME_EXAMPLES=${WORK_DIR}/readme_examples.cpp" "-DWHOLE_API_PROBE=${WORK_DIR}/whole_api_probe.cpp" "-DMNIST_PORT_DIR=${MNIST_PORT_DIR}")
 # The package configures without repeating a warning, though find_package(ddp) runs twice (the
 # consumer and examples/mnist_port each call it) and the consumer found Torch first.

@@ -32,9 +32,10 @@ if(DDP_VIA STREQUAL "fetchcontent")
 else()
   set(build_type "")
 endif()
+include("${CMAKE_CURRENT_LIST_DIR}/cuda_args.cmake")   # cuda_args, for a CUDA LibTorch
 run_step("configure (${DDP_VIA})" ${CMAKE_COMMAND} -S "${CMAKE_CURRENT_LIST_DIR}/subproject" -B "${WORK_DIR}"
   -G Ninja ${build_type} "-DDDP_VIA=${DDP_VIA}" "-DDDP_SOURCE_DIR=${DDP_SOURCE_DIR}"
-  "-DTorch_DIR=${TORCH_DIR}" ${compiler_launcher})
+  "-DTorch_DIR=${TORCH_DIR}" ${cuda_args} ${compiler_launcher})
 file(STRINGS "${WORK_DIR}/CMakeCache.txt" cached_build_type REGEX "^CMAKE_BUILD_TYPE:")
 if(DDP_VIA STREQUAL "add_subdirectory" AND NOT cached_build_type MATCHES "=$")
   message(FATAL_ERROR "ddp as a subproject changed the parent's build type: ${cached_build_type}")

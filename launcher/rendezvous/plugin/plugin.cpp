@@ -89,7 +89,8 @@ Clock::time_point deadline_after(double seconds) {
   return Clock::now() + std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
 }
 
-void pause() { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }
+// Not `pause`: POSIX has one (unistd.h, which LibTorch 2.14's headers include), and the call would be ambiguous.
+void sleep_before_next_poll() { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -223,7 +224,7 @@ class Round {
                          std::to_string(round) + token_hint());
         return -1;
       }
-      pause();
+      sleep_before_next_poll();
     }
   }
 
@@ -313,7 +314,7 @@ class Round {
              std::to_string(req_.min_nodes) + ":" + std::to_string(req_.max_nodes) +
              "): this node waits for a place (a node leaving) until --rdzv_timeout");
       }
-      pause();
+      sleep_before_next_poll();
     }
   }
 
@@ -352,7 +353,7 @@ class Round {
         problem = "key '" + rdzv::master_key(rid) + "' is missing";
       }
       if (seconds_since(started_) >= req_.timeout_s) return fail(result, prefix() + ": round " + std::to_string(round) + ": " + problem);
-      pause();
+      sleep_before_next_poll();
     }
   }
 
@@ -418,7 +419,7 @@ DDP_RDZV_EXPORT void ddp_rdzv_release(void* opaque) {
       while (Clock::now() < deadline) {
         const auto value = try_get(*handle->store, done_mark_key(rid, rank));
         if (value && rdzv::is_valid_claim(token, rid, handle->max_nodes, rank, *value)) break;
-        pause();
+        sleep_before_next_poll();
       }
     }
   } catch (const std::exception&) {
@@ -484,7 +485,7 @@ DDP_RDZV_EXPORT int ddp_rdzv_lookup(void* opaque, const char* name, double timeo
         }
       }
       if (Clock::now() >= deadline) break;
-      pause();
+      sleep_before_next_poll();
     }
   } catch (const std::exception& e) {
     problem = one_line(e);
