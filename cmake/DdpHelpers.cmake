@@ -16,6 +16,12 @@ function(ddp_set_warnings target)
      AND CMAKE_CXX_STANDARD GREATER_EQUAL 20)
     target_compile_options(${target} PRIVATE -Wno-restrict -Wno-stringop-overflow -Wno-array-bounds)
   endif()
+  # GCC warns when a class outside the main file has a member whose type is in an unnamed namespace
+  # (-Wsubobject-linkage: meant for headers). In a unity batch (Note [Unity builds]) every source is
+  # outside the unit's main file, so a .cpp's private Impl with such a member would warn there only.
+  if(DDP_UNITY_BUILD AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    target_compile_options(${target} PRIVATE -Wno-subobject-linkage)
+  endif()
 endfunction()
 
 # Note [Gloo headers]

@@ -3,7 +3,8 @@
 // (scatter), runs a replica of the module on each (replicate, parallel apply) and concatenates the
 // outputs on one device (gather); backward sums the replicas' gradients into the module's parameters.
 // The comparison point for DistributedDataParallel, as torch.nn.DataParallel is in PyTorch.
-#include <torch/torch.h>
+#include <torch/csrc/autograd/grad_mode.h>
+#include <torch/nn/module.h>
 
 #include <functional>
 #include <memory>

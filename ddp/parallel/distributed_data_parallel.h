@@ -3,7 +3,7 @@
 // averaged over all ranks, with the all-reduces overlapped with backward.
 // The template is a thin shell; the logic is in detail::DdpCore (distributed_data_parallel.cpp) and its
 // reducer (ddp/parallel/detail/reducer.h: buckets, all-reduces, the end of backward).
-#include <torch/torch.h>
+#include <torch/nn/module.h>
 
 #include <cstddef>
 #include <functional>

@@ -1,7 +1,8 @@
 #pragma once
 // SyncBatchNorm: batch normalisation whose statistics are computed over the whole global batch
 // (every rank's rows), as torch.nn.SyncBatchNorm. Works on CPU (Gloo) and CUDA (NCCL or Gloo).
-#include <torch/torch.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/sequential.h>
 
 #include <memory>
 

@@ -10,6 +10,9 @@
 #include "ddp/base/error.h"
 #include "launcher/config/config.h"
 #include "launcher/agent/worker_variables.h"
+#include "tests/support/env_of.h"
+
+using ddp::testing::env_of;
 
 namespace {
 
@@ -27,10 +30,6 @@ std::string usage_error_of(std::vector<std::string> args) {
     return e.what();
   }
   return "<no error>";
-}
-
-ddp::EnvLookup lookup_of(std::map<std::string, std::string> vars) {
-  return ddp::EnvironmentSnapshot::from_map(std::move(vars)).lookup();
 }
 
 }  // namespace
@@ -54,13 +53,13 @@ TEST_CASE("the live job's place: what ddp_launch sets, a worker reads back", "[l
   node.nnodes = 3;
   node.node_rank = 2;
   ddp::launcher::agent::WorkerSlot slot;
-  CHECK_FALSE(ddp::parse_live_recovery_environment(lookup_of({})).has_value());
+  CHECK_FALSE(ddp::parse_live_recovery_environment(env_of({})).has_value());
   for (const auto& [key, value] : ddp::launcher::agent::launcher_variables(node, slot)) {
     CHECK(key.rfind("DDP_LIVE_", 0) != 0);  // not a live job: none of its variables
   }
   slot.live = ddp::launcher::agent::WorkerSlot::LivePlace{"host0:29400", "ddp/live/job", "node2/local0/attempt1"};
   const auto vars = ddp::launcher::agent::launcher_variables(node, slot);
-  const auto live = ddp::parse_live_recovery_environment(lookup_of({vars.begin(), vars.end()}));
+  const auto live = ddp::parse_live_recovery_environment(env_of({vars.begin(), vars.end()}));
   REQUIRE(live.has_value());
   CHECK(live->store_host == "host0");
   CHECK(live->store_port == 29400);
@@ -74,7 +73,7 @@ TEST_CASE("malformed live variables are refused naming the variable", "[live_lau
   using ddp::env::kLiveStore;
   auto error_of = [](std::map<std::string, std::string> vars) {
     try {
-      ddp::parse_live_recovery_environment(lookup_of(std::move(vars)));
+      ddp::parse_live_recovery_environment(env_of(std::move(vars)));
     } catch (const ddp::InvalidArgument& e) {
       return std::string(e.what());
     }
@@ -88,7 +87,7 @@ TEST_CASE("malformed live variables are refused naming the variable", "[live_lau
   CHECK_THAT(error_of({{kLiveStore, "host0:1"}, {kLivePrefix, "p/"}, {kLiveMember, ""}}),
              Catch::Contains("DDP_LIVE_MEMBER must be"));
   const auto v6 = ddp::parse_live_recovery_environment(
-      lookup_of({{kLiveStore, "[::1]:29400"}, {kLivePrefix, "p/"}, {kLiveMember, "m"}}));
+      env_of({{kLiveStore, "[::1]:29400"}, {kLivePrefix, "p/"}, {kLiveMember, "m"}}));
   REQUIRE(v6.has_value());
   CHECK(v6->store_host == "::1");
 }

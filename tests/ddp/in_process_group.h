@@ -7,6 +7,7 @@
 // Catch2's assertions are not thread-safe: a rank's body returns what it observed and the test
 // checks the results on the main thread.
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <chrono>
 #include <exception>
@@ -76,6 +77,21 @@ std::vector<Result> run_ranks_on_hosts(int hosts, int ranks_per_host,
                                        std::chrono::milliseconds timeout = kRankTimeout) {
   return run_ranks<Result>(hosts * ranks_per_host, body, timeout,
                            [ranks_per_host](int rank) { return "host " + std::to_string(rank / ranks_per_host); });
+}
+
+// A ProcessGroup owned elsewhere (run_ranks' thread), as the shared_ptr DistributedDataParallel takes.
+inline std::shared_ptr<ProcessGroup> borrow(ProcessGroup& group) {
+  return std::shared_ptr<ProcessGroup>(&group, [](ProcessGroup*) {});
+}
+
+// A c10d TCPStore server on a free port of 127.0.0.1, not waiting for any client.
+inline c10::intrusive_ptr<c10d::TCPStore> serve_local_store() {
+  c10d::TCPStoreOptions options;
+  options.port = 0;
+  options.isServer = true;
+  options.waitWorkers = false;
+  options.timeout = std::chrono::seconds(30);
+  return c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
 }
 
 }  // namespace ddp::testing

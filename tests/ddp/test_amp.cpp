@@ -19,6 +19,8 @@
 #include "tests/ddp/test_checkpoint_support.h"
 #include "tests/support/temp_dir.h"
 
+using ddp::testing::borrow;
+
 namespace {
 
 using ddp::amp::AutocastScope;
@@ -35,10 +37,6 @@ const torch::Tensor& tensor(const ddp::StateDict& reference, const std::string& 
   const torch::Tensor* value = reference.find(key);
   if (value == nullptr) throw ddp::Error("the reference has no " + key);
   return *value;
-}
-
-std::shared_ptr<ddp::ProcessGroup> borrow(ddp::ProcessGroup& group) {
-  return std::shared_ptr<ddp::ProcessGroup>(&group, [](ddp::ProcessGroup*) {});
 }
 
 }  // namespace

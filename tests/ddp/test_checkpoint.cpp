@@ -1,8 +1,5 @@
 // Checkpoints: round trip, "module." prefix, Python interoperability, corruption, atomicity.
 #include <torch/torch.h>
-// LibTorch's c10/util/Logging.h defines a glog-style CHECK that aborts; it must not replace Catch's:
-// include LibTorch first, drop its CHECK, then include Catch.
-#undef CHECK
 #include <catch2/catch.hpp>
 
 #include <unistd.h>

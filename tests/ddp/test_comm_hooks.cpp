@@ -25,6 +25,7 @@
 
 namespace {
 
+using ddp::testing::borrow;
 using ddp::testing::run_ranks;
 using Shapes = std::vector<std::vector<std::int64_t>>;
 
@@ -60,10 +61,6 @@ struct MatrixSumImpl : torch::nn::Module {
 };
 TORCH_MODULE(MatrixSum);
 using Ddp = ddp::DistributedDataParallel<MatrixSum>;
-
-std::shared_ptr<ddp::ProcessGroup> borrow(ddp::ProcessGroup& group) {
-  return std::shared_ptr<ddp::ProcessGroup>(&group, [](ddp::ProcessGroup*) {});
-}
 
 // max |grad_i - expected_i|.
 double worst_difference(const MatrixSum& net, const std::vector<torch::Tensor>& expected) {

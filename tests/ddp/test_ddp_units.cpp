@@ -14,6 +14,9 @@
 #include "ddp/base/worker_variables.h"
 #include "ddp/base/error.h"
 #include "ddp/runtime/run_main.h"
+#include "tests/support/env_of.h"
+
+using ddp::testing::env_of;
 
 namespace {
 
@@ -34,10 +37,6 @@ void require_partition(const Buckets& buckets, std::size_t n) {
   for (const auto& b : buckets) seen.insert(b.begin(), b.end());
   REQUIRE(seen.size() == n);
   for (std::size_t i = 0; i < n; ++i) REQUIRE(seen.count(i) == 1);
-}
-
-ddp::EnvLookup env_of(std::map<std::string, std::string> values) {
-  return ddp::EnvironmentSnapshot::from_map(std::move(values)).lookup();
 }
 
 }  // namespace

@@ -21,11 +21,8 @@
 
 namespace {
 
+using ddp::testing::borrow;
 using ddp::testing::run_ranks;
-
-std::shared_ptr<ddp::ProcessGroup> borrow(ddp::ProcessGroup& group) {
-  return std::shared_ptr<ddp::ProcessGroup>(&group, [](ddp::ProcessGroup*) {});
-}
 
 // Parameters whose gradient is a constant of the rank: rank r's gradient of parameter i is
 // (r + 1) (i + 1) everywhere, so each inner SGD step moves them by lr times that and the test can

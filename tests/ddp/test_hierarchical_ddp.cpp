@@ -10,6 +10,8 @@
 #include "ddp/parallel/distributed_data_parallel.h"
 #include "tests/ddp/in_process_group.h"
 
+using ddp::testing::borrow;
+
 namespace {
 
 constexpr int kHosts = 2;
@@ -41,10 +43,6 @@ std::vector<torch::Tensor> parameters_of(torch::nn::Sequential& model) {
   std::vector<torch::Tensor> out;
   for (const auto& p : model->parameters()) out.push_back(p.detach().clone());
   return out;
-}
-
-std::shared_ptr<ddp::ProcessGroup> borrow(ddp::ProcessGroup& group) {
-  return std::shared_ptr<ddp::ProcessGroup>(&group, [](ddp::ProcessGroup*) {});
 }
 
 }  // namespace

@@ -18,16 +18,15 @@
 #include "ddp/distributed/detail/join_wait.h"
 #include "ddp/distributed/process_group.h"
 #include "launcher/process/net.h"
+#include "tests/support/env_of.h"
 #include "tests/support/temp_dir.h"
 
 using namespace std::chrono_literals;
 using std::chrono::milliseconds;
 
-namespace {
+using ddp::testing::env_of;
 
-ddp::EnvLookup env_of(std::map<std::string, std::string> vars) {
-  return ddp::EnvironmentSnapshot::from_map(std::move(vars)).lookup();
-}
+namespace {
 
 // Runs f with this process's stderr going to a file; returns what was written there.
 template <class F>

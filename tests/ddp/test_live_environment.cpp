@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/ddp/in_process_group.h"
 #include "ddp/base/worker_variable_names.h"
 #include "ddp/base/error.h"
 #include "ddp/elastic/live_job.h"
@@ -19,15 +20,7 @@
 namespace {
 
 using namespace std::chrono_literals;
-
-c10::intrusive_ptr<c10d::TCPStore> serve_store() {
-  c10d::TCPStoreOptions options;
-  options.port = 0;
-  options.isServer = true;
-  options.waitWorkers = false;
-  options.timeout = 30s;
-  return c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
-}
+using ddp::testing::serve_local_store;
 
 ddp::EnvLookup worker_env(int port, int rank, int world, int restart_count) {
   return ddp::EnvironmentSnapshot::from_map({{ddp::env::kLiveStore, "127.0.0.1:" + std::to_string(port)},
@@ -49,7 +42,7 @@ TEST_CASE("not started with --recovery live: no live job", "[live_environment]")
 }
 
 TEST_CASE("two workers of a live job form its first round under the job's prefix", "[live_environment]") {
-  auto server = serve_store();
+  auto server = serve_local_store();
   const int port = server->getPort();
   auto job0 = ddp::live_job_from_environment(worker_env(port, 0, 2, 0));
   auto job1 = ddp::live_job_from_environment(worker_env(port, 1, 2, 0));
@@ -99,7 +92,7 @@ TEST_CASE("two workers of a live job form its first round under the job's prefix
 TEST_CASE("an unreachable live store is one TimeoutError naming it", "[live_environment]") {
   int port = 0;
   {
-    auto server = serve_store();
+    auto server = serve_local_store();
     port = server->getPort();
   }  // nothing listens there now
   try {

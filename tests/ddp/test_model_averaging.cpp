@@ -13,11 +13,8 @@
 
 namespace {
 
+using ddp::testing::borrow;
 using ddp::testing::run_ranks;
-
-std::shared_ptr<ddp::ProcessGroup> borrow(ddp::ProcessGroup& group) {
-  return std::shared_ptr<ddp::ProcessGroup>(&group, [](ddp::ProcessGroup*) {});
-}
 
 // One parameter w (3 elements); rank r's loss is (r + 1) * <w, (1, 2, 3)>.
 struct ScaledSumImpl : torch::nn::Module {

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/ddp/in_process_group.h"
 #include "ddp/base/error.h"
 #include "ddp/elastic/membership.h"
 #include "ddp/elastic/detail/membership_keys.h"
@@ -19,20 +20,12 @@
 namespace {
 
 using namespace std::chrono_literals;
+using ddp::testing::serve_local_store;
 namespace keys = ddp::detail::membership_keys;
-
-c10::intrusive_ptr<c10d::TCPStore> serve_store() {
-  c10d::TCPStoreOptions options;
-  options.port = 0;
-  options.isServer = true;
-  options.waitWorkers = false;
-  options.timeout = 30s;
-  return c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
-}
 
 // Three nodes x one worker ("node<N>/local0/attempt0"), round 1 closed with all of them.
 struct ThreeNodes {
-  c10::intrusive_ptr<c10d::TCPStore> store = serve_store();
+  c10::intrusive_ptr<c10d::TCPStore> store = serve_local_store();
   std::vector<std::unique_ptr<ddp::StoreMembership>> members;
   std::vector<ddp::Membership> first;
 
@@ -103,7 +96,7 @@ TEST_CASE("a node whose worker arrived in the open round before it died is not c
 }
 
 TEST_CASE("a node lost before the training's first round closed counts its first-round workers", "[node_gone]") {
-  auto store = serve_store();
+  auto store = serve_local_store();
   const keys::NodeGoneMark mark = keys::mark_node_gone(*store, "node1", 2);
   CHECK(mark.marked == 2);
   CHECK(mark.round == 1);
@@ -156,7 +149,7 @@ TEST_CASE("a joiner waits while one member of the previous round is still there"
 }
 
 TEST_CASE("one worker marked gone, then its whole node, counts that worker once", "[node_gone]") {
-  auto store = serve_store();
+  auto store = serve_local_store();
   // Before any round closed: node0's local1 (a first-round worker) dies and is marked alone.
   const keys::NodeGoneMark worker = keys::mark_node_gone(*store, "node0/local1", 1);
   CHECK(worker.marked == 1);

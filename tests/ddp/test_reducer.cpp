@@ -17,6 +17,7 @@
 
 namespace {
 
+using ddp::testing::borrow;
 using ddp::testing::run_ranks;
 using Names = std::vector<std::vector<std::string>>;
 
@@ -75,11 +76,6 @@ std::int64_t count_gradient_allreduces(const ddp::ProcessGroup& group, std::vect
     if (buckets != nullptr) buckets->push_back(record.bucket);
   }
   return n;
-}
-
-// A ProcessGroup owned elsewhere (run_ranks' thread), as DistributedDataParallel's shared_ptr.
-std::shared_ptr<ddp::ProcessGroup> borrow(ddp::ProcessGroup& group) {
-  return std::shared_ptr<ddp::ProcessGroup>(&group, [](ddp::ProcessGroup*) {});
 }
 
 const std::vector<std::vector<std::int64_t>> kSizes = {{0}, {1}, {0, 3}, {5, 0, 7}, {1000, 1, 0, 300}};

@@ -24,7 +24,7 @@ using ddp::detail::allreduce_slices;
 using ddp::detail::Slice;
 
 // Rank r's element i: (r + 1) * 1000 + i, exact in float32 for these sizes.
-torch::Tensor input_of(int rank, std::int64_t numel, torch::Dtype dtype) {
+torch::Tensor offset_input_of(int rank, std::int64_t numel, torch::Dtype dtype) {
   return torch::arange(numel, torch::kDouble).add((rank + 1) * 1000.0).to(dtype);
 }
 
@@ -95,13 +95,13 @@ TEST_CASE("sliced all-reduce: exact results across world sizes, sizes, dtypes an
             const std::string name = std::to_string(numel) + (op == c10d::ReduceOp::MAX ? " max" : " sum");
             const torch::Tensor expected = expected_of(world, numel, dtype, op);
             // Blocking.
-            torch::Tensor blocking = input_of(group.rank(), numel, dtype);
+            torch::Tensor blocking = offset_input_of(group.rank(), numel, dtype);
             const auto before = group.last_collective_seq();
             group.allreduce(blocking, op, "test");
             s.one_record_each = s.one_record_each && group.last_collective_seq() == before + 1;
             if (!torch::equal(blocking, expected)) s.wrong.push_back("blocking " + name);
             // Asynchronous, with an op.
-            torch::Tensor async = input_of(group.rank(), numel, dtype);
+            torch::Tensor async = offset_input_of(group.rank(), numel, dtype);
             auto work = group.allreduce_async(async, op, "test async");
             const bool sliced = dynamic_cast<ddp::detail::SlicedWork*>(work.get()) != nullptr;
             (sliced ? s.sliced : s.unsliced) += 1;
@@ -121,12 +121,12 @@ TEST_CASE("sliced all-reduce: exact results across world sizes, sizes, dtypes an
             }
           }
           // The DDP bucket form (sum), and a non-contiguous tensor (all-reduced unsliced, still right).
-          torch::Tensor bucket = input_of(group.rank(), numel, dtype);
+          torch::Tensor bucket = offset_input_of(group.rank(), numel, dtype);
           group.wait(group.allreduce_async(bucket, "bucket", 0), "bucket");
           if (!torch::equal(bucket, expected_of(world, numel, dtype, c10d::ReduceOp::SUM))) {
             s.wrong.push_back("bucket " + std::to_string(numel));
           }
-          torch::Tensor strided = input_of(group.rank(), 2 * numel, dtype).view({-1, 2}).t();
+          torch::Tensor strided = offset_input_of(group.rank(), 2 * numel, dtype).view({-1, 2}).t();
           group.allreduce(strided);
           if (!torch::equal(strided, expected_of(world, 2 * numel, dtype, c10d::ReduceOp::SUM).view({-1, 2}).t())) {
             s.wrong.push_back("non-contiguous " + std::to_string(numel));

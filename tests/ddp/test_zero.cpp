@@ -16,6 +16,8 @@
 #include "tests/ddp/test_checkpoint_support.h"
 #include "tests/support/temp_dir.h"
 
+using ddp::testing::borrow;
+
 namespace {
 
 using ddp::ZeroRedundancyOptimizer;
@@ -32,10 +34,6 @@ struct MlpImpl : torch::nn::Module {
   torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
 };
 TORCH_MODULE(Mlp);
-
-std::shared_ptr<ddp::ProcessGroup> borrow(ddp::ProcessGroup& group) {
-  return std::shared_ptr<ddp::ProcessGroup>(&group, [](ddp::ProcessGroup*) {});
-}
 
 torch::Tensor flat(const std::vector<torch::Tensor>& params) {
   std::vector<torch::Tensor> parts;

@@ -18,7 +18,7 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-const std::string kBinDir = DDP_TEST_BIN_DIR;
+using ddp::testing::kBinDir;
 
 // (epoch, sample) -> how many times a rank trained on it, over every --log-samples file in dir whose
 // name has `world` in it (e.g. "world3"), or all of them.

@@ -20,7 +20,7 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-const std::string kBinDir = DDP_TEST_BIN_DIR;
+using ddp::testing::kBinDir;
 
 // sample -> how many times a rank trained on it in epoch 0, over every --log-samples file in dir.
 std::map<int64_t, int> trained_in_first_epoch(const fs::path& dir) {

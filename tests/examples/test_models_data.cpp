@@ -6,8 +6,6 @@
 #include "examples/models/lenet.h"
 #include "examples/models/resnet.h"
 
-// LibTorch's glog shim defines CHECK too; Catch's must win.
-#undef CHECK
 #include <catch2/catch.hpp>
 
 using namespace ddp::examples;

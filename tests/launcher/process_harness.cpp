@@ -99,6 +99,11 @@ bool Child::wait_for_err(const std::string& text, std::chrono::milliseconds time
   return true;
 }
 
+const std::string& Child::err_so_far() {
+  if (!done_ && err_fd_ >= 0) pump();
+  return outcome_.err;
+}
+
 std::optional<LaunchOutcome> Child::wait(std::chrono::milliseconds timeout) {
   if (done_) return outcome_;
   const auto deadline = std::chrono::steady_clock::now() + timeout;

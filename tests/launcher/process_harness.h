@@ -45,6 +45,8 @@ class Child {
   std::optional<LaunchOutcome> wait(std::chrono::milliseconds timeout);
   // Reads its output until its stderr holds `text`; false when it did not within timeout.
   bool wait_for_err(const std::string& text, std::chrono::milliseconds timeout);
+  // What its stderr has held so far (for a failure's message), reading what is there.
+  const std::string& err_so_far();
   void signal(int sig) const { ::kill(pid_, sig); }
 
  private:

@@ -404,7 +404,12 @@ TEST_CASE("a store that goes away mid-rendezvous: one line, no c10d backtrace", 
   while (!connected_to(client.pid(), port) && std::chrono::steady_clock::now() < connect_deadline) {
     std::this_thread::sleep_for(20ms);
   }
-  REQUIRE(connected_to(client.pid(), port));
+  if (!connected_to(client.pid(), port)) {  // what the client did instead, for the failure's message
+    const auto exited = client.wait(0ms);
+    FAIL("the second launcher did not connect to the store at " << endpoint << " within 20 s; "
+         << (exited ? "it exited " + std::to_string(exited->exit_code) + ", stderr: " + exited->err
+                    : "it still runs, stderr so far: " + client.err_so_far()));
+  }
   std::this_thread::sleep_for(300ms);
   server.signal(SIGKILL);
   REQUIRE(server.wait(5s));

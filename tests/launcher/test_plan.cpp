@@ -17,7 +17,7 @@ using namespace ddp::launcher::rendezvous;
 
 namespace {
 
-LaunchConfig parse(std::vector<std::string> args) {
+LaunchConfig config_of(std::vector<std::string> args) {
   std::vector<const char*> argv{"ddp_launch"};
   for (const auto& a : args) argv.push_back(a.c_str());
   argv.push_back("/bin/true");
@@ -42,7 +42,7 @@ RunContext run_in(const std::string& folder) {
 }  // namespace
 
 TEST_CASE("plan: ranks, world and files of every worker of node 1 of 2, attempt 1", "[launcher][plan]") {
-  const LaunchConfig c = parse({"--nnodes", "2", "--node_rank", "1", "--nproc_per_node", "3", "--master_addr",
+  const LaunchConfig c = config_of({"--nnodes", "2", "--node_rank", "1", "--nproc_per_node", "3", "--master_addr",
                                 "10.0.0.1", "--max_restarts", "2", "--log_dir", "/logs", "--run_id", "r"});
   const NodeAssignment node = assignment_from_flags(c, 3);
   LocalWorkers local;
@@ -88,7 +88,7 @@ TEST_CASE("plan: the join timeout reaches every worker (--rdzv_conf join_timeout
            {{"--nproc_per_node", "2"}, "600"},
            {{"--nproc_per_node", "2", "--rdzv_conf", "join_timeout=42.5"}, "42.5"},
            {{"--nproc_per_node", "2", "--rdzv_timeout", "7"}, "7"}}) {
-    const LaunchConfig c = parse(args);
+    const LaunchConfig c = config_of(args);
     for (const WorkerLaunch& w : plan_workers(c, assignment_from_flags(c, 2), local, run_in("/tmp/x"), 0)) {
       CHECK(env_of(w).at("DDP_JOIN_TIMEOUT") == expected);
     }
@@ -98,7 +98,7 @@ TEST_CASE("plan: the join timeout reaches every worker (--rdzv_conf join_timeout
 TEST_CASE("plan: console and file routing follow --redirects, --tee and --local_ranks_filter", "[launcher][plan]") {
   LocalWorkers local;
   local.nproc = 3;
-  const LaunchConfig c = parse({"--nproc_per_node", "3", "--redirects", "0:3,1:1", "--tee", "1:1",
+  const LaunchConfig c = config_of({"--nproc_per_node", "3", "--redirects", "0:3,1:1", "--tee", "1:1",
                                 "--local_ranks_filter", "0,1"});
   const auto plan = plan_workers(c, assignment_from_flags(c, 3), local, run_in("/tmp/x"), 0);
   REQUIRE(plan.size() == 3);
@@ -118,11 +118,11 @@ TEST_CASE("plan: console and file routing follow --redirects, --tee and --local_
   CHECK(plan[2].stdout_log.empty());
   CHECK(env_of(plan[2]).count("DDP_LOG_DIR") == 0);  // no --log_dir
   CHECK(writes_log_files(c, 3));
-  CHECK_FALSE(writes_log_files(parse({"--nproc_per_node", "2"}), 2));
+  CHECK_FALSE(writes_log_files(config_of({"--nproc_per_node", "2"}), 2));
 }
 
 TEST_CASE("plan: GPUs, CPUs and the agent socket reach each worker", "[launcher][plan]") {
-  const LaunchConfig c = parse({"--nproc_per_node", "2"});
+  const LaunchConfig c = config_of({"--nproc_per_node", "2"});
   LocalWorkers local;
   local.nproc = 2;
   local.gpus = {"3", "5"};
@@ -141,7 +141,7 @@ TEST_CASE("plan: GPUs, CPUs and the agent socket reach each worker", "[launcher]
 }
 
 TEST_CASE("plan: a restart changes only the attempt's restart count and folders", "[launcher][plan]") {
-  const LaunchConfig c = parse({"--nproc_per_node", "2", "--max_restarts", "1"});
+  const LaunchConfig c = config_of({"--nproc_per_node", "2", "--max_restarts", "1"});
   LocalWorkers local;
   local.nproc = 2;
   const auto first = plan_workers(c, assignment_from_flags(c, 2), local, run_in("/r"), 0);

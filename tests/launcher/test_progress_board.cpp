@@ -18,6 +18,7 @@
 #include "ddp/base/error.h"
 #include "launcher/observe/agent_socket.h"
 #include "launcher/observe/progress_board.h"
+#include "tests/support/env_of.h"
 
 using namespace ddp::launcher;
 using namespace ddp::launcher::observe;
@@ -25,11 +26,9 @@ using namespace ddp::launcher::resources;
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
 
-namespace {
+using ddp::testing::env_of;
 
-ddp::EnvLookup env_of(std::map<std::string, std::string> vars) {
-  return ddp::EnvironmentSnapshot::from_map(std::move(vars)).lookup();
-}
+namespace {
 
 ddp::AgentMessage heartbeat(int rank, int pid, std::int64_t step) {
   ddp::AgentMessage m;

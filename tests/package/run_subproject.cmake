@@ -3,8 +3,23 @@ cmake_minimum_required(VERSION 3.18)
 # it got the library and the launcher but none of ddp's tests, examples, benchmarks or install
 # rules (they are for the top-level project only), build BUILD_TARGETS and run what was built with
 # LD_LIBRARY_PATH unset. FetchContent builds at -O0: what is tested is how the projects fit.
-# -DDDP_SOURCE_DIR -DWORK_DIR -DTORCH_DIR -DDDP_VIA -DEXPECTED_VERSION -DBUILD_TARGETS
-file(REMOVE_RECURSE "${WORK_DIR}")
+# -DTORCH_LAYOUT=zip: LibTorch as the official zip lays it out, a libtorch/ folder of include/, lib/
+# and share/ with no Python package around it, made here from TORCH_DIR's files (no zip can be
+# fetched on the machines this runs on); the library and the consumers must build against it and
+# run from its lib/.
+# -DDDP_SOURCE_DIR -DWORK_DIR -DTORCH_DIR -DDDP_VIA -DEXPECTED_VERSION -DBUILD_TARGETS [-DTORCH_LAYOUT]
+file(REMOVE_RECURSE "${WORK_DIR}" "${WORK_DIR}_libtorch")
+if(TORCH_LAYOUT STREQUAL "zip")
+  get_filename_component(torch_prefix "${TORCH_DIR}/../../.." ABSOLUTE)
+  set(libtorch "${WORK_DIR}_libtorch/libtorch")
+  file(MAKE_DIRECTORY "${libtorch}")
+  foreach(part include lib share)
+    file(CREATE_LINK "${torch_prefix}/${part}" "${libtorch}/${part}" SYMBOLIC)
+  endforeach()
+  set(TORCH_DIR "${libtorch}/share/cmake/Torch")
+elseif(DEFINED TORCH_LAYOUT)
+  message(FATAL_ERROR "TORCH_LAYOUT is zip or unset, not '${TORCH_LAYOUT}'")
+endif()
 separate_arguments(BUILD_TARGETS)
 # Where ddp's own binaries land: its project binary folder's bin/.
 if(DDP_VIA STREQUAL "fetchcontent")
@@ -36,6 +51,13 @@ include("${CMAKE_CURRENT_LIST_DIR}/cuda_args.cmake")   # cuda_args, for a CUDA L
 run_step("configure (${DDP_VIA})" ${CMAKE_COMMAND} -S "${CMAKE_CURRENT_LIST_DIR}/subproject" -B "${WORK_DIR}"
   -G Ninja ${build_type} "-DDDP_VIA=${DDP_VIA}" "-DDDP_SOURCE_DIR=${DDP_SOURCE_DIR}"
   "-DTorch_DIR=${TORCH_DIR}" ${cuda_args} ${compiler_launcher})
+if(TORCH_LAYOUT STREQUAL "zip")   # linked against the layout's lib/, not the files behind it
+  file(READ "${WORK_DIR}/build.ninja" ninja_file)
+  string(FIND "${ninja_file}" "${libtorch}/lib/libc10.so" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "${DDP_VIA}: the build does not link ${libtorch}/lib/libc10.so")
+  endif()
+endif()
 file(STRINGS "${WORK_DIR}/CMakeCache.txt" cached_build_type REGEX "^CMAKE_BUILD_TYPE:")
 if(DDP_VIA STREQUAL "add_subdirectory" AND NOT cached_build_type MATCHES "=$")
   message(FATAL_ERROR "ddp as a subproject changed the parent's build type: ${cached_build_type}")
@@ -80,4 +102,5 @@ if("ddp_consumer" IN_LIST BUILD_TARGETS)
     message(FATAL_ERROR "${DDP_VIA}: ddp_consumer_plain printed: ${step_output}")
   endif()
 endif()
+file(REMOVE_RECURSE "${WORK_DIR}_libtorch")
 message(STATUS "${DDP_VIA}: built ${BUILD_TARGETS} and ran them")

@@ -1,9 +1,6 @@
 // DistributedSampler: PyTorch's semantics, LibTorch loader integration, resume.
 #include <torch/data.h>
 #include <torch/serialize/archive.h>
-// LibTorch's c10/util/Logging.h defines a glog-style CHECK that aborts; it must not replace Catch's:
-// include LibTorch first, drop its CHECK, then include Catch.
-#undef CHECK
 #include <catch2/catch.hpp>
 
 #include <algorithm>

@@ -2,8 +2,6 @@
 // twice across any number of world-size changes, against closed forms. See Note [Re-sharding at a new
 // world size].
 #include <torch/data.h>
-// LibTorch's c10/util/Logging.h defines a glog-style CHECK that aborts; it must not replace Catch's.
-#undef CHECK
 #include <catch2/catch.hpp>
 
 #include <algorithm>

@@ -10,6 +10,11 @@
 
 namespace ddp::testing {
 
+#ifdef DDP_TEST_BIN_DIR
+// The build's bin folder (the programs a test runs), in the targets that define it.
+inline const std::string kBinDir = DDP_TEST_BIN_DIR;
+#endif
+
 struct CommandRun {
   int exit_code = -1;
   std::string output;  // stdout and stderr
