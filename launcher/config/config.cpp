@@ -336,13 +336,9 @@ StreamSpec parse_stream_spec(const std::string& flag, const std::string& text) {
 
 GpuRequest parse_gpu_request(const std::string& text) {
   GpuRequest req;
-  if (text == "auto") {
+  if (text == "auto" || text.rfind("auto:", 0) == 0) {
     req.mode = GpuRequest::Mode::kAuto;
-    return req;
-  }
-  if (text.rfind("auto:", 0) == 0) {
-    req.mode = GpuRequest::Mode::kAuto;
-    req.auto_count = parse_int_flag("--gpus auto:N", text.substr(5), 1, 1 << 16);
+    if (text != "auto") req.auto_count = parse_int_flag("--gpus auto:N", text.substr(5), 1, 1 << 16);
     return req;
   }
   req.mode = GpuRequest::Mode::kList;
@@ -489,16 +485,6 @@ static ParseResult parse_launch_args_as_given(int argc, const char* const* argv,
 // line announces ("master 127.0.0.1:PORT"). --master_port P is exactly P, with --standalone too.
 // Across nodes (a host list included) the port must be agreed in advance: 29500, torchrun's default. --rdzv_endpoint HOST:0
 // (torchrun's recipe for one-node jobs) is the same: one node needs no rendezvous store.
-
-// --nnodes MIN:MAX needs the c10d rendezvous (the static one has a fixed node count), or a host
-// list, which gives every host one.
-static void check_elastic(bool dynamic, const std::string& nnodes) {
-  if (!dynamic) {
-    throw UsageError(ddp::str("--nnodes ", nnodes, " (elastic membership) needs the c10d rendezvous: add "
-                              "--rdzv_endpoint HOST:PORT (and the same --rdzv_id on every node); the static "
-                              "rendezvous (--node_rank, --master_addr) has a fixed node count"));
-  }
-}
 
 // --recovery restart|live; live only in an elastic job with a c10d store (its workers' membership
 // lives there).
@@ -647,17 +633,13 @@ static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSn
   if (given("nproc_per_node")) {
     c.nproc_given = true;
     const std::string n = text("nproc_per_node");
-    if (n == "gpu") {
-      c.nproc.kind = NprocRequest::Kind::kGpu;
-    } else if (n == "cpu") {
-      c.nproc.kind = NprocRequest::Kind::kCpu;
-    } else if (n == "auto") {
-      c.nproc.kind = NprocRequest::Kind::kAuto;
-    } else if (n == "xpu") {
+    static const std::map<std::string, NprocRequest::Kind> kKinds{
+        {"gpu", NprocRequest::Kind::kGpu}, {"cpu", NprocRequest::Kind::kCpu}, {"auto", NprocRequest::Kind::kAuto}};
+    if (n == "xpu") {
       throw UsageError("--nproc_per_node xpu: ddp_launch counts NVIDIA GPUs (gpu) or CPUs (cpu), not Intel XPUs");
-    } else {
-      c.nproc.number = parse_int_flag("--nproc_per_node (a number >= 1, gpu, cpu or auto)", n, 1, 1 << 16);
     }
+    if (const auto kind = kKinds.find(n); kind != kKinds.end()) c.nproc.kind = kind->second;
+    else c.nproc.number = parse_int_flag("--nproc_per_node (a number >= 1, gpu, cpu or auto)", n, 1, 1 << 16);
   }
   if (given("gpus")) {
     c.gpus = parse_gpu_request(text("gpus"));
@@ -677,13 +659,10 @@ static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSn
   }
   c.allow_busy_gpus = on("allow_busy_gpus");
   const std::string cpu_bind = text("cpu_bind");
-  if (cpu_bind == "none") {
-    c.cpu_bind = CpuBind::kNone;
-  } else if (cpu_bind == "exclusive") {
-    c.cpu_bind = CpuBind::kExclusive;
-  } else {
+  if (cpu_bind != "none" && cpu_bind != "exclusive") {
     throw UsageError(ddp::str("--cpu_bind: unknown value '", cpu_bind, "' (choose none or exclusive)"));
   }
+  c.cpu_bind = cpu_bind == "exclusive" ? CpuBind::kExclusive : CpuBind::kNone;
 
   // Supervision and output.
   c.max_restarts = parse_int_flag("--max_restarts", text("max_restarts"), 0, 1 << 20);
@@ -742,9 +721,15 @@ static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSn
   if (!c.stragglers && (given("straggler_factor") || given("straggler_window"))) {
     throw UsageError("--straggler_factor and --straggler_window need --straggler_action warn");
   }
-  if (c.elastic) check_elastic(rdzv || given("hostfile") || given("hosts"), text("nnodes"));
-  // --hosts/--hostfile with a range: every host joins the first host's c10d rendezvous.
-  c.recovery = parse_recovery_flag(text("recovery"), c.elastic && (rdzv || given("hostfile") || given("hosts")));  // See Note [Live recovery with ddp_launch]
+  // --nnodes MIN:MAX needs the c10d rendezvous (the static one has a fixed node count), or a host
+  // list: with --hosts/--hostfile every host joins the first host's c10d rendezvous.
+  const bool store = rdzv || given("hostfile") || given("hosts");
+  if (c.elastic && !store) {
+    throw UsageError(ddp::str("--nnodes ", text("nnodes"), " (elastic membership) needs the c10d rendezvous: add "
+                              "--rdzv_endpoint HOST:PORT (and the same --rdzv_id on every node); the static "
+                              "rendezvous (--node_rank, --master_addr) has a fixed node count"));
+  }
+  c.recovery = parse_recovery_flag(text("recovery"), c.elastic && store);  // See Note [Live recovery with ddp_launch]
   c.metrics_addr = text("metrics_addr");
   if (!is_numeric_address(c.metrics_addr)) {
     throw UsageError(ddp::str("--metrics_addr '", c.metrics_addr,
@@ -776,13 +761,7 @@ static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSn
     c.ranks_filter = ranges;
   }
   c.dry_run = on("dry_run");
-  if (given("run_id")) {
-    c.run_id = text("run_id");
-  } else if (c.standalone) {
-    c.run_id = random_run_id();
-  } else {
-    c.run_id = c.rdzv_id;
-  }
+  c.run_id = given("run_id") ? text("run_id") : c.standalone ? random_run_id() : c.rdzv_id;
   if (c.run_id.empty() || c.run_id.find('/') != std::string::npos) {
     throw UsageError(ddp::str("run id '", c.run_id, "' must be non-empty without '/'"));
   }

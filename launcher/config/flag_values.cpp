@@ -1,5 +1,7 @@
 #include "launcher/config/flag_values.h"
 
+#include <algorithm>
+
 #include "ddp/base/error.h"
 #include "launcher/config/torchrun_flags.h"
 
@@ -33,10 +35,8 @@ std::optional<FlagValues::FromEnvironment> FlagValues::from_env(const char* name
     }
     if (!found) found = FromEnvironment{name, *variable, *value};
   }
-  if (found) {
-    bool seen = false;
-    for (const auto& u : used_) seen = seen || u.flag == found->flag;
-    if (!seen) used_.push_back(*found);
+  if (found && std::none_of(used_.begin(), used_.end(), [&](const auto& u) { return u.flag == found->flag; })) {
+    used_.push_back(*found);
   }
   return found;
 }

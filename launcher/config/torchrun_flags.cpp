@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cctype>
 #include <climits>
 #include <cmath>
@@ -199,9 +200,7 @@ std::vector<int> parse_signals_to_handle(const std::string& text) {
       throw UsageError(ddp::str("--signals_to_handle: ", name,
                                 " cannot be forwarded (it cannot be caught, or the launcher needs it itself)"));
     }
-    bool seen = false;
-    for (int s : signals) seen = seen || s == found->number;
-    if (!seen) signals.push_back(found->number);
+    if (std::find(signals.begin(), signals.end(), found->number) == signals.end()) signals.push_back(found->number);
   }
   return signals;
 }
