@@ -1,8 +1,6 @@
 #include "launcher/channel/live_watch.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -14,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "ddp/base/detail/route.h"
 #include "ddp/base/error.h"
 #include "ddp/base/str.h"
 #include "launcher/channel/job_channel.h"
@@ -60,13 +59,8 @@ std::string peer_address_of(int fd) {
   sockaddr_storage addr{};
   socklen_t len = sizeof addr;
   if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "?";
-  char text[INET6_ADDRSTRLEN] = "?";
-  if (addr.ss_family == AF_INET) {
-    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&addr)->sin_addr, text, sizeof text);
-  } else if (addr.ss_family == AF_INET6) {
-    ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&addr)->sin6_addr, text, sizeof text);
-  }
-  return text;
+  const std::string text = detail::address_text(reinterpret_cast<const sockaddr*>(&addr));
+  return text.empty() ? "?" : text;
 }
 
 void make_wake_pipe(int (&wake)[2]) {

@@ -1,7 +1,5 @@
 #include "launcher/rendezvous/store_rendezvous.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <spdlog/spdlog.h>
@@ -24,14 +22,8 @@ void log_note(const char* line) { spdlog::info("{}", line); }
 std::string bound_address(int fd) {
   sockaddr_storage addr{};
   socklen_t len = sizeof addr;
-  char text[INET6_ADDRSTRLEN] = "";
   if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "";
-  if (addr.ss_family == AF_INET) {
-    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&addr)->sin_addr, text, sizeof text);
-  } else if (addr.ss_family == AF_INET6) {
-    ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&addr)->sin6_addr, text, sizeof text);
-  }
-  return text;
+  return detail::address_text(reinterpret_cast<const sockaddr*>(&addr));
 }
 
 }  // namespace

@@ -18,7 +18,6 @@
 #include "ddp/base/str.h"
 
 namespace ddp::detail {
-namespace {
 
 std::string address_text(const sockaddr* sa) {
   char buf[INET6_ADDRSTRLEN] = {0};
@@ -29,6 +28,8 @@ std::string address_text(const sockaddr* sa) {
   }
   return buf;
 }
+
+namespace {
 
 // Numeric address text of the first result for host:port; the socket address in *out when given.
 std::optional<std::string> resolve(const std::string& host, int port, int socktype, int flags,

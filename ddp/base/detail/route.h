@@ -7,7 +7,12 @@
 #include <string>
 #include <vector>
 
+struct sockaddr;
+
 namespace ddp::detail {
+
+// The numeric text of an IPv4 or IPv6 socket address; empty for another family.
+std::string address_text(const sockaddr* sa);
 
 // Note [Advertised address]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~
