@@ -162,23 +162,15 @@ struct DiLoCo::Impl {
     for (auto i : f.params) deltas.push_back((global[i] - params[i]).reshape(-1).to(torch::kFloat32));
     const auto flat = torch::cat(deltas);
     const int ranks = group->size();
-    switch (options.outer_dtype) {
-      case OuterDtype::kInt8:
-        f.payload = detail::encode_int8(flat, kOuterInt8Block);
-        f.received = torch::empty({ranks * f.payload.numel()}, f.payload.options());
-        f.work = group->allgather_into_tensor_async(f.received, f.payload, "DiLoCo outer gradient (int8)");
-        break;
-      case OuterDtype::kBFloat16:
-      case OuterDtype::kFloat16:
-        f.payload = flat.to(options.outer_dtype == OuterDtype::kBFloat16 ? torch::kBFloat16 : torch::kFloat16);
-        f.received = f.payload;
-        f.work = group->allreduce_async(f.received, c10d::ReduceOp::SUM, "DiLoCo outer gradient");
-        break;
-      case OuterDtype::kFloat32:
-        f.payload = flat;
-        f.received = f.payload;
-        f.work = group->allreduce_async(f.received, c10d::ReduceOp::SUM, "DiLoCo outer gradient");
-        break;
+    if (options.outer_dtype == OuterDtype::kInt8) {
+      f.payload = detail::encode_int8(flat, kOuterInt8Block);
+      f.received = torch::empty({ranks * f.payload.numel()}, f.payload.options());
+      f.work = group->allgather_into_tensor_async(f.received, f.payload, "DiLoCo outer gradient (int8)");
+    } else {
+      const bool half = options.outer_dtype != OuterDtype::kFloat32;
+      f.payload = half ? flat.to(options.outer_dtype == OuterDtype::kBFloat16 ? torch::kBFloat16 : torch::kFloat16) : flat;
+      f.received = f.payload;
+      f.work = group->allreduce_async(f.received, c10d::ReduceOp::SUM, "DiLoCo outer gradient");
     }
     bytes_sent += f.payload.numel() * static_cast<std::int64_t>(f.payload.element_size());
     f.pending = true;

@@ -81,12 +81,10 @@ detail::PickleValue to_pickle(const c10::IValue& value) {
     out.tensor = value.toTensor();
   } else if (value.isTuple() || value.isList()) {
     out = detail::PickleValue::of(value.isTuple() ? Kind::kTuple : Kind::kList);
-    out.items = std::make_shared<std::vector<detail::PickleValue>>();
     const auto elements = value.isTuple() ? value.toTupleRef().elements().vec() : value.toListRef().vec();
     for (const auto& element : elements) out.items->push_back(to_pickle(element));
   } else if (value.isGenericDict()) {
     out = detail::PickleValue::of(Kind::kDict);
-    out.entries = std::make_shared<std::vector<std::pair<detail::PickleValue, detail::PickleValue>>>();
     for (const auto& entry : value.toGenericDict()) out.entries->emplace_back(to_pickle(entry.key()), to_pickle(entry.value()));
   } else {
     throw Error(str("ZeroRedundancyOptimizer: unexpected value of type ", value.tagKind(), " in an optimizer state"));

@@ -146,6 +146,14 @@ void LineConnection::shutdown_write() {
   if (fd_ >= 0) ::shutdown(fd_, SHUT_WR);
 }
 
+void end_thread(int (&wake)[2], std::thread& thread) {
+  const char end = 'e';
+  [[maybe_unused]] const ssize_t n = ::write(wake[1], &end, 1);
+  if (thread.joinable()) thread.join();
+  ::close(wake[0]);
+  ::close(wake[1]);
+}
+
 std::pair<std::string, std::string> split_word(const std::string& line) {
   const auto space = line.find(' ');
   if (space == std::string::npos) return {line, ""};

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "launcher/config/config.h"
@@ -51,6 +52,9 @@ class LineConnection {
 // A non-blocking socket connecting to host:port (-1 when the name does not resolve now): poll it
 // for POLLOUT and read SO_ERROR to learn whether it connected.
 int start_connect(const std::string& host, int port);
+
+// Wakes `thread`'s poll loop with an 'e' on the pipe `wake`, joins the thread, closes the pipe.
+void end_thread(int (&wake)[2], std::thread& thread);
 
 // The first word of `line` and the rest (split at the first space).
 std::pair<std::string, std::string> split_word(const std::string& line);

@@ -316,12 +316,6 @@ JobCoordinator::JobCoordinator(int listen_fd, JobCoordinatorOptions options) {
   });
 }
 
-JobCoordinator::~JobCoordinator() {
-  const char end = 'e';
-  [[maybe_unused]] const ssize_t n = ::write(wake_[1], &end, 1);
-  thread_.join();
-  ::close(wake_[0]);
-  ::close(wake_[1]);
-}
+JobCoordinator::~JobCoordinator() { end_thread(wake_, thread_); }
 
 }  // namespace ddp::launcher::channel

@@ -67,14 +67,6 @@ void make_wake_pipe(int (&wake)[2]) {
   if (::pipe2(wake, O_CLOEXEC) != 0) throw ddp::Error(ddp::str("live watch: pipe2 failed: ", std::strerror(errno)));
 }
 
-void end_thread(int (&wake)[2], std::thread& thread) {
-  const char end = 'e';
-  [[maybe_unused]] const ssize_t n = ::write(wake[1], &end, 1);
-  if (thread.joinable()) thread.join();
-  ::close(wake[0]);
-  ::close(wake[1]);
-}
-
 }  // namespace
 
 std::string live_node_key(int rendezvous_round, int node_rank) {
