@@ -154,6 +154,12 @@ void end_thread(int (&wake)[2], std::thread& thread) {
   ::close(wake[1]);
 }
 
+std::string node_name(const std::string& host, int node, int first_rank, int nproc) {
+  const std::string ranks =
+      nproc == 1 ? ddp::str("rank ", first_rank) : ddp::str("ranks ", first_rank, "-", first_rank + nproc - 1);
+  return ddp::str(host, " (node ", node, ", ", ranks, ")");
+}
+
 std::pair<std::string, std::string> split_word(const std::string& line) {
   const auto space = line.find(' ');
   if (space == std::string::npos) return {line, ""};

@@ -56,6 +56,9 @@ int start_connect(const std::string& host, int port);
 // Wakes `thread`'s poll loop with an 'e' on the pipe `wake`, joins the thread, closes the pipe.
 void end_thread(int (&wake)[2], std::thread& thread);
 
+// "host1 (node 1, ranks 2-3)": how every launcher names a node.
+std::string node_name(const std::string& host, int node, int first_rank, int nproc);
+
 // The first word of `line` and the rest (split at the first space).
 std::pair<std::string, std::string> split_word(const std::string& line);
 // A number of the channel's lines: optional '-', at most 9 digits; nullopt for anything else.

@@ -127,13 +127,10 @@ class CoordinatorLoop {
     }
   }
 
-  // "host1 (node 1, ranks 2-3)": how every launcher names a node.
   std::string name_of(int node) const {
     const NodeRecord& n = nodes_[node];
     if (!n.known) return ddp::str("node ", node, " (never connected)");
-    const std::string ranks = n.nproc == 1 ? ddp::str("rank ", n.first_rank)
-                                           : ddp::str("ranks ", n.first_rank, "-", n.first_rank + n.nproc - 1);
-    return ddp::str(n.host, " (node ", node, ", ", ranks, ")");
+    return node_name(n.host, node, n.first_rank, n.nproc);
   }
 
   void handle(size_t i, const std::string& line) {

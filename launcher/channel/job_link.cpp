@@ -124,20 +124,13 @@ void JobLink::on_line(const std::string& line) {
       remote_steps_.clear();
       remote_steps_round_ = *r;
     }
-    size_t begin = 0;
-    while (begin < list.size()) {
-      size_t end = list.find(',', begin);
-      if (end == std::string::npos) end = list.size();
-      const std::string item = list.substr(begin, end - begin);
+    for (const std::string& item : config::split_list(list, ',')) {
       const auto colon = item.find(':');
-      if (colon != std::string::npos) {
-        const auto rank = parse_line_int(item.substr(0, colon));
-        try {
-          if (rank) remote_steps_[*rank] = std::stoll(item.substr(colon + 1));
-        } catch (const std::exception&) {
-        }
+      const auto rank = colon == std::string::npos ? std::nullopt : parse_line_int(item.substr(0, colon));
+      try {
+        if (rank) remote_steps_[*rank] = std::stoll(item.substr(colon + 1));
+      } catch (const std::exception&) {
       }
-      begin = end + 1;
     }
   } else if (word == "timings") {  // timings NODE ROUND ITEMS
     const auto [node, r1] = split_word(rest);
@@ -158,15 +151,9 @@ void JobLink::on_line(const std::string& line) {
 std::optional<std::string> JobLink::take_stop(int round) {
   if (stop_taken_[round]) return std::nullopt;
   const auto it = stops_.find(round);
-  if (it != stops_.end() && !it->second.empty()) {
-    stop_taken_[round] = true;
-    return it->second;
-  }
-  if (job_stop_) {
-    stop_taken_[round] = true;
-    return job_stop_;
-  }
-  return std::nullopt;
+  const auto stop = it != stops_.end() && !it->second.empty() ? std::optional<std::string>(it->second) : job_stop_;
+  if (stop) stop_taken_[round] = true;
+  return stop;
 }
 
 void JobLink::report_failure(int round, const std::string& what) {
@@ -286,10 +273,7 @@ int JobLink::wait_for_store_port(double timeout_s) {
 std::string JobLink::name_of_node(int node) const {
   const auto it = nodes_.find(node);
   if (it == nodes_.end()) return ddp::str("node ", node);
-  const NodeInfo& n = it->second;
-  const std::string ranks = n.nproc == 1 ? ddp::str("rank ", n.first_rank)
-                                         : ddp::str("ranks ", n.first_rank, "-", n.first_rank + n.nproc - 1);
-  return ddp::str(n.host, " (node ", node, ", ", ranks, ")");
+  return node_name(it->second.host, node, it->second.first_rank, it->second.nproc);
 }
 
 std::string JobLink::name_of_rank(int rank) const {
