@@ -2,10 +2,12 @@
 
 #include <fcntl.h>
 #include <netdb.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <utility>
 
@@ -133,6 +135,16 @@ bool LineConnection::receive(const std::function<void(const std::string&)>& on_l
     }
     in_.erase(0, begin);
     if (in_.size() > 65536) return false;
+  }
+}
+
+void LineConnection::say_goodbye() {
+  send("bye");
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (wants_write() && std::chrono::steady_clock::now() < until) {
+    pollfd p{fd_, POLLOUT, 0};
+    ::poll(&p, 1, 50);
+    if (!flush()) break;
   }
 }
 

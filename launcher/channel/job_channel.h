@@ -42,6 +42,8 @@ class LineConnection {
   void close();
   // No more writes from this side (the peer reads end of stream once it has read what was sent).
   void shutdown_write();
+  // Sends "bye" and waits at most 1 s for it to be written (a few bytes into an empty socket buffer).
+  void say_goodbye();
 
  private:
   int fd_ = -1;

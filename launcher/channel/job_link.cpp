@@ -23,15 +23,7 @@ JobLink::JobLink(JobLinkOptions options)
 }
 
 JobLink::~JobLink() {
-  if (!link_.is_open() || connecting_) return;
-  link_.send("bye");
-  // Bounded: the goodbye is a few bytes into an empty socket buffer.
-  const auto until = Clock::now() + std::chrono::seconds(1);
-  while (link_.wants_write() && Clock::now() < until) {
-    pollfd p{link_.fd(), POLLOUT, 0};
-    ::poll(&p, 1, 50);
-    if (!link_.flush()) break;
-  }
+  if (link_.is_open() && !connecting_) link_.say_goodbye();
 }
 
 int JobLink::poll_fd() const { return link_.fd(); }

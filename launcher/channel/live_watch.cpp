@@ -267,15 +267,7 @@ void LiveWatchClient::run(std::string host, int port, std::string hello, double 
     });
     if (!alive) link.close();  // the serving launcher gone: its host's loss ends the job anyway
   }
-  if (link.is_open() && !connecting && succeeded_) {
-    link.send("bye");
-    const auto until = Clock::now() + std::chrono::seconds(1);  // a few bytes into an empty buffer
-    while (link.wants_write() && Clock::now() < until) {
-      pollfd p{link.fd(), POLLOUT, 0};
-      ::poll(&p, 1, 50);
-      if (!link.flush()) break;
-    }
-  }
+  if (link.is_open() && !connecting && succeeded_) link.say_goodbye();
 }
 
 }  // namespace ddp::launcher::channel
