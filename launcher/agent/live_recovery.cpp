@@ -155,10 +155,6 @@ std::string describe_mark(int marked) {
   return "the rendezvous store did not answer: the survivors wait their settle timeout";
 }
 
-}  // namespace
-
-namespace {
-
 class LiveRecovery : public PolicyWithContext {
  public:
   explicit LiveRecovery(const AgentContext& context)

@@ -7,7 +7,6 @@
 #include "launcher/process/net.h"
 #include "launcher/resources/nvml_provider.h"
 #include "launcher/process/plugin_loader.h"
-#include "ddp/base/error.h"
 
 #ifndef DDP_METRICS_PLUGIN_NAME
 #define DDP_METRICS_PLUGIN_NAME "libddp_launch_metrics.so"
