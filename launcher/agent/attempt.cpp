@@ -99,7 +99,7 @@ class Attempt {
 
   // Only reached with workers still running when start-up failed half-way (an exception).
   ~Attempt() {
-    const auto deadline = Clock::now() + seconds(options_.reap_timeout_s);
+    const auto deadline = process::after_seconds(options_.reap_timeout_s);
     for (auto& w : workers_) {
       if (w.running && w.pid > 0) process::signal_group(w.pid, SIGKILL);
     }
@@ -320,10 +320,6 @@ class Attempt {
     return ms;
   }
 
-  static Clock::duration seconds(double s) {
-    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
-  }
-
   pid_t try_reap(pid_t pid, int* status) const {
     return options_.try_reap ? options_.try_reap(pid, status) : ::waitpid(pid, status, WNOHANG);
   }
@@ -500,7 +496,7 @@ class Attempt {
 
   void kill_all(int sig) {
     killed_ = true;
-    reap_deadline_ = Clock::now() + seconds(options_.reap_timeout_s);
+    reap_deadline_ = process::after_seconds(options_.reap_timeout_s);
     for (auto& w : workers_) {
       if (w.running) {
         spdlog::warn("rank {} (pid {}) still running after the {} s grace period: sending {}", w.launch.rank,

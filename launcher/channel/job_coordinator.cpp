@@ -16,6 +16,7 @@
 #include "ddp/base/error.h"
 #include "ddp/base/str.h"
 #include "launcher/channel/job_channel.h"
+#include "launcher/process/spawn.h"
 
 namespace ddp::launcher::channel {
 namespace {
@@ -54,8 +55,7 @@ class CoordinatorLoop {
       note_silent_nodes(-1);
       broadcast(ddp::str("verdict ", round_, " done"));
     }
-    const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                          std::chrono::duration<double>(linger_s.load()));
+    const auto until = process::after_seconds(linger_s.load());
     while (Clock::now() < until && any_member_pending()) step(50);
     for (auto& c : connections_) c.link.close();
     ::close(listen_fd_);
@@ -199,10 +199,7 @@ class CoordinatorLoop {
   // Someone's group failed (or a node was lost): every node stops its group, once per round.
   // `what` names the node ("host2 (node 2, rank 2): rank 2 exited with 3").
   void stop_round(int node, const std::string& what) {
-    if (!deadline_) {
-      deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                     std::chrono::duration<double>(options_.join_timeout_s));
-    }
+    if (!deadline_) deadline_ = process::after_seconds(options_.join_timeout_s);
     if (stopped_round_ == round_) return;
     stopped_round_ = round_;
     broadcast(ddp::str("stop ", round_, " ", node, " ", what));

@@ -208,8 +208,7 @@ std::string JobLink::describe_behind(int round, const std::vector<std::pair<int,
 
 RoundVerdict JobLink::finish_round(int round, const std::string& kind, double timeout_s, process::SignalPipe& signals,
                                    std::string& why) {
-  const auto until =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  const auto until = process::after_seconds(timeout_s);
   bool sent = false;
   while (true) {
     pump();
@@ -241,8 +240,7 @@ RoundVerdict JobLink::finish_round(int round, const std::string& kind, double ti
 }
 
 int JobLink::wait_for_store_port(double timeout_s) {
-  const auto until =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  const auto until = process::after_seconds(timeout_s);
   const std::string where =
       ddp::str("node 0's launcher at ", options_.coordinator_host, ":", options_.coordinator_port);
   while (true) {

@@ -30,10 +30,7 @@ namespace ddp::launcher::hosts {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-Clock::time_point after_seconds(double s) {
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
-}
+using process::after_seconds;
 
 // Note [Start-up check]
 // ~~~~~~~~~~~~~~~~~~~~~

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/types.h>
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,5 +38,11 @@ SpawnedProcess spawn_process(const SpawnOptions& options);
 
 // "SIGTERM" for 15, "signal 99" for unknown numbers.
 std::string signal_name(int signal);
+
+// The steady clock's time `s` seconds from now: the supervision loops' deadlines.
+inline std::chrono::steady_clock::time_point after_seconds(double s) {
+  return std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
+}
 
 }  // namespace ddp::launcher::process
