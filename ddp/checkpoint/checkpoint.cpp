@@ -9,8 +9,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
-#include <sstream>
 #include <utility>
 
 #include "ddp/base/error.h"
@@ -105,12 +106,9 @@ detail::Manifest verify_manifest_and_files(const fs::path& checkpoint) {
 
 std::string checkpoint_name(int64_t step) {
   DDP_CHECK_GE(step, 0, "checkpoint steps are counted from 0");
-  std::ostringstream out;
-  out << "step-";
-  out.width(12);
-  out.fill('0');
-  out << step;
-  return out.str();
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%012" PRId64, step);
+  return name;
 }
 
 fs::path write_checkpoint_directory(const fs::path& root, const std::string& name,
@@ -203,13 +201,10 @@ TrainingProgress load_checkpoint(const fs::path& checkpoint, torch::nn::Module& 
                                  torch::optim::Optimizer* optimizer, const CheckpointOptions& options) {
   verify_manifest_and_files(checkpoint);
   load_state_dict(model, load_state_dict_file(checkpoint / kModelFile), options.strict);
-  torch::Device device = torch::kCPU;
-  if (options.map_location) {
-    device = *options.map_location;
-  } else {
-    const auto parameters = model.parameters();
-    if (!parameters.empty()) device = parameters.front().device();
-  }
+  const auto parameters = model.parameters();
+  const torch::Device device = options.map_location ? *options.map_location
+                               : parameters.empty() ? torch::Device(torch::kCPU)
+                                                    : parameters.front().device();
   return detail::read_trainer_state(checkpoint / kTrainerFile, optimizer, device, options.rng_state);
 }
 

@@ -419,9 +419,7 @@ TrainingProgress read_trainer_state(const fs::path& file, optim::Optimizer* opti
     if (reason.rfind(name + ": ", 0) == 0) reason.erase(0, name.size() + 2);
     throw IoError(str(name, ": cannot load the training state: ", reason));
   } catch (const c10::Error& e) {  // e.g. set_state() of an RNG state of the wrong size
-    std::string reason = e.what_without_backtrace();
-    reason = first_line(reason);
-    throw IoError(str(name, ": cannot load the training state: ", reason));
+    throw IoError(str(name, ": cannot load the training state: ", first_line(e.what_without_backtrace())));
   }
 }
 
