@@ -5,8 +5,9 @@
 #include <xxhash.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cerrno>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -89,12 +90,9 @@ bool parse_hex(const std::string& text, uint64_t& value) {
 }  // namespace
 
 std::string hex_digest(uint64_t checksum) {
-  std::ostringstream out;
-  out << std::hex;
-  out.width(16);
-  out.fill('0');
-  out << checksum;
-  return out.str();
+  char digits[17];
+  std::snprintf(digits, sizeof digits, "%016" PRIx64, checksum);
+  return digits;
 }
 
 struct Checksum::State {
