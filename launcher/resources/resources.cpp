@@ -169,10 +169,6 @@ std::vector<std::string> resolve_visible_gpus(const config::LaunchConfig& c, con
   return picked;
 }
 
-}  // namespace ddp::launcher::resources
-
-namespace ddp::launcher::resources {
-
 std::vector<std::vector<int>> exclusive_cpu_slices(const std::vector<int>& cpus, int nproc) {
   const int n = static_cast<int>(cpus.size());
   if (nproc < 1 || n < nproc) {
