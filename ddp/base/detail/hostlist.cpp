@@ -11,13 +11,7 @@ namespace {
   throw UsageError(ddp::str("malformed Slurm host list '", text, "': ", why));
 }
 
-bool all_digits(const std::string& s) {
-  if (s.empty()) return false;
-  for (char c : s) {
-    if (!std::isdigit(static_cast<unsigned char>(c))) return false;
-  }
-  return true;
-}
+bool all_digits(const std::string& s) { return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos; }
 
 // "3186000-3186002" or "001-003" or "7" -> the numbers as text, keeping the zero padding of the
 // lower bound (Slurm pads every number of a range to the width of its first bound).
