@@ -128,10 +128,6 @@ template <class T>
 struct NodeMaker<T, c10::intrusive_ptr<torch::autograd::Node>> {
   static c10::intrusive_ptr<T> make() { return c10::make_intrusive<T>(); }
 };
-template <class T>
-auto make_node() {
-  return NodeMaker<T>::make();
-}
 
 }  // namespace
 
@@ -189,7 +185,7 @@ torch::Tensor SyncBatchNormImpl::forward(const torch::Tensor& input) {
                           (input.requires_grad() || (weight.defined() && weight.requires_grad()) ||
                            (bias.defined() && bias.requires_grad()));
   if (needs_grad) {
-    auto node = make_node<SyncBatchNormBackward>();
+    auto node = NodeMaker<SyncBatchNormBackward>::make();
     node->group = group_;
     node->input = torch::autograd::SavedVariable(input, /*is_output=*/false);
     if (weight.defined()) node->weight = torch::autograd::SavedVariable(weight, /*is_output=*/false);
