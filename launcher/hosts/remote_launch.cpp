@@ -31,6 +31,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using process::after_seconds;
+using process::close_fd;
 
 // Note [Start-up check]
 // ~~~~~~~~~~~~~~~~~~~~~
@@ -172,11 +173,6 @@ struct HostProcess {
 
   bool done() const { return exit_code && out_fd < 0 && err_fd < 0; }
 };
-
-void close_fd(int& fd) {
-  if (fd >= 0) ::close(fd);
-  fd = -1;
-}
 
 // Starts argv in a process group of its own (a Ctrl-C on the terminal reaches only this launcher,
 // which then stops the hosts in order), stdin from a pipe (keep_stdin) or /dev/null.

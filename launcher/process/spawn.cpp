@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
 
 #include "ddp/base/error.h"
 #include "ddp/base/str.h"
@@ -53,12 +54,12 @@ std::vector<char*> pointers(const std::vector<std::string>& strings) {
   return out;
 }
 
+}  // namespace
+
 void close_fd(int& fd) {
   if (fd >= 0) ::close(fd);
   fd = -1;
 }
-
-}  // namespace
 
 SpawnedProcess spawn_process(const SpawnOptions& options) {
   int fds[6] = {-1, -1, -1, -1, -1, -1};  // stdin, stdout, stderr pipes: read end, write end
@@ -132,25 +133,13 @@ SpawnedProcess spawn_process(const SpawnOptions& options) {
 }
 
 std::string signal_name(int sig) {
-  switch (sig) {
-    case SIGHUP: return "SIGHUP";
-    case SIGINT: return "SIGINT";
-    case SIGQUIT: return "SIGQUIT";
-    case SIGILL: return "SIGILL";
-    case SIGTRAP: return "SIGTRAP";
-    case SIGABRT: return "SIGABRT";
-    case SIGBUS: return "SIGBUS";
-    case SIGFPE: return "SIGFPE";
-    case SIGKILL: return "SIGKILL";
-    case SIGUSR1: return "SIGUSR1";
-    case SIGSEGV: return "SIGSEGV";
-    case SIGUSR2: return "SIGUSR2";
-    case SIGPIPE: return "SIGPIPE";
-    case SIGALRM: return "SIGALRM";
-    case SIGTERM: return "SIGTERM";
-    case SIGXCPU: return "SIGXCPU";
-    default: return ddp::str("signal ", sig);
-  }
+  static const std::map<int, const char*> kNames = {
+      {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},   {SIGTRAP, "SIGTRAP"},
+      {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},   {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"},
+      {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"}, {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"},
+      {SIGXCPU, "SIGXCPU"}};
+  const auto name = kNames.find(sig);
+  return name != kNames.end() ? std::string(name->second) : ddp::str("signal ", sig);
 }
 
 }  // namespace ddp::launcher::process

@@ -36,6 +36,9 @@ struct SpawnedProcess {
 // fails; a failed exec is the child's exit code 127 with one line on its stderr.
 SpawnedProcess spawn_process(const SpawnOptions& options);
 
+// Closes `fd` unless it is -1 already, and sets it to -1.
+void close_fd(int& fd);
+
 // "SIGTERM" for 15, "signal 99" for unknown numbers.
 std::string signal_name(int signal);
 

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iterator>
+#include <map>
 #include <optional>
 
 #include "ddp/base/error.h"
@@ -76,19 +77,11 @@ std::string process_state(pid_t pid) {
   const auto close = stat.rfind(')');
   if (close == std::string::npos || close + 2 >= stat.size()) return ddp::str("unknown (", path, " unreadable)");
   const char state = stat[close + 2];
-  const char* meaning = "";
-  switch (state) {
-    case 'R': meaning = "running"; break;
-    case 'S': meaning = "sleeping"; break;
-    case 'D': meaning = "uninterruptible sleep"; break;
-    case 'Z': meaning = "zombie"; break;
-    case 'T': meaning = "stopped"; break;
-    case 't': meaning = "tracing stop"; break;
-    case 'X': meaning = "dead"; break;
-    case 'I': meaning = "idle"; break;
-    default: meaning = "?"; break;
-  }
-  return ddp::str(state, " (", meaning, ")");
+  static const std::map<char, const char*> kMeanings = {
+      {'R', "running"}, {'S', "sleeping"},     {'D', "uninterruptible sleep"}, {'Z', "zombie"},
+      {'T', "stopped"}, {'t', "tracing stop"}, {'X', "dead"},                  {'I', "idle"}};
+  const auto meaning = kMeanings.find(state);
+  return ddp::str(state, " (", meaning != kMeanings.end() ? meaning->second : "?", ")");
 }
 
 void signal_group(pid_t pid, int sig) {
