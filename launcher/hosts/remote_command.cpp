@@ -1,5 +1,8 @@
 #include "launcher/hosts/remote_command.h"
 
+#include <algorithm>
+#include <iterator>
+
 #include "ddp/base/error.h"
 #include "ddp/base/str.h"
 
@@ -39,21 +42,12 @@ std::string quote_for_shell(const std::string& word) {
       "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./=:,+@%-";
   if (!word.empty() && word.find_first_not_of(kSafe) == std::string::npos) return word;
   std::string out = "'";
-  for (char ch : word) {
-    if (ch == '\'') {
-      out += "'\\''";
-    } else {
-      out += ch;
-    }
-  }
+  for (char ch : word) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
   return out + "'";
 }
 
 bool is_local_only_flag(const std::string& name) {
-  for (const char* flag : kLocalOnlyFlags) {
-    if (name == flag) return true;
-  }
-  return false;
+  return std::find(std::begin(kLocalOnlyFlags), std::end(kLocalOnlyFlags), name) != std::end(kLocalOnlyFlags);
 }
 
 std::vector<std::string> passed_on_flags(const std::vector<std::string>& launcher_args) {
@@ -85,10 +79,8 @@ std::vector<std::string> flag_values(const std::vector<std::string>& launcher_ar
 }
 
 bool has_flag(const std::vector<std::string>& launcher_args, const std::string& name) {
-  for (const std::string& arg : launcher_args) {
-    if (flag_name(arg) == name) return true;
-  }
-  return false;
+  return std::any_of(launcher_args.begin(), launcher_args.end(),
+                     [&](const std::string& arg) { return flag_name(arg) == name; });
 }
 
 int uniform_slot_count(const std::vector<HostSlots>& hosts) {
