@@ -167,9 +167,8 @@ struct DiLoCo::Impl {
       f.received = torch::empty({ranks * f.payload.numel()}, f.payload.options());
       f.work = group->allgather_into_tensor_async(f.received, f.payload, "DiLoCo outer gradient (int8)");
     } else {
-      const OuterDtype dtype = options.outer_dtype;
-      f.payload = dtype == OuterDtype::kFloat32 ? flat
-                                                : flat.to(dtype == OuterDtype::kBFloat16 ? torch::kBFloat16 : torch::kFloat16);
+      const auto half = options.outer_dtype == OuterDtype::kBFloat16 ? torch::kBFloat16 : torch::kFloat16;
+      f.payload = options.outer_dtype == OuterDtype::kFloat32 ? flat : flat.to(half);
       f.received = f.payload;
       f.work = group->allreduce_async(f.received, c10d::ReduceOp::SUM, "DiLoCo outer gradient");
     }
