@@ -78,6 +78,10 @@ std::string master_message(const std::string& run_id, const std::string& addr, i
   return "master\n" + run_id + "\n" + addr + "\n" + std::to_string(port);
 }
 
+std::string closed_message(const std::string& run_id, int round, const std::string& members) {
+  return "closed\n" + run_id + "\n" + std::to_string(round) + "\n" + members;
+}
+
 }  // namespace
 
 std::string slot_key(const std::string& run_id, int slot) {
@@ -157,12 +161,6 @@ std::string printable_value(const std::string& value) {
 
 std::string round_id(const std::string& run_id, int round) { return run_id + "/r" + std::to_string(round); }
 std::string closed_key(const std::string& run_id, int round) { return "ddp_rdzv/" + round_id(run_id, round) + "/closed"; }
-
-namespace {
-std::string closed_message(const std::string& run_id, int round, const std::string& members) {
-  return "closed\n" + run_id + "\n" + std::to_string(round) + "\n" + members;
-}
-}  // namespace
 
 std::string make_closed_record(const Token& token, const std::string& run_id, int round,
                                const std::vector<int>& member_slots) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "ddp/base/str.h"
+
 namespace ddp::launcher::rendezvous {
 
 // Note [Elastic rounds]
@@ -72,11 +74,7 @@ LiveAdmissionStep decide_live_admission(const RoundRules& rules, int round_nodes
   return step;
 }
 
-std::string format_members(const std::vector<int>& member_slots) {
-  std::string out;
-  for (const int slot : member_slots) out += (out.empty() ? "" : ",") + std::to_string(slot);
-  return out;
-}
+std::string format_members(const std::vector<int>& member_slots) { return ddp::join(member_slots, ","); }
 
 bool parse_members(const std::string& text, int max_nodes, std::vector<int>& member_slots) {
   member_slots.clear();
