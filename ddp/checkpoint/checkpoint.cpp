@@ -102,6 +102,32 @@ detail::Manifest verify_manifest_and_files(const fs::path& checkpoint) {
   return manifest;
 }
 
+struct StepFolder {
+  fs::path path;
+  int64_t step = 0;  // from the name
+  bool has_manifest = false;
+};
+
+// The step-* folders under root, newest step first; none when root is not a folder.
+std::vector<StepFolder> step_folders(const fs::path& root) {
+  std::vector<StepFolder> result;
+  std::error_code error;
+  if (!fs::is_directory(root, error)) return result;
+  for (const auto& entry : fs::directory_iterator(root, error)) {
+    const std::string name = entry.path().filename().string();
+    if (!is_checkpoint_name(name)) continue;
+    StepFolder folder{entry.path(), 0, fs::exists(fs::symlink_status(entry.path() / detail::kManifestName, error))};
+    try {
+      folder.step = std::stoll(name.substr(5));
+    } catch (const std::out_of_range&) {
+      continue;  // more digits than any step: not ours
+    }
+    result.push_back(std::move(folder));
+  }
+  std::sort(result.begin(), result.end(), [](const StepFolder& a, const StepFolder& b) { return a.step > b.step; });
+  return result;
+}
+
 }  // namespace
 
 std::string checkpoint_name(int64_t step) {
@@ -207,36 +233,6 @@ TrainingProgress load_checkpoint(const fs::path& checkpoint, torch::nn::Module& 
                                                     : parameters.front().device();
   return detail::read_trainer_state(checkpoint / kTrainerFile, optimizer, device, options.rng_state);
 }
-
-namespace {
-
-struct StepFolder {
-  fs::path path;
-  int64_t step = 0;  // from the name
-  bool has_manifest = false;
-};
-
-// The step-* folders under root, newest step first; none when root is not a folder.
-std::vector<StepFolder> step_folders(const fs::path& root) {
-  std::vector<StepFolder> result;
-  std::error_code error;
-  if (!fs::is_directory(root, error)) return result;
-  for (const auto& entry : fs::directory_iterator(root, error)) {
-    const std::string name = entry.path().filename().string();
-    if (!is_checkpoint_name(name)) continue;
-    StepFolder folder{entry.path(), 0, fs::exists(fs::symlink_status(entry.path() / detail::kManifestName, error))};
-    try {
-      folder.step = std::stoll(name.substr(5));
-    } catch (const std::out_of_range&) {
-      continue;  // more digits than any step: not ours
-    }
-    result.push_back(std::move(folder));
-  }
-  std::sort(result.begin(), result.end(), [](const StepFolder& a, const StepFolder& b) { return a.step > b.step; });
-  return result;
-}
-
-}  // namespace
 
 std::vector<CheckpointInfo> list_checkpoints(const fs::path& root) {
   std::vector<CheckpointInfo> result;

@@ -59,6 +59,47 @@ bool plausible(const AgentMessage& m, const RankProgress& r) {
   return true;
 }
 
+std::string number(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  char buf[40];
+  for (int digits = 15; digits <= 17; ++digits) {  // the shortest text that reads back exactly
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+// Label values escape backslash, double quote and newline (exposition format 0.0.4).
+std::string escape(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+class Exposition {
+ public:
+  void family(const char* name, const char* type, const char* help) {
+    text_ += ddp::str("# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
+    name_ = name;
+  }
+  void sample(const std::string& labels, double value) {
+    text_ += ddp::str(name_, "{", labels, "} ", number(value), "\n");
+  }
+  std::string take() { return std::move(text_); }
+
+ private:
+  std::string text_;
+  std::string name_;
+};
+
 }  // namespace
 
 AgentVerdict ProgressBoard::record(const AgentDatagram& datagram, SteadyClock::time_point now) {
@@ -245,51 +286,6 @@ std::string describe_stuck(const StuckRank& s) {
   }
   return out + ")";
 }
-
-namespace {
-
-std::string number(double v) {
-  if (std::isnan(v)) return "NaN";
-  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  char buf[40];
-  for (int digits = 15; digits <= 17; ++digits) {  // the shortest text that reads back exactly
-    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
-    if (std::strtod(buf, nullptr) == v) break;
-  }
-  return buf;
-}
-
-// Label values escape backslash, double quote and newline (exposition format 0.0.4).
-std::string escape(const std::string& v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
-}
-
-class Exposition {
- public:
-  void family(const char* name, const char* type, const char* help) {
-    text_ += ddp::str("# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
-    name_ = name;
-  }
-  void sample(const std::string& labels, double value) {
-    text_ += ddp::str(name_, "{", labels, "} ", number(value), "\n");
-  }
-  std::string take() { return std::move(text_); }
-
- private:
-  std::string text_;
-  std::string name_;
-};
-
-}  // namespace
 
 std::string render_prometheus(const JobProgress& job, const std::vector<resources::GpuInfo>& gpus) {
   Exposition e;

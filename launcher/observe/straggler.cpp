@@ -34,6 +34,23 @@ double median_without(const std::vector<double>& sorted, std::size_t skip) {
   return n % 2 == 1 ? at(n / 2) : (at(n / 2 - 1) + at(n / 2)) / 2;
 }
 
+std::vector<std::string> split(const std::string& text, char separator) {
+  std::vector<std::string> parts;
+  std::size_t begin = 0;
+  while (begin <= text.size()) {
+    const std::size_t end = std::min(text.find(separator, begin), text.size());
+    parts.push_back(text.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return parts;
+}
+
+// A whole decimal number of at most 18 digits, or nullopt.
+std::optional<std::int64_t> whole_number(const std::string& text) {
+  if (text.empty() || text.size() > 18 || text.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  return std::strtoll(text.c_str(), nullptr, 10);
+}
+
 }  // namespace
 
 std::vector<RankStanding> StragglerDetector::standings() const {
@@ -105,27 +122,6 @@ std::string encode_timings(const std::vector<std::pair<int, StepTiming>>& timing
   }
   return out;
 }
-
-namespace {
-
-std::vector<std::string> split(const std::string& text, char separator) {
-  std::vector<std::string> parts;
-  std::size_t begin = 0;
-  while (begin <= text.size()) {
-    const std::size_t end = std::min(text.find(separator, begin), text.size());
-    parts.push_back(text.substr(begin, end - begin));
-    begin = end + 1;
-  }
-  return parts;
-}
-
-// A whole decimal number of at most 18 digits, or nullopt.
-std::optional<std::int64_t> whole_number(const std::string& text) {
-  if (text.empty() || text.size() > 18 || text.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
-  return std::strtoll(text.c_str(), nullptr, 10);
-}
-
-}  // namespace
 
 std::vector<std::pair<int, StepTiming>> decode_timings(const std::string& text) {
   std::vector<std::pair<int, StepTiming>> out;

@@ -87,6 +87,28 @@ bool parse_hex(const std::string& text, uint64_t& value) {
   return true;
 }
 
+// Checks a version-2 MANIFEST's end line and returns the text above it.
+std::string check_end_line(const std::string& text, const fs::path& path) {
+  const auto invalid = [&path](const std::string& why) {
+    return IoError(str(path.string(), ": ", why, ": the MANIFEST was cut or edited"));
+  };
+  if (text.empty() || text.back() != '\n') throw invalid("it does not end with a newline");
+  const auto start = text.rfind('\n', text.size() - 2);
+  const std::string body = text.substr(0, start + 1);
+  std::istringstream fields(text.substr(start + 1));
+  std::string key, count, digest, extra;
+  uint64_t lines = 0;
+  uint64_t checksum = 0;
+  if (!(fields >> key >> count >> digest) || key != "end" || (fields >> extra) || !parse_size(count, lines) ||
+      !parse_hex(digest, checksum)) {
+    throw invalid("its last line is not 'end <lines> <xxh3>'");
+  }
+  const auto counted = static_cast<size_t>(std::count(body.begin(), body.end(), '\n'));
+  if (counted != lines) throw invalid(str("the end line counts ", lines, " lines above it, there are ", counted));
+  if (checksum_of(body) != checksum) throw invalid("the checksum of its end line does not match");
+  return body;
+}
+
 }  // namespace
 
 std::string hex_digest(uint64_t checksum) {
@@ -164,32 +186,6 @@ std::string format_manifest(const CheckpointInfo& info, const std::vector<Manife
   }
   return text;
 }
-
-namespace {
-
-// Checks a version-2 MANIFEST's end line and returns the text above it.
-std::string check_end_line(const std::string& text, const fs::path& path) {
-  const auto invalid = [&path](const std::string& why) {
-    return IoError(str(path.string(), ": ", why, ": the MANIFEST was cut or edited"));
-  };
-  if (text.empty() || text.back() != '\n') throw invalid("it does not end with a newline");
-  const auto start = text.rfind('\n', text.size() - 2);
-  const std::string body = text.substr(0, start + 1);
-  std::istringstream fields(text.substr(start + 1));
-  std::string key, count, digest, extra;
-  uint64_t lines = 0;
-  uint64_t checksum = 0;
-  if (!(fields >> key >> count >> digest) || key != "end" || (fields >> extra) || !parse_size(count, lines) ||
-      !parse_hex(digest, checksum)) {
-    throw invalid("its last line is not 'end <lines> <xxh3>'");
-  }
-  const auto counted = static_cast<size_t>(std::count(body.begin(), body.end(), '\n'));
-  if (counted != lines) throw invalid(str("the end line counts ", lines, " lines above it, there are ", counted));
-  if (checksum_of(body) != checksum) throw invalid("the checksum of its end line does not match");
-  return body;
-}
-
-}  // namespace
 
 Manifest parse_manifest(const std::string& text, const fs::path& path) {
   Manifest manifest;
