@@ -75,11 +75,7 @@ std::string escape(const std::string& v) {
   std::string out;
   for (char c : v) {
     if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
+    out += c == '\n' ? std::string("\\n") : std::string(1, c);
   }
   return out;
 }
