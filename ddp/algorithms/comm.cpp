@@ -60,8 +60,7 @@ torch::Tensor HookWork::wait() {
     try {
       work->wait();
     } catch (const std::exception& error) {
-      const std::string text = error.what();
-      throw CommunicationError(str(what_, " failed on rank ", group_->rank(), ": ", first_line(text)));
+      throw CommunicationError(str(what_, " failed on rank ", group_->rank(), ": ", first_line(error.what())));
     }
   }
   const std::int64_t waited_ns = steady_ns();

@@ -12,9 +12,8 @@ class AllreduceHook : public CommHookInterface {
  public:
   std::string name() const override { return to_string(CommHook::kAllreduce); }
   bool reducer_averages(c10::ScalarType /*bucket_dtype*/) const override { return true; }
-  HookWork run(ProcessGroup& group, GradBucket& bucket) override {
-    auto work = group.allreduce_async(bucket.buffer, "gradient all-reduce", static_cast<int>(bucket.index));
-    return HookWork(group, {std::move(work)}, "gradient all-reduce", [buffer = bucket.buffer] { return buffer; });
+  HookWork run(ProcessGroup& group, GradBucket& bucket) override {  // the reducer averaged the bucket
+    return allreduce_average(group, bucket.buffer, 1, "gradient all-reduce", static_cast<int>(bucket.index));
   }
 };
 
@@ -38,8 +37,7 @@ class CompressionHook : public CommHookInterface {
       if (bucket.divisor != 1) wire.div_(bucket.divisor);
       send = wire;
     }
-    auto work = group.allreduce_async(send, "gradient all-reduce", static_cast<int>(bucket.index));
-    return HookWork(group, {std::move(work)}, "gradient all-reduce", [send] { return send; });
+    return allreduce_average(group, send, 1, "gradient all-reduce", static_cast<int>(bucket.index));
   }
 
  private:
