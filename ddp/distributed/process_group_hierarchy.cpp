@@ -171,12 +171,8 @@ HierarchicalCollectives* ProcessGroup::hierarchy() {
   Topology topology = flat_wanted ? single_host_topology(state_->info.size) : resolve_topology();
   const AlgorithmChoice choice = flat_wanted ? AlgorithmChoice{false, "flat"} : choose_algorithm(state_->algorithm, topology);
   state_->algorithm_choice = choice.reason;
-  const std::string line = str("collectives over CPU tensors: ", choice.reason);
-  if (state_->info.rank == 0 && state_->info.global_ranks.empty()) {
-    state_->logger.info(line);
-  } else {
-    state_->logger.debug(line);
-  }
+  state_->logger.log(state_->info.rank == 0 && state_->info.global_ranks.empty() ? LogLevel::kInfo : LogLevel::kDebug,
+                     str("collectives over CPU tensors: ", choice.reason));
   if (!choice.hierarchical) return nullptr;
   const int host = topology.host_of_rank[static_cast<std::size_t>(state_->info.rank)];
   const int local_rank = topology.local_rank_of_rank[static_cast<std::size_t>(state_->info.rank)];
