@@ -263,9 +263,7 @@ HookWork PowerSgdHook::compress(ProcessGroup& group, GradBucket& bucket) {
 StateDict PowerSgdHook::state() const {
   StateDict out;
   out.insert("iter", torch::tensor({iteration_}, torch::kLong));
-  std::ostringstream rng;
-  rng << seeds_;
-  const std::string text = rng.str();
+  const std::string text = str(seeds_);
   auto bytes = torch::empty({static_cast<std::int64_t>(text.size())}, torch::kUInt8);
   std::memcpy(bytes.data_ptr<std::uint8_t>(), text.data(), text.size());
   out.insert("rng", bytes);

@@ -170,9 +170,8 @@ std::string normalise_flag(const std::string& arg) {
 
 std::string random_run_id() {
   std::random_device rd;
-  std::ostringstream out;
-  out << std::hex << rd() << rd();
-  return out.str();
+  const auto high = rd();
+  return ddp::str(std::hex, high, rd());
 }
 
 bool is_numeric_address(const std::string& text) {
