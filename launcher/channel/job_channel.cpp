@@ -73,13 +73,10 @@ int start_connect(const std::string& host, int port) {
   addrinfo* found = nullptr;
   if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || found == nullptr) return -1;
   const int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) != 0 && errno != EINPROGRESS) {
-    ::close(fd);
-    ::freeaddrinfo(found);
-    return -1;
-  }
+  const bool failed = fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) != 0 && errno != EINPROGRESS;
   ::freeaddrinfo(found);
-  return fd;
+  if (failed) ::close(fd);
+  return failed ? -1 : fd;
 }
 
 
@@ -109,12 +106,8 @@ bool LineConnection::flush() {
   if (fd_ < 0) return false;
   while (!out_.empty()) {
     const ssize_t n = ::send(fd_, out_.data(), out_.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n > 0) {
-      out_.erase(0, static_cast<size_t>(n));
-      continue;
-    }
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return true;
-    return false;
+    if (n <= 0) return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+    out_.erase(0, static_cast<size_t>(n));
   }
   return true;
 }
