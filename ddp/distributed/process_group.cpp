@@ -718,7 +718,6 @@ std::shared_ptr<ProcessGroup> new_process_group(c10::intrusive_ptr<c10d::Store> 
   return std::make_shared<ProcessGroup>(std::move(info), std::move(store), std::move(backend));
 }
 
-// Appended for ZeroRedundancyOptimizer (ddp/optim/zero_redundancy_optimizer.h).
 void ProcessGroup::broadcast_bytes(std::string& bytes, int src, const char* what) {
   torch::Tensor length = torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kInt64).to(state_->info.device);
   broadcast(length, src, what);

@@ -121,7 +121,6 @@ class Attempt {
   Attempt(const Attempt&) = delete;
   Attempt& operator=(const Attempt&) = delete;
 
-  // Runs the attempt to its end.
   AttemptOutcome run() {
     start_all();
     while (true) {

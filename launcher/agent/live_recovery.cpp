@@ -147,7 +147,6 @@ int listen_for_live_watch(rendezvous::StoreRendezvous& rendezvous, const config:
   return fd;
 }
 
-// What a mark says, for the log.
 std::string describe_mark(int marked) {
   if (marked > 0) return ddp::str("marked ", marked, " worker(s) gone in the training's membership");
   if (marked == 0) return "none of its workers is in the training's membership now (already dropped): nothing to mark";
