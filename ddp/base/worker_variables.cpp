@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <utility>
 
 #include "ddp/base/worker_variable_names.h"
@@ -256,18 +257,14 @@ WorkerEnvironment parse_worker_environment(const EnvLookup& env, int rank_overri
   }
 
   // Where the process sits on its node; a source without local variables is its own node.
-  const char* local_rank_name = env::kLocalRank;
-  const char* local_size_name = env::kLocalWorldSize;
-  if (out.launch_source == LaunchSource::kSlurm) {
-    local_rank_name = env::kSlurmLocalId;
-    local_size_name = env::kSlurmNtasksPerNode;
-  } else if (out.launch_source == LaunchSource::kOpenMpi) {
-    local_rank_name = env::kOmpiLocalRank;
-    local_size_name = env::kOmpiLocalSize;
-  } else if (out.launch_source == LaunchSource::kPmi) {
-    local_rank_name = env::kMpiLocalRankId;
-    local_size_name = env::kMpiLocalNranks;
-  }
+  using Names = std::pair<const char*, const char*>;  // the local rank's and the local size's variable
+  static const std::map<LaunchSource, Names> kLocalNames = {
+      {LaunchSource::kSlurm, {env::kSlurmLocalId, env::kSlurmNtasksPerNode}},
+      {LaunchSource::kOpenMpi, {env::kOmpiLocalRank, env::kOmpiLocalSize}},
+      {LaunchSource::kPmi, {env::kMpiLocalRankId, env::kMpiLocalNranks}}};
+  const auto names = kLocalNames.find(out.launch_source);
+  const auto [local_rank_name, local_size_name] =
+      names != kLocalNames.end() ? names->second : Names{env::kLocalRank, env::kLocalWorldSize};
   out.local_rank = first_int(env, {local_rank_name}, 0).value_or(out.rank);
   out.local_world_size = first_int(env, {local_size_name}, 1).value_or(out.world_size);
   check_local_rank(out.local_rank, local_rank_name, out.local_world_size, local_size_name);
