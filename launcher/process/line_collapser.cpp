@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <cerrno>
 
-#include "launcher/resources/resources.h"
-
 namespace ddp::launcher::process {
 
 // Note [Collapsed lines]
@@ -73,7 +71,16 @@ void LineCollapser::print_front() {
 
 std::string format_rank_ranges(std::vector<int> ranks) {
   std::sort(ranks.begin(), ranks.end());
-  return resources::format_cpu_list(ranks);  // the same "0-3,5" notation
+  std::string out;
+  for (std::size_t i = 0; i < ranks.size();) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += std::to_string(ranks[i]);
+    if (j > i) out += "-" + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return out;
 }
 
 }  // namespace ddp::launcher::process
