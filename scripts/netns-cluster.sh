@@ -193,7 +193,11 @@ up() {
 down() {
   local name=$1 ns
   [[ $name =~ ^[a-z0-9]{1,32}$ ]] || die "NAME '$name': 1 to 32 lower-case letters or digits"
-  for ns in $(ip netns list | awk '{print $1}' | grep -E "^$name-(sw|h[0-9]+)$" || true); do
+  # `ip netns list` also asks the kernel for each namespace's id and prints "Error: Peer netns
+  # reference is invalid." for one that another process deletes meanwhile (other tests' hosts come
+  # and go in parallel): those lines are about namespaces not ours, and they made a failed `up`'s
+  # one-line error three (hosts.delay, 1 of 4 runs). Only the names are read here.
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$name-(sw|h[0-9]+)$" || true); do
     # Processes still inside would keep the namespace's network alive: end them first.
     for pid in $(ip netns pids "$ns" 2>/dev/null || true); do kill -KILL "$pid" 2>/dev/null || true; done
     ip netns del "$ns" 2>/dev/null || true
