@@ -147,10 +147,6 @@ void LineConnection::close() {
   out_.clear();
 }
 
-void LineConnection::shutdown_write() {
-  if (fd_ >= 0) ::shutdown(fd_, SHUT_WR);
-}
-
 void end_thread(int (&wake)[2], std::thread& thread) {
   const char end = 'e';
   [[maybe_unused]] const ssize_t n = ::write(wake[1], &end, 1);

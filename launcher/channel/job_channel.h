@@ -40,8 +40,6 @@ class LineConnection {
   // (or a line over 64 KiB: not a launcher's).
   bool receive(const std::function<void(const std::string&)>& on_line);
   void close();
-  // No more writes from this side (the peer reads end of stream once it has read what was sent).
-  void shutdown_write();
   // Sends "bye" and waits at most 1 s for it to be written (a few bytes into an empty socket buffer).
   void say_goodbye();
 

@@ -41,7 +41,6 @@ struct Endpoint {
   std::string host;
   int port = 29400;
 };
-inline constexpr int kDefaultRendezvousPort = 29400;
 Endpoint parse_rdzv_endpoint(const std::string& flag, const std::string& text);
 
 // --signals_to_handle "SIGTERM,SIGINT,SIGUSR1": signal numbers, in order, without repeats. Throws

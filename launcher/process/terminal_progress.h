@@ -35,7 +35,6 @@ class TerminalProgress {
   std::string update(int rank, std::string_view text);
   // A whole line of `rank` is about to be written: it ends the rank's live line.
   Around line(int rank);
-  void set_width(std::size_t width) { width_ = width; }
 
  private:
   std::string erase();

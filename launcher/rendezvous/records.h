@@ -20,7 +20,6 @@ std::string endpoint_id(const std::string& run_id, const std::string& name);
 class Token {
  public:
   explicit Token(std::string secret) : secret_(std::move(secret)) {}
-  bool is_secret() const { return !secret_.empty(); }
   // HMAC-SHA256 of `message` under the token, lower-case hex.
   std::string proof(const std::string& message) const;
   // Whether `proof_hex` is proof(message) (compared in constant time).
