@@ -93,7 +93,8 @@ class Attempt {
       const std::chrono::milliseconds window(static_cast<long long>(options_.collapse_window_s * 1000));
       collapse_out_.emplace(STDOUT_FILENO, shown_out, window);
       collapse_err_.emplace(STDERR_FILENO, shown_err, window);
-      terminal_progress_.reset();
+    } else if (const std::size_t width = process::terminal_width(STDOUT_FILENO); width > 0) {
+      terminal_progress_.emplace(width);
     }
   }
 
@@ -428,11 +429,8 @@ class Attempt {
         continue;
       }
       WorkerExit exit = exit_record(w);
-      if (WIFSIGNALED(status)) {
-        exit.signal = WTERMSIG(status);
-      } else {
-        exit.exit_code = WEXITSTATUS(status);
-      }
+      if (WIFSIGNALED(status)) exit.signal = WTERMSIG(status);
+      else exit.exit_code = WEXITSTATUS(status);
       exit.hang = w.hang_killed;
       if (!exit.signal && exit.exit_code == 0) continue;
       exit.error = detail::read_error_file(exit.error_file);
@@ -480,17 +478,16 @@ class Attempt {
   // The group stops: SIGTERM to every running worker (unless a forwarded signal already went out),
   // SIGKILL when the grace period is over.
   void begin_stop(bool send_sigterm, const char* why = "a worker failed") {
-    if (!stopping_ && send_sigterm && running_count() > 0) {
+    if (stopping_) return;
+    if (send_sigterm && running_count() > 0) {
       spdlog::warn("{}: sending SIGTERM to the {} running workers (SIGKILL after {} s)", why, running_count(),
                    options_.shutdown_grace_s);
       for (auto& w : workers_) {
         if (w.running) process::signal_group(w.pid, SIGTERM);
       }
     }
-    if (!stopping_) {
-      stopping_ = true;
-      stop_deadline_ = Clock::now() + std::chrono::microseconds(static_cast<long long>(options_.shutdown_grace_s * 1e6));
-    }
+    stopping_ = true;
+    stop_deadline_ = process::after_seconds(options_.shutdown_grace_s);
   }
 
   void kill_all(int sig) {
@@ -530,10 +527,7 @@ class Attempt {
   std::optional<process::LineCollapser> collapse_err_;
   std::map<std::string, ddp::detail::FileDescriptor> filtered_files_;  // declared before workers_: outlives their streams
   // When the launcher's stdout is a terminal (See Note [Progress on a terminal]); before workers_ too.
-  std::optional<process::TerminalProgress> terminal_progress_ =
-      process::terminal_width(STDOUT_FILENO) > 0
-          ? std::optional<process::TerminalProgress>(process::TerminalProgress(process::terminal_width(STDOUT_FILENO)))
-          : std::nullopt;
+  std::optional<process::TerminalProgress> terminal_progress_;
   std::deque<Worker> workers_;
   bool stopping_ = false;
   bool killed_ = false;
