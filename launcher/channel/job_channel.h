@@ -8,7 +8,6 @@
 #include <optional>
 #include <string>
 #include <thread>
-#include <vector>
 
 #include "launcher/config/config.h"
 #include "launcher/rendezvous/rendezvous.h"

@@ -1,12 +1,10 @@
 #include "launcher/channel/job_link.h"
 
-#include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <csignal>
 #include <spdlog/spdlog.h>
 

@@ -3,11 +3,9 @@
 #include "ddp/base/printable.h"
 
 #include <arpa/inet.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cxxopts.hpp>
 #include <random>

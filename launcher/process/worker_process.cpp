@@ -10,7 +10,6 @@
 #include <cstring>
 #include <iterator>
 #include <map>
-#include <optional>
 
 #include "ddp/base/error.h"
 #include "ddp/base/detail/files.h"

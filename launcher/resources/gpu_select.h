@@ -2,7 +2,6 @@
 // Choosing GPUs for --gpus auto: pure selection over an abstract provider of GPU facts, so tests
 // use a fake and the launcher uses NVML loaded at run time (nvml_provider.h).
 #include <cstdint>
-#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
