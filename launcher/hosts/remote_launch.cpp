@@ -81,17 +81,20 @@ std::string working_directory() {
   return buf;
 }
 
+// A host list or .ddp_env, whole; one that cannot be read is a usage error naming `what`.
+std::string read_list_file(const std::string& path, const std::string& what) {
+  try {
+    return ddp::detail::read_file(path, kMaxHostListBytes);
+  } catch (const ddp::IoError& e) {
+    throw UsageError(ddp::str(what, ": ", e.what()));
+  }
+}
+
 // The forwarded variables: the .ddp_env file of the working directory, then each --env NAME with
 // this launcher's value (a name in both: --env's value).
 std::vector<std::pair<std::string, std::string>> forwarded_env(const config::LaunchConfig& c, const EnvironmentSnapshot& env) {
   std::vector<std::pair<std::string, std::string>> out;
-  if (::access(".ddp_env", F_OK) == 0) {
-    try {
-      out = parse_env_file(ddp::detail::read_file(".ddp_env", kMaxHostListBytes), ".ddp_env");
-    } catch (const ddp::IoError& e) {
-      throw UsageError(ddp::str(".ddp_env: ", e.what()));
-    }
-  }
+  if (::access(".ddp_env", F_OK) == 0) out = parse_env_file(read_list_file(".ddp_env", ".ddp_env"), ".ddp_env");
   for (const std::string& name : flag_values(c.launcher_args, "env")) {
     if (!is_env_name(name)) throw UsageError(ddp::str("--env '", name, "' is not a variable name (--env NAME)"));
     const auto value = env.get(name);
@@ -104,18 +107,8 @@ std::vector<std::pair<std::string, std::string>> forwarded_env(const config::Lau
 
 std::vector<HostSlots> read_hosts(const config::LaunchConfig& c) {
   if (!c.hostfile.empty() && !c.hosts.empty()) throw UsageError("--hostfile and --hosts exclude each other: give one");
-  std::vector<HostSlots> hosts;
-  if (!c.hostfile.empty()) {
-    std::string text;
-    try {
-      text = ddp::detail::read_file(c.hostfile, kMaxHostListBytes);
-    } catch (const ddp::IoError& e) {
-      throw UsageError(ddp::str("--hostfile: ", e.what()));
-    }
-    hosts = parse_hostfile(text, c.hostfile);
-  } else {
-    hosts = parse_hosts_list(c.hosts);
-  }
+  std::vector<HostSlots> hosts = c.hostfile.empty() ? parse_hosts_list(c.hosts)
+                                                    : parse_hostfile(read_list_file(c.hostfile, "--hostfile"), c.hostfile);
   return select_hosts(std::move(hosts), c.include_hosts, c.exclude_hosts);
 }
 
@@ -483,9 +476,7 @@ int supervise_hosts(const std::vector<HostNode>& nodes, const config::LaunchConf
   int code = 0;
   if (local_signal) {
     code = 128 + *local_signal;
-  } else if (root != nullptr && c.elastic && any_succeeded) {
-    code = 0;  // the job finished on the hosts that remained
-  } else if (root != nullptr) {
+  } else if (root != nullptr && !(c.elastic && any_succeeded)) {  // else the job finished on the hosts that remained
     root = root_cause(group, root);
     code = *root->exit_code;
   }
