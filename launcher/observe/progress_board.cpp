@@ -31,11 +31,7 @@ void ProgressBoard::begin_attempt(int attempt, const std::vector<WorkerIdentity>
   job_.ranks.clear();
   if (stragglers_) stragglers_->clear();
   local_timings_.clear();
-  for (const auto& w : workers) {
-    RankProgress r;
-    r.worker = w;
-    job_.ranks.push_back(r);
-  }
+  for (const auto& w : workers) job_.ranks.emplace_back().worker = w;
 }
 
 namespace {
@@ -289,16 +285,20 @@ std::string render_prometheus(const JobProgress& job, const std::vector<resource
   const auto labels = [&](const RankProgress& r) {
     return ddp::str("rank=\"", r.worker.rank, "\",local_rank=\"", r.worker.local_rank, "\",", node);
   };
-  // Each per-rank family lists only the ranks that reported the value.
-  const auto per_rank = [&](const char* name, const char* type, const char* help, auto value_of) {
+  // A family lists only the ranks (GPUs) that reported the value.
+  const auto family_of_reported = [&](const char* name, const char* type, const char* help, const auto& items,
+                                      auto labels_of, auto value_of) {
     bool any = false;
-    for (const auto& r : job.ranks) {
-      const std::optional<double> v = value_of(r);
+    for (const auto& item : items) {
+      const std::optional<double> v = value_of(item);
       if (!v) continue;
       if (!any) e.family(name, type, help);
       any = true;
-      e.sample(labels(r), *v);
+      e.sample(labels_of(item), *v);
     }
+  };
+  const auto per_rank = [&](const char* name, const char* type, const char* help, auto value_of) {
+    family_of_reported(name, type, help, job.ranks, labels, value_of);
   };
   using Opt = std::optional<double>;
   per_rank("ddp_steps_total", "counter", "Synchronized DDP iterations the rank completed in the current attempt.",
@@ -353,13 +353,8 @@ std::string render_prometheus(const JobProgress& job, const std::vector<resource
     for (const auto& g : gpus) e.sample(gpu_labels(g), static_cast<double>(g.total_bytes - std::min(g.total_bytes, g.free_bytes)));
     e.family("ddp_gpu_memory_total_bytes", "gauge", "GPU memory in total (NVML).");
     for (const auto& g : gpus) e.sample(gpu_labels(g), static_cast<double>(g.total_bytes));
-    bool any_util = false;
-    for (const auto& g : gpus) {
-      if (!g.utilization) continue;
-      if (!any_util) e.family("ddp_gpu_utilization_ratio", "gauge", "Share of the last sample period a kernel ran (NVML), 0..1.");
-      any_util = true;
-      e.sample(gpu_labels(g), *g.utilization);
-    }
+    family_of_reported("ddp_gpu_utilization_ratio", "gauge", "Share of the last sample period a kernel ran (NVML), 0..1.",
+                       gpus, gpu_labels, [](const resources::GpuInfo& g) { return g.utilization; });
   }
   return e.take();
 }
