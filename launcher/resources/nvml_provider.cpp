@@ -44,21 +44,7 @@ constexpr nvmlReturn kNvmlInsufficientSize = 7;
 class NvmlProvider : public GpuProvider {
  public:
   explicit NvmlProvider(process::SharedLibrary lib) : lib_(std::move(lib)) {
-    init_ = sym<nvmlReturn (*)()>("nvmlInit_v2");
-    shutdown_ = sym<nvmlReturn (*)()>("nvmlShutdown");
-    count_ = sym<nvmlReturn (*)(unsigned*)>("nvmlDeviceGetCount_v2");
-    handle_ = sym<nvmlReturn (*)(unsigned, nvmlDevice*)>("nvmlDeviceGetHandleByIndex_v2");
-    memory_ = sym<nvmlReturn (*)(nvmlDevice, NvmlMemory*)>("nvmlDeviceGetMemoryInfo");
-    name_ = sym<nvmlReturn (*)(nvmlDevice, char*, unsigned)>("nvmlDeviceGetName");
-    procs_ = lib_.optional_symbol<nvmlReturn (*)(nvmlDevice, unsigned*, NvmlProcessInfo*)>(
-        "nvmlDeviceGetComputeRunningProcesses_v3");
-    if (procs_ == nullptr) procs_ = sym<nvmlReturn (*)(nvmlDevice, unsigned*, NvmlProcessInfo*)>(
-        "nvmlDeviceGetComputeRunningProcesses_v2");
-    proc_name_ = lib_.optional_symbol<nvmlReturn (*)(unsigned, char*, unsigned)>("nvmlSystemGetProcessName");
-    // Optional: only the metrics use them.
-    uuid_ = lib_.optional_symbol<nvmlReturn (*)(nvmlDevice, char*, unsigned)>("nvmlDeviceGetUUID");
-    utilization_ = lib_.optional_symbol<nvmlReturn (*)(nvmlDevice, NvmlUtilization*)>("nvmlDeviceGetUtilizationRates");
-    pci_ = lib_.optional_symbol<nvmlReturn (*)(nvmlDevice, NvmlPciInfo*)>("nvmlDeviceGetPciInfo_v3");  // --numa_binding
+    if (procs_ == nullptr) procs_ = sym<decltype(procs_)>("nvmlDeviceGetComputeRunningProcesses_v2");
     if (init_() != kNvmlSuccess) {
       throw UsageError("NVML loaded but nvmlInit failed: is the GPU driver running (nvidia-smi)?");
     }
@@ -126,18 +112,24 @@ class NvmlProvider : public GpuProvider {
     if (rc != kNvmlSuccess) throw UsageError(ddp::str(what, " failed with NVML error ", rc));
   }
 
+  // Looked up in this order, after lib_ (the first missing required one names itself).
   process::SharedLibrary lib_;
-  nvmlReturn (*init_)() = nullptr;
-  nvmlReturn (*shutdown_)() = nullptr;
-  nvmlReturn (*count_)(unsigned*) = nullptr;
-  nvmlReturn (*handle_)(unsigned, nvmlDevice*) = nullptr;
-  nvmlReturn (*memory_)(nvmlDevice, NvmlMemory*) = nullptr;
-  nvmlReturn (*name_)(nvmlDevice, char*, unsigned) = nullptr;
-  nvmlReturn (*procs_)(nvmlDevice, unsigned*, NvmlProcessInfo*) = nullptr;
-  nvmlReturn (*proc_name_)(unsigned, char*, unsigned) = nullptr;
-  nvmlReturn (*pci_)(nvmlDevice, NvmlPciInfo*) = nullptr;
-  nvmlReturn (*uuid_)(nvmlDevice, char*, unsigned) = nullptr;
-  nvmlReturn (*utilization_)(nvmlDevice, NvmlUtilization*) = nullptr;
+  nvmlReturn (*init_)() = sym<decltype(init_)>("nvmlInit_v2");
+  nvmlReturn (*shutdown_)() = sym<decltype(shutdown_)>("nvmlShutdown");
+  nvmlReturn (*count_)(unsigned*) = sym<decltype(count_)>("nvmlDeviceGetCount_v2");
+  nvmlReturn (*handle_)(unsigned, nvmlDevice*) = sym<decltype(handle_)>("nvmlDeviceGetHandleByIndex_v2");
+  nvmlReturn (*memory_)(nvmlDevice, NvmlMemory*) = sym<decltype(memory_)>("nvmlDeviceGetMemoryInfo");
+  nvmlReturn (*name_)(nvmlDevice, char*, unsigned) = sym<decltype(name_)>("nvmlDeviceGetName");
+  nvmlReturn (*procs_)(nvmlDevice, unsigned*, NvmlProcessInfo*) =  // else _v2, in the constructor
+      lib_.optional_symbol<decltype(procs_)>("nvmlDeviceGetComputeRunningProcesses_v3");
+  nvmlReturn (*proc_name_)(unsigned, char*, unsigned) =
+      lib_.optional_symbol<decltype(proc_name_)>("nvmlSystemGetProcessName");
+  // Optional: only the metrics use them.
+  nvmlReturn (*uuid_)(nvmlDevice, char*, unsigned) = lib_.optional_symbol<decltype(uuid_)>("nvmlDeviceGetUUID");
+  nvmlReturn (*utilization_)(nvmlDevice, NvmlUtilization*) =
+      lib_.optional_symbol<decltype(utilization_)>("nvmlDeviceGetUtilizationRates");
+  nvmlReturn (*pci_)(nvmlDevice, NvmlPciInfo*) =
+      lib_.optional_symbol<decltype(pci_)>("nvmlDeviceGetPciInfo_v3");  // --numa_binding
 };
 
 }  // namespace
