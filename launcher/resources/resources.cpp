@@ -103,15 +103,12 @@ int resolve_nproc(const config::LaunchConfig& c, const EnvironmentSnapshot& env,
       }
       return n;
     }
-    case config::NprocRequest::Kind::kAuto: {
-      int n = 0;
+    case config::NprocRequest::Kind::kAuto:
       try {
-        n = static_cast<int>(visible_gpus(env, machine).size());
-      } catch (const UsageError&) {
-        n = 0;  // no driver: CPUs
+        if (const int n = static_cast<int>(visible_gpus(env, machine).size()); n > 0) return n;
+      } catch (const UsageError&) {  // no driver: CPUs
       }
-      return n > 0 ? n : machine.cpu_count();
-    }
+      return machine.cpu_count();
   }
   return 1;
 }
