@@ -12,7 +12,6 @@
 #include "launcher/agent/agent.h"
 #include "launcher/config/config.h"
 #include "launcher/resources/gpu_select.h"
-#include "launcher/process/line_splitter.h"
 #include "launcher/process/log_layout.h"
 #include "launcher/process/net.h"
 #include "launcher/process/spawn.h"

@@ -9,7 +9,6 @@
 #include "launcher/rendezvous/rendezvous.h"
 #include "launcher/channel/job_channel.h"
 #include "launcher/channel/job_link.h"
-#include "launcher/process/log_layout.h"
 
 // Note [Newcomers another member saw]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

@@ -17,7 +17,6 @@
 #include "launcher/rendezvous/store_rendezvous.h"
 #include "launcher/agent/live_respawn.h"
 #include "launcher/channel/live_watch.h"
-#include "launcher/process/log_layout.h"
 #include "launcher/process/net.h"
 
 namespace ddp::launcher::agent {

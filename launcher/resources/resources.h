@@ -10,7 +10,6 @@
 
 #include "launcher/config/config.h"
 #include "launcher/resources/gpu_select.h"
-#include "launcher/config/slurm_placement.h"
 
 namespace ddp::launcher::resources {
 
