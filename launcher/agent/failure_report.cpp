@@ -85,8 +85,7 @@ std::optional<std::chrono::system_clock::time_point> parse_failure_time(const st
 }
 
 std::string format_failure_summary(const SupervisorResult& result, const std::string& host_name) {
-  const std::string rule(64, '=');
-  std::string out = rule + "\n";
+  std::string out = kSummaryRule + "\n";
   // See Note [Coordinated restarts] in launcher/channel/job_channel.cpp: what came from the other hosts.
   std::string job;
   if (result.stopped_by) job += ddp::str("Stopped from another host: ", *result.stopped_by, "\n");
@@ -96,12 +95,12 @@ std::string format_failure_summary(const SupervisorResult& result, const std::st
   }
   if (!result.root_cause && !job.empty() && !result.launcher_signal) {
     out += ddp::str("ddp_launch: worker group FAILED on host ", host_name, ": stopped because of another host\n", job);
-    return out + rule + "\n";
+    return out + kSummaryRule + "\n";
   }
   if (!result.root_cause) {
     out += ddp::str("ddp_launch: stopped by ", process::signal_name(result.launcher_signal.value_or(0)),
                     "; every worker exited cleanly\n");
-    return out + rule + "\n";
+    return out + kSummaryRule + "\n";
   }
   const WorkerExit& e = *result.root_cause;
   out += ddp::str("ddp_launch: worker group FAILED", result.attempts > 1 ? ddp::str(" after ", result.attempts, " attempts") : "",
@@ -130,7 +129,7 @@ std::string format_failure_summary(const SupervisorResult& result, const std::st
                       o.error ? " message: " + o.error->message : "", "\n");
     }
   }
-  return out + rule + "\n";
+  return out + kSummaryRule + "\n";
 }
 
 }  // namespace ddp::launcher::agent

@@ -68,8 +68,10 @@ std::size_t root_cause_index(const std::vector<WorkerExit>& failures);
 std::string format_failure_time(std::chrono::system_clock::time_point t);
 std::optional<std::chrono::system_clock::time_point> parse_failure_time(const std::string& text);
 
-// torchrun-like failure summary text (several lines).
+// torchrun-like failure summary text (several lines), between two kSummaryRule lines, by which a
+// --hostfile job's launcher finds each host's summary in its output.
 std::string format_failure_summary(const SupervisorResult& result, const std::string& host_name);
+inline const std::string kSummaryRule(64, '=');
 
 // "3", or "SIGKILL (signal 9, exit code 137)".
 std::string describe_exit(const WorkerExit& exit);

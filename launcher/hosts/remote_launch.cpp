@@ -54,11 +54,6 @@ constexpr double kDrainS = 5;
 constexpr size_t kMaxHostListBytes = 1 << 20;
 constexpr size_t kLastLines = 4;
 
-const std::string& summary_rule() {
-  static const std::string rule(64, '=');
-  return rule;
-}
-
 struct HostNode {
   HostSlots slots;
   int node_rank = 0;
@@ -290,7 +285,7 @@ class HostGroup {
   void take_line(HostProcess& p, bool is_err, std::string_view line) {
     std::string text(line);
     if (!text.empty() && text.back() == '\n') text.pop_back();
-    if (is_err && text == summary_rule()) {
+    if (is_err && text == agent::kSummaryRule) {
       p.in_summary = !p.in_summary;
       return;
     }
@@ -353,7 +348,7 @@ std::optional<int> check_hosts(const std::vector<HostNode>& nodes, const config:
 
 // The job's one failure summary: the first failed host's own summary, then every other host.
 void print_job_summary(HostGroup& group, const HostProcess* root, std::optional<int> local_signal, int nnodes) {
-  std::string out = summary_rule() + "\n";
+  std::string out = agent::kSummaryRule + "\n";
   if (root != nullptr) {
     out += ddp::str("ddp_launch: job FAILED: ", node_name(*root->node), " of ", nnodes, " failed first, exit code ",
                     *root->exit_code, "\n");
@@ -373,7 +368,7 @@ void print_job_summary(HostGroup& group, const HostProcess* root, std::optional<
                                                     &p != root && *p.exit_code != 0 && root ? " (stopped after it)" : "");
     out += ddp::str("  ", node_name(*p.node), ": ", how, "\n");
   }
-  out += summary_rule() + "\n";
+  out += agent::kSummaryRule + "\n";
   std::fputs(out.c_str(), stderr);
 }
 
