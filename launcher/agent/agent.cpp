@@ -10,7 +10,6 @@
 #include "launcher/agent/elastic_rounds.h"
 #include "launcher/agent/live_recovery.h"
 #include "launcher/observe/metrics_server.h"
-#include "launcher/process/net.h"
 #include "launcher/observe/progress_board.h"
 #include "launcher/rendezvous/rendezvous.h"
 
@@ -55,8 +54,7 @@ class GroupRestart : public PolicyWithContext {
     return round;
   }
 
-  GroupFactory supervise_round(const AgentRound& round, SupervisorOptions& options) override {
-    options.max_restarts = config_.max_restarts;
+  GroupFactory supervise_round(const AgentRound& round, SupervisorOptions&) override {
     return [this, node = round.node](int attempt) { return prepare_attempt(config_, node, local_, run_, attempt); };
   }
 
@@ -116,7 +114,7 @@ std::unique_ptr<RecoveryPolicy> make_recovery_policy(const AgentContext& context
 }
 
 int run_agent(const config::LaunchConfig& c, const EnvironmentSnapshot& env, const LocalWorkers& local, RunContext& run) {
-  const std::string host_name = process::this_host_name();
+  const std::string& host_name = run.host_name;
   // Heartbeats and metrics (docs/observability.md): only when asked for, so that by default no
   // socket is opened and workers send nothing. Bound before the rendezvous: a port in use fails
   // before other nodes wait.
@@ -133,7 +131,7 @@ int run_agent(const config::LaunchConfig& c, const EnvironmentSnapshot& env, con
   }
   if (agent) run.agent_socket = agent->path();
 
-  const std::unique_ptr<RecoveryPolicy> policy = make_recovery_policy({c, local, run, host_name});
+  const std::unique_ptr<RecoveryPolicy> policy = make_recovery_policy({c, local, run});
   SupervisorOptions base = supervisor_options(c, host_name);
   base.agent = agent.get();
   base.progress = agent ? &board : nullptr;

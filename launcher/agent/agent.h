@@ -29,7 +29,6 @@ struct AgentContext {
   const config::LaunchConfig& config;
   const LocalWorkers& local;
   const RunContext& run;
-  std::string host_name;
 };
 
 // What the agent does at a round's start and end: how it is supervised, and whether a new round
@@ -57,7 +56,7 @@ class PolicyWithContext : public RecoveryPolicy {
   const config::LaunchConfig& config_ = context_.config;
   const LocalWorkers& local_ = context_.local;
   const RunContext& run_ = context_.run;
-  const std::string& host_name_ = context_.host_name;
+  const std::string& host_name_ = context_.run.host_name;
 };
 
 // The policy the flags ask for: the whole group restarted (fixed size, coordinated across hosts:

@@ -198,7 +198,6 @@ class LiveRecovery : public PolicyWithContext {
   }
 
   GroupFactory supervise_round(const AgentRound& round, SupervisorOptions& options) override {
-    options.max_restarts = config_.max_restarts;
     options.membership_change = [this] { return admission_->poll(); };
     // TORCHELASTIC_RESTART_COUNT: the round this node joined, so that a worker of a later round (> 0)
     // joins the training as a joiner. The group starts once: a dead worker is restarted alone.
