@@ -25,7 +25,6 @@
 namespace ddp::launcher::agent {
 namespace {
 
-
 // While a round runs: whether newcomers wait for the next one and the job admits them (polled by
 // the attempt at most every 250 ms, one small store query each).
 class NewcomerWatch {

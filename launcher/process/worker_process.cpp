@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -167,12 +168,9 @@ void OutputStream::emit(std::string_view line) {
     if (console_is_terminal && is_progress_piece(line)) out.insert(out.size() - 1, "\x1b[K");
     write_or_drop(console_fd, out);
   }
-  if (filtered_fd >= 0 && filters != nullptr) {
-    for (const auto& needle : *filters) {
-      if (line.find(needle) == std::string_view::npos) continue;
-      write_or_drop(filtered_fd, out);
-      break;
-    }
+  const auto in_line = [&](const std::string& needle) { return line.find(needle) != std::string_view::npos; };
+  if (filtered_fd >= 0 && filters != nullptr && std::any_of(filters->begin(), filters->end(), in_line)) {
+    write_or_drop(filtered_fd, out);
   }
 }
 
