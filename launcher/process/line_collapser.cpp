@@ -1,9 +1,8 @@
 #include "launcher/process/line_collapser.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
+
+#include "launcher/process/spawn.h"
 
 namespace ddp::launcher::process {
 
@@ -55,17 +54,8 @@ int LineCollapser::ms_until_due(Clock::time_point now) const {
 
 void LineCollapser::print_front() {
   const Group& g = held_.front();
-  std::string out = g.ranks.size() == 1 ? g.single_prefix : "[ranks " + format_rank_ranges(g.ranks) + "]: ";
-  out += g.text;
-  const char* data = out.data();
-  std::size_t left = out.size();
-  while (left > 0) {  // the console is blocking; a failed write drops the rest, as a worker's line would
-    const ssize_t n = ::write(console_fd_, data, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    data += n;
-    left -= static_cast<std::size_t>(n);
-  }
+  const std::string prefix = g.ranks.size() == 1 ? g.single_prefix : "[ranks " + format_rank_ranges(g.ranks) + "]: ";
+  write_or_drop(console_fd_, prefix + g.text);  // as a worker's line: a console gone drops it
   held_.pop_front();
 }
 

@@ -1,6 +1,7 @@
 #include "launcher/process/spawn.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -55,6 +56,22 @@ std::vector<char*> pointers(const std::vector<std::string>& strings) {
 }
 
 }  // namespace
+
+void write_or_drop(int fd, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) {
+        pollfd p{fd, POLLOUT, 0};
+        ::poll(&p, 1, 100);
+        continue;
+      }
+      return;
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+}
 
 void close_fd(int& fd) {
   if (fd >= 0) ::close(fd);

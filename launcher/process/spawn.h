@@ -8,6 +8,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ddp::launcher::process {
@@ -38,6 +39,10 @@ SpawnedProcess spawn_process(const SpawnOptions& options);
 
 // Closes `fd` unless it is -1 already, and sets it to -1.
 void close_fd(int& fd);
+
+// Writes everything, waiting (bounded per try) when a non-blocking console is full; drops the data
+// when the console or log is gone (EPIPE, disk full): supervising goes on.
+void write_or_drop(int fd, std::string_view data);
 
 // "SIGTERM" for 15, "signal 99" for unknown numbers.
 std::string signal_name(int signal);

@@ -1,7 +1,6 @@
 #include "launcher/process/worker_process.h"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -28,24 +27,6 @@ void on_signal(int sig) {
     [[maybe_unused]] ssize_t n = ::write(g_signal_pipe_write, &byte, 1);
   }
   errno = saved;
-}
-
-// Writes everything, waiting (bounded per try) when a non-blocking console is full; drops the data
-// when the console or log is gone (EPIPE, disk full): supervising goes on.
-void write_or_drop(int fd, std::string_view data) {
-  while (!data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN) {
-        pollfd p{fd, POLLOUT, 0};
-        ::poll(&p, 1, 100);
-        continue;
-      }
-      return;
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
 }
 
 // A new log file (See Note [Log folders]); -1 when the stream goes to no file.
