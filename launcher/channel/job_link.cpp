@@ -190,11 +190,9 @@ std::string JobLink::describe_behind(int round, const std::vector<std::pair<int,
   if (remote_steps_round_ != round || remote_steps_.empty()) return "";
   std::map<int, std::int64_t> all = remote_steps_;
   for (const auto& [rank, step] : local) all[rank] = step;
-  std::int64_t low = all.begin()->second, high = low;
-  for (const auto& [rank, step] : all) {
-    low = std::min(low, step);
-    high = std::max(high, step);
-  }
+  const auto [lowest, highest] =
+      std::minmax_element(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  const std::int64_t low = lowest->second, high = highest->second;
   if (low == high) return ddp::str(" (across the job, every rank heard of is at step ", low, ")");
   std::vector<std::string> behind;
   for (const auto& [rank, step] : all) {
