@@ -12,10 +12,10 @@
 #include <set>
 #include <sstream>
 
-#include "ddp/base/detail/route.h"
 #include "ddp/base/error.h"
 #include "ddp/base/str.h"
 #include "launcher/channel/job_channel.h"
+#include "launcher/process/net.h"
 
 // Note [Lost hosts in a live job]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -54,14 +54,6 @@ namespace ddp::launcher::channel {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string peer_address_of(int fd) {
-  sockaddr_storage addr{};
-  socklen_t len = sizeof addr;
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "?";
-  const std::string text = detail::address_text(reinterpret_cast<const sockaddr*>(&addr));
-  return text.empty() ? "?" : text;
-}
 
 void make_wake_pipe(int (&wake)[2]) {
   if (::pipe2(wake, O_CLOEXEC) != 0) throw ddp::Error(ddp::str("live watch: pipe2 failed: ", std::strerror(errno)));
@@ -177,7 +169,8 @@ void LiveWatchServer::run(int listen_fd, double silence_timeout_s) {
         alive = c.receive([&](const std::string& line) {
           const auto [word, rest] = split_word(line);
           if (word == "hello") {
-            if (!table.hello(id, rest, peer_address_of(c.fd()), now)) c.close();  // not a launcher's line
+            const std::string peer = process::socket_address(c.fd(), true);
+            if (!table.hello(id, rest, peer.empty() ? "?" : peer, now)) c.close();  // not a launcher's line
           } else if (word == "ping") {
             table.heard(id, now);
           } else if (word == "bye") {

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 
+#include "ddp/base/detail/route.h"
 #include "ddp/base/error.h"
 
 namespace ddp::launcher::process {
@@ -67,6 +68,13 @@ int listen_on(const std::string& host, int port) {
     ::close(fd);
   }
   return -1;
+}
+
+std::string socket_address(int fd, bool peer) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  if ((peer ? ::getpeername : ::getsockname)(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "";
+  return ddp::detail::address_text(reinterpret_cast<const sockaddr*>(&addr));
 }
 
 int pick_free_port(const std::string& host) {

@@ -20,6 +20,9 @@ int pick_free_port(const std::string& host);
 
 // The port a bound socket has (the one the OS picked for port 0); -1 when it cannot be read.
 int bound_port(int fd);
+// The numeric address of a socket's own end ("0.0.0.0" bound to every interface), or of its peer's;
+// "" when it cannot be read.
+std::string socket_address(int fd, bool peer);
 
 // gethostname(), for the failure summary.
 std::string this_host_name();

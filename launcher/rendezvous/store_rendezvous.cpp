@@ -1,7 +1,5 @@
 #include "launcher/rendezvous/store_rendezvous.h"
 
-#include <sys/socket.h>
-
 #include <spdlog/spdlog.h>
 
 #include "ddp/base/detail/route.h"
@@ -17,14 +15,6 @@ namespace ddp::launcher::rendezvous {
 namespace {
 
 void log_note(const char* line) { spdlog::info("{}", line); }
-
-// The numeric address a listening socket is bound to ("0.0.0.0" for every interface).
-std::string bound_address(int fd) {
-  sockaddr_storage addr{};
-  socklen_t len = sizeof addr;
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "";
-  return detail::address_text(reinterpret_cast<const sockaddr*>(&addr));
-}
 
 }  // namespace
 
@@ -114,7 +104,7 @@ void StoreRendezvous::open() {
   const StoreEndpoint endpoint = open_store_endpoint(config_);
   advertise_ = endpoint.advertise;
   serves_ = endpoint.listen_fd >= 0;
-  if (serves_) served_address_ = bound_address(endpoint.listen_fd);
+  if (serves_) served_address_ = process::socket_address(endpoint.listen_fd, false);
   const ddp_rdzv_request req{config_.rdzv_host.c_str(), config_.rdzv_port,       config_.rdzv_id.c_str(),
                              config_.nnodes,            endpoint.listen_fd,       config_.rdzv_timeout_s,
                              config_.rdzv_token.c_str(), config_.keep_c10_logs ? 0 : 1};
