@@ -19,12 +19,8 @@ void log_note(const char* line) { spdlog::info("{}", line); }
 }  // namespace
 
 RoundRules round_rules(const config::LaunchConfig& config) {
-  RoundRules rules;
-  rules.min_nodes = config.elastic ? config.min_nnodes : config.nnodes;
-  rules.max_nodes = config.nnodes;
-  rules.last_call_s = config.rdzv_last_call_s;
-  rules.timeout_s = config.rdzv_timeout_s;
-  return rules;
+  // min_nodes, max_nodes, last_call_s, timeout_s
+  return {config.elastic ? config.min_nnodes : config.nnodes, config.nnodes, config.rdzv_last_call_s, config.rdzv_timeout_s};
 }
 
 StoreEndpoint open_store_endpoint(const config::LaunchConfig& config) {
