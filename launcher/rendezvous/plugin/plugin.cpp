@@ -122,12 +122,8 @@ class Round {
         token_(handle.token),
         id_(handle.run_id),
         nonce_(rdzv::random_nonce()),
-        started_(Clock::now()) {
-    rules_.min_nodes = req.min_nodes;
-    rules_.max_nodes = req.max_nodes;
-    rules_.last_call_s = req.last_call_s;
-    rules_.timeout_s = req.timeout_s;
-  }
+        started_(Clock::now()),
+        rules_{req.min_nodes, req.max_nodes, req.last_call_s, req.timeout_s} {}
 
   bool run(ddp_rdzv_round_result* result) {
     const int first = std::max(0, req_.after_round + 1);
