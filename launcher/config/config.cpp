@@ -380,99 +380,6 @@ static SplitArgs split_launcher_args(int argc, const char* const* argv) {
   return split;
 }
 
-static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSnapshot& env,
-                        const std::vector<std::string>& program);
-
-static ParseResult parse_launch_args_as_given(int argc, const char* const* argv, const EnvironmentSnapshot& env);
-
-// The command line and the environment are outside input, and errors quote them: a control byte in
-// a flag's value or a variable (a newline, a '\r' from a file edited on Windows) is quoted as \xNN
-// here, whichever check quoted it, so that the error stays one line (found by fuzz_rdzv_conf).
-ParseResult parse_launch_args(int argc, const char* const* argv, const EnvironmentSnapshot& env) {
-  try {
-    return parse_launch_args_as_given(argc, argv, env);
-  } catch (const UsageError& e) {
-    const std::string message = e.what();
-    if (std::none_of(message.begin(), message.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; })) throw;
-    throw UsageError(ddp::printable(message));
-  }
-}
-
-static ParseResult parse_launch_args_as_given(int argc, const char* const* argv, const EnvironmentSnapshot& env) {
-  const SplitArgs split = split_launcher_args(argc, argv);
-
-  cxxopts::Options options("ddp_launch",
-                           "Starts the workers of one node of a data-parallel job. Flags are torchrun's, in both "
-                           "spellings (--nproc_per_node, --nproc-per-node). See docs/launcher.md.");
-  options.custom_help("[options] TRAINING_BINARY [its arguments...]");
-  {
-    auto adder = options.add_options();
-    for (const auto& f : kFlags) {
-      if (!f.takes_value) {
-        adder(std::string(f.name) == "help" ? "h,help" : f.name, f.help);
-      } else if (f.default_value != nullptr) {
-        adder(f.name, f.help, cxxopts::value<std::string>()->default_value(f.default_value));
-      } else {
-        adder(f.name, f.help, cxxopts::value<std::string>());
-      }
-    }
-  }
-  ParseResult result;
-  for (size_t i = 0; i < split.launcher_args.size(); ++i) {
-    const std::string& arg = split.launcher_args[i];
-    if (arg == "-h") continue;
-    const auto eq = arg.find('=');
-    const FlagSpec* flag = arg.rfind("--", 0) == 0 ? find_flag(arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2)) : nullptr;
-    if (flag == nullptr) {
-      const std::string name = arg.substr(0, eq);
-      std::vector<std::string> candidates;
-      for (const auto& f : kFlags) {
-        const std::string full = "--" + std::string(f.name);
-        if (name.size() > 2 && full.rfind(name, 0) == 0) candidates.push_back(full);
-      }
-      if (candidates.size() > 1) {
-        throw UsageError(ddp::str("ambiguous flag '", name, "' could match ", ddp::join(candidates, ", ")));
-      }
-      throw UsageError(ddp::str("unknown flag '", arg, "' (see ddp_launch --help)"));
-    }
-    if (flag->takes_value && eq == std::string::npos) {
-      if (i + 1 >= split.launcher_args.size()) throw UsageError(ddp::str(arg, " needs a value"));
-      ++i;  // skip its value
-    }
-  }
-  std::vector<const char*> cargv{"ddp_launch"};
-  for (const auto& a : split.launcher_args) cargv.push_back(a.c_str());
-  cxxopts::ParseResult opts;
-  try {
-    opts = options.parse(static_cast<int>(cargv.size()), cargv.data());
-  } catch (const cxxopts::exceptions::no_such_option& e) {
-    throw UsageError(ddp::str(e.what(), " (see ddp_launch --help)"));
-  } catch (const cxxopts::exceptions::exception& e) {
-    throw UsageError(e.what());
-  }
-  if (opts.count("help")) {
-    result.action = ParseResult::Action::kHelp;
-    result.help_text = options.help();
-    return result;
-  }
-  if (opts.count("version")) {
-    result.action = ParseResult::Action::kVersion;
-    return result;
-  }
-  if (opts.count("print_completion")) {
-    result.action = ParseResult::Action::kPrintCompletion;
-    result.help_text = completion_script(opts["print_completion"].as<std::string>());
-    return result;
-  }
-  // A flag on the command line, else torchrun's PET_<NAME> variable, else the default: see
-  // Note [PET variables] in launcher/config/flag_values.cpp.
-  FlagValues values([&](const char* name) { return opts.count(name) > 0; },
-                    [&](const char* name) { return opts[name].as<std::string>(); }, env);
-  values.naming_variables([&] { fill_config(result.config, values, env, split.program); });
-  result.config.launcher_args = split.launcher_args;  // the base of each host's command line
-  return result;
-}
-
 // Note [Free port on one node]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // torchrun on one node without --master_port serves its store on a free port (c10d on localhost:0),
@@ -787,6 +694,94 @@ static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSn
   WorkerCommand command = resolve_worker_command(program, python, env);
   c.program_path = std::move(command.path);
   c.program_args = std::move(command.args);
+}
+
+static ParseResult parse_launch_args_as_given(int argc, const char* const* argv, const EnvironmentSnapshot& env) {
+  const SplitArgs split = split_launcher_args(argc, argv);
+
+  cxxopts::Options options("ddp_launch",
+                           "Starts the workers of one node of a data-parallel job. Flags are torchrun's, in both "
+                           "spellings (--nproc_per_node, --nproc-per-node). See docs/launcher.md.");
+  options.custom_help("[options] TRAINING_BINARY [its arguments...]");
+  {
+    auto adder = options.add_options();
+    for (const auto& f : kFlags) {
+      if (!f.takes_value) {
+        adder(std::string(f.name) == "help" ? "h,help" : f.name, f.help);
+      } else if (f.default_value != nullptr) {
+        adder(f.name, f.help, cxxopts::value<std::string>()->default_value(f.default_value));
+      } else {
+        adder(f.name, f.help, cxxopts::value<std::string>());
+      }
+    }
+  }
+  ParseResult result;
+  for (size_t i = 0; i < split.launcher_args.size(); ++i) {
+    const std::string& arg = split.launcher_args[i];
+    if (arg == "-h") continue;
+    const auto eq = arg.find('=');
+    const FlagSpec* flag = arg.rfind("--", 0) == 0 ? find_flag(arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2)) : nullptr;
+    if (flag == nullptr) {
+      const std::string name = arg.substr(0, eq);
+      std::vector<std::string> candidates;
+      for (const auto& f : kFlags) {
+        const std::string full = "--" + std::string(f.name);
+        if (name.size() > 2 && full.rfind(name, 0) == 0) candidates.push_back(full);
+      }
+      if (candidates.size() > 1) {
+        throw UsageError(ddp::str("ambiguous flag '", name, "' could match ", ddp::join(candidates, ", ")));
+      }
+      throw UsageError(ddp::str("unknown flag '", arg, "' (see ddp_launch --help)"));
+    }
+    if (flag->takes_value && eq == std::string::npos) {
+      if (i + 1 >= split.launcher_args.size()) throw UsageError(ddp::str(arg, " needs a value"));
+      ++i;  // skip its value
+    }
+  }
+  std::vector<const char*> cargv{"ddp_launch"};
+  for (const auto& a : split.launcher_args) cargv.push_back(a.c_str());
+  cxxopts::ParseResult opts;
+  try {
+    opts = options.parse(static_cast<int>(cargv.size()), cargv.data());
+  } catch (const cxxopts::exceptions::no_such_option& e) {
+    throw UsageError(ddp::str(e.what(), " (see ddp_launch --help)"));
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw UsageError(e.what());
+  }
+  if (opts.count("help")) {
+    result.action = ParseResult::Action::kHelp;
+    result.help_text = options.help();
+    return result;
+  }
+  if (opts.count("version")) {
+    result.action = ParseResult::Action::kVersion;
+    return result;
+  }
+  if (opts.count("print_completion")) {
+    result.action = ParseResult::Action::kPrintCompletion;
+    result.help_text = completion_script(opts["print_completion"].as<std::string>());
+    return result;
+  }
+  // A flag on the command line, else torchrun's PET_<NAME> variable, else the default: see
+  // Note [PET variables] in launcher/config/flag_values.cpp.
+  FlagValues values([&](const char* name) { return opts.count(name) > 0; },
+                    [&](const char* name) { return opts[name].as<std::string>(); }, env);
+  values.naming_variables([&] { fill_config(result.config, values, env, split.program); });
+  result.config.launcher_args = split.launcher_args;  // the base of each host's command line
+  return result;
+}
+
+// The command line and the environment are outside input, and errors quote them: a control byte in
+// a flag's value or a variable (a newline, a '\r' from a file edited on Windows) is quoted as \xNN
+// here, whichever check quoted it, so that the error stays one line (found by fuzz_rdzv_conf).
+ParseResult parse_launch_args(int argc, const char* const* argv, const EnvironmentSnapshot& env) {
+  try {
+    return parse_launch_args_as_given(argc, argv, env);
+  } catch (const UsageError& e) {
+    const std::string message = e.what();
+    if (std::none_of(message.begin(), message.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; })) throw;
+    throw UsageError(ddp::printable(message));
+  }
 }
 
 }  // namespace ddp::launcher::config
