@@ -2,23 +2,14 @@
 
 #include <ATen/core/ivalue.h>
 
-#include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <memory>
 #include <utility>
 
 #include "ddp/base/error.h"
+#include "ddp/distributed/detail/collective_log.h"
 
 namespace ddp {
-namespace {
-
-std::int64_t steady_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
 
 HookWork::HookWork(ProcessGroup& group, std::vector<c10::intrusive_ptr<c10d::Work>> works, const char* what,
                    Continuation then)
@@ -29,7 +20,7 @@ HookWork::HookWork(ProcessGroup& group, std::vector<c10::intrusive_ptr<c10d::Wor
   for (const auto& work : works_) {
     try {
       work->getFuture()->addCallback([done](c10::ivalue::Future&) {
-        const std::int64_t now = steady_ns();
+        const std::int64_t now = detail::now_ns();
         std::int64_t seen = done->load();
         while (seen < now && !done->compare_exchange_weak(seen, now)) {
         }
@@ -63,13 +54,13 @@ torch::Tensor HookWork::wait() {
       throw CommunicationError(str(what_, " failed on rank ", group_->rank(), ": ", first_line(error.what())));
     }
   }
-  const std::int64_t waited_ns = steady_ns();
+  const std::int64_t waited_ns = detail::now_ns();
   const std::int64_t seq_before = group_ != nullptr ? group_->last_collective_seq() : 0;
   auto then = std::exchange(then_, Continuation());
   torch::Tensor result = then();
   // A continuation that communicated (PowerSGD's later stages) ends the communication itself.
   if (group_ != nullptr && group_->last_collective_seq() != seq_before) {
-    done_ns_ = steady_ns();
+    done_ns_ = detail::now_ns();
   } else {
     done_ns_ = done_by_callback_->load() > 0 ? done_by_callback_->load() : (works_.empty() ? 0 : waited_ns);
   }

@@ -101,12 +101,11 @@ void DdpCore::before_forward() {
   Reducer& m = *impl_;
   std::lock_guard<std::mutex> lock(m.mutex);
   if (m.started) m.reset_iteration();  // the previous backward failed before its end
-  const std::int64_t start_ns = now_ns();
-  m.stats.forward_started(start_ns);
+  m.stats.forward_start_ns = now_ns();
   const bool will_sync = m.world > 1 && m.sync_enabled && torch::GradMode::is_enabled();
   // A training step (at world size 1 too, where nothing is all-reduced) is observed.
   if (m.sync_enabled && torch::GradMode::is_enabled()) {
-    for (auto& observer : m.observers) observer->on_training_forward(start_ns);
+    for (auto& observer : m.observers) observer->on_training_forward(m.stats.forward_start_ns);
   }
   m.divisor = m.world;
   if (m.joining) {
@@ -130,7 +129,7 @@ void DdpCore::after_forward(const std::vector<torch::Tensor>& outputs) {
   Reducer& m = *impl_;
   std::lock_guard<std::mutex> lock(m.mutex);
   if (m.armed && m.options.find_unused_parameters && !outputs.empty()) m.find_unused(outputs);
-  m.stats.forward_ended(now_ns());
+  m.stats.forward_end_ns = now_ns();
 }
 
 void DdpCore::on_gradient_ready(std::size_t index) { impl_->on_gradient_ready(index); }

@@ -20,7 +20,7 @@ namespace ddp::detail {
 
 // How a collective is waited for: the host blocks (bounded by the timeout) or only the CUDA stream
 // waits. See Note [Which waits block the host] in ddp/runtime/detail/cuda_support.h.
-enum class WaitMode { kBlocking, kStreamOrdered };
+enum class WaitMode { kBlocking, kStreamOrdered };  // kBlocking first: WaitMode{} in process_group.h
 const char* to_string(WaitMode mode);  // "blocking", "stream-ordered"
 
 // Note [Collective ring buffer]
@@ -68,6 +68,8 @@ class CollectiveLog {
 
 // Wall-clock microseconds since the epoch.
 std::int64_t unix_now_us();
+// Steady-clock nanoseconds: DDP's timings (a bucket's launch, HookWork::done_ns) on one clock.
+std::int64_t now_ns();
 
 // "580 B", "12.5 KiB", "1.2 MiB", "3.0 GiB".
 std::string format_bytes(std::int64_t bytes);

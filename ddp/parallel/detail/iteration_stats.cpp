@@ -1,7 +1,6 @@
 #include "ddp/parallel/detail/iteration_stats.h"
 
 #include <algorithm>
-#include <chrono>
 
 namespace ddp::detail {
 namespace {
@@ -9,12 +8,6 @@ namespace {
 double ms(std::int64_t ns) { return static_cast<double>(ns) / 1e6; }
 
 }  // namespace
-
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 IterationStats::Communication IterationStats::add_iteration(const std::vector<BucketTimes>& buckets, std::int64_t compute_end_ns,
                                            std::int64_t wait_start_ns) {
@@ -25,8 +18,8 @@ IterationStats::Communication IterationStats::add_iteration(const std::vector<Bu
     last_done = std::max(last_done, b.done_ns > 0 ? b.done_ns : end_ns);
   }
   sums_.iterations += 1;
-  sums_.forward_ms += ms(forward_end_ns_ - forward_start_ns_);
-  sums_.backward_compute_ms += ms(compute_end_ns - forward_end_ns_);
+  sums_.forward_ms += ms(forward_end_ns - forward_start_ns);
+  sums_.backward_compute_ms += ms(compute_end_ns - forward_end_ns);
   sums_.communication_ms += ms(last_done - first_launch);
   sums_.hidden_communication_ms += ms(std::max<std::int64_t>(0, std::min(last_done, compute_end_ns) - first_launch));
   sums_.exposed_wait_ms += ms(end_ns - wait_start_ns);

@@ -5,11 +5,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "ddp/distributed/detail/collective_log.h"
 #include "ddp/parallel/ddp_stats.h"
 
 namespace ddp::detail {
-
-std::int64_t now_ns();  // steady clock
 
 class IterationStats {
  public:
@@ -17,10 +16,8 @@ class IterationStats {
     std::int64_t launch_ns = 0;
     std::int64_t done_ns = 0;  // 0: unknown (taken as the end of backward)
   };
-  void forward_started(std::int64_t ns) { forward_start_ns_ = ns; }
-  void forward_ended(std::int64_t ns) { forward_end_ns_ = ns; }
-  void gradient_ready(std::int64_t ns) { last_ready_ns_ = ns; }
-  std::int64_t last_ready_ns() const { return last_ready_ns_; }
+  // The current iteration's marks (now_ns()): the forward's start and end, the last gradient ready.
+  std::int64_t forward_start_ns = 0, forward_end_ns = 0, last_ready_ns = 0;
   void set_bucket_bytes(std::vector<std::size_t> bytes) { sums_.bucket_bytes = std::move(bytes); }
   const std::vector<std::size_t>& bucket_bytes() const { return sums_.bucket_bytes; }
 
@@ -38,7 +35,6 @@ class IterationStats {
   DdpStats averages() const;
 
  private:
-  std::int64_t forward_start_ns_ = 0, forward_end_ns_ = 0, last_ready_ns_ = 0;
   DdpStats sums_;
 };
 

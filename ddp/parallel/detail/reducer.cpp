@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <unordered_set>
+#include <utility>
 
 #include "ddp/base/error.h"
 #include "ddp/parallel/detail/bucket.h"
@@ -79,8 +80,7 @@ void Reducer::rebuild_buckets() {
   std::vector<std::int64_t> order;
   std::vector<char> seen(n, 0);
   for (auto i : ready_order) {
-    if (i < n && !seen[i]) order.push_back(static_cast<std::int64_t>(i));
-    if (i < n) seen[i] = 1;
+    if (i < n && !std::exchange(seen[i], 1)) order.push_back(static_cast<std::int64_t>(i));
   }
   if (order.size() != n) {
     order.clear();
@@ -289,7 +289,7 @@ void Reducer::on_gradient_ready(std::size_t index) {
                     "gradient, and backward may run only once per forward"));
   }
   mark_ready(index, true);
-  stats.gradient_ready(now_ns());
+  stats.last_ready_ns = now_ns();
 }
 
 void Reducer::finalize_backward() {
@@ -298,7 +298,7 @@ void Reducer::finalize_backward() {
     Reducer* impl;
     ~Reset() { impl->reset_iteration(); }
   } reset{this};
-  const std::int64_t compute_end_ns = stats.last_ready_ns();
+  const std::int64_t compute_end_ns = stats.last_ready_ns;
   const std::int64_t wait_start_ns = now_ns();
   if (next_launch < buckets.size()) {
     std::vector<std::size_t> missing;
