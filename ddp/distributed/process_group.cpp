@@ -12,18 +12,11 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -66,7 +59,6 @@ using detail::mentions_timeout;
   if (mentions_timeout(what)) throw TimeoutError(str(context, ": ", first_line(what)));
   throw CommunicationError(str(context, ": ", first_line(what)));
 }
-
 
 // How joining waits and talks about it. See Note [Waiting is never silent] in ddp/distributed/detail/join_wait.h.
 struct JoinWait {
@@ -368,11 +360,6 @@ std::int64_t ProcessGroup::begin_collective(const char* op, const char* what, in
   }
   record.start_unix_us = detail::unix_now_us();
   return state_->collectives.begin(record);
-}
-
-void ProcessGroup::wait_collective(std::int64_t seq, const c10::intrusive_ptr<c10d::Work>& work, const char* what,
-                                   milliseconds timeout) const {
-  wait_collective(seq, work, what, timeout, detail::WaitMode::kBlocking);
 }
 
 void ProcessGroup::wait_collective(std::int64_t seq, const c10::intrusive_ptr<c10d::Work>& work, const char* what,

@@ -203,10 +203,9 @@ class ProcessGroup {
                                 const char* algorithm = "flat") const;
   template <class Start>
   c10::intrusive_ptr<c10d::Work> start_collective(std::int64_t seq, const char* what, Start&& start) const;
+  // mode: kBlocking by default (the enum's first value; only declared here).
   void wait_collective(std::int64_t seq, const c10::intrusive_ptr<c10d::Work>& work, const char* what,
-                       std::chrono::milliseconds timeout) const;
-  void wait_collective(std::int64_t seq, const c10::intrusive_ptr<c10d::Work>& work, const char* what,
-                       std::chrono::milliseconds timeout, detail::WaitMode mode) const;
+                       std::chrono::milliseconds timeout, detail::WaitMode mode = {}) const;
   // Records the failure, names the missing ranks (timeouts), writes the ring buffer file, throws.
   [[noreturn]] void fail_collective(std::int64_t seq, const char* what, std::chrono::milliseconds timeout,
                                     const std::exception* error) const;
