@@ -56,7 +56,6 @@ HierarchicalCollectives::HierarchicalCollectives(Topology topology, int rank, st
     : topology_(std::move(topology)),
       rank_(rank),
       local_rank_(topology_.local_rank_of_rank.at(static_cast<std::size_t>(rank))),
-      host_(topology_.host_of_rank.at(static_cast<std::size_t>(rank))),
       intra_(std::move(intra)),
       inter_(std::move(inter)),
       timeout_(timeout),

@@ -84,7 +84,6 @@ class HierarchicalCollectives {
   Topology topology_;
   int rank_;
   int local_rank_;
-  int host_;
   std::shared_ptr<ProcessGroup> intra_;
   std::shared_ptr<ProcessGroup> inter_;
   std::chrono::milliseconds timeout_;

@@ -91,8 +91,7 @@ class ZeroRedundancyOptimizer : public torch::optim::Optimizer {
   std::shared_ptr<ProcessGroup> group_;
   std::unique_ptr<torch::optim::Optimizer> local_;
   std::vector<int> owners_;
-  std::vector<torch::Tensor> local_params_global_;  // local optimizer's parameters...
-  std::vector<int64_t> local_to_global_;            // ...and their index in param_groups() order
+  std::vector<int64_t> local_to_global_;  // the local optimizer's parameters' index in param_groups() order
   std::vector<std::shared_ptr<Bucket>> buckets_;
   bool consolidating_ = false;
 };

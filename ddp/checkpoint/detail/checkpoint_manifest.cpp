@@ -1,6 +1,5 @@
 #include "ddp/checkpoint/detail/checkpoint_manifest.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -118,13 +117,11 @@ std::string hex_digest(uint64_t checksum) {
 }
 
 struct Checksum::State {
-  ChecksumKind kind;
-  XXH3_state_t* xxh3 = nullptr;
+  XXH3_state_t* xxh3 = nullptr;  // null: the legacy kind
   LegacyChecksum legacy;
 };
 
 Checksum::Checksum(ChecksumKind kind) : state_(std::make_unique<State>()) {
-  state_->kind = kind;
   if (kind == ChecksumKind::kXxh3) {
     state_->xxh3 = XXH3_createState();
     if (state_->xxh3 == nullptr) throw std::bad_alloc();

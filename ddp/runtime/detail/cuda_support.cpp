@@ -13,7 +13,6 @@
 #include "ddp/base/error.h"
 #include "ddp/base/str.h"
 
-
 namespace ddp::detail {
 namespace cuda {
 
@@ -122,9 +121,7 @@ MemoryStats memory_stats(torch::Device device) {
 #ifdef DDP_WITH_CUDA
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index() < 0 ? 0 : device.index());
   constexpr auto all = static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-  out.allocated_bytes = stats.allocated_bytes[all].current;
   out.peak_allocated_bytes = stats.allocated_bytes[all].peak;
-  out.reserved_bytes = stats.reserved_bytes[all].current;
 #endif
   return out;
 }

@@ -5,7 +5,6 @@
 // (see Note [CUDA LibTorch builds] in cmake/DdpCuda.cmake).
 #include <torch/types.h>
 
-#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -51,9 +50,7 @@ NcclSettings parse_nccl_settings(const EnvLookup& env);
 
 // Memory statistics of the CUDA caching allocator for one device (torch.cuda.memory_stats).
 struct MemoryStats {
-  std::int64_t allocated_bytes = 0;
   std::int64_t peak_allocated_bytes = 0;
-  std::int64_t reserved_bytes = 0;
 };
 // These throw ddp::InvalidArgument when the library has no CUDA or `device` is not a CUDA device.
 MemoryStats memory_stats(torch::Device device);
