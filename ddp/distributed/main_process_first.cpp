@@ -7,7 +7,6 @@
 #include <optional>
 #include <string>
 #include <thread>
-#include <vector>
 
 #include "ddp/base/error.h"
 #include "ddp/base/detail/store_values.h"

@@ -4,8 +4,6 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
-#include <algorithm>
-
 #include "ddp/algorithms/diloco.h"
 #include "ddp/amp/grad_scaler.h"
 #include "ddp/base/error.h"

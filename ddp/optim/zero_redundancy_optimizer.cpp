@@ -8,7 +8,6 @@
 #include <numeric>
 #include <sstream>
 #include <string>
-#include <unordered_map>
 
 #include "ddp/base/error.h"
 #include "ddp/checkpoint/detail/pickle_reader.h"
