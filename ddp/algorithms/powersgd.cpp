@@ -106,13 +106,9 @@ torch::Tensor PowerSgdHook::error(std::size_t bucket) const {
   return found == errors_.end() ? torch::Tensor() : found->second;
 }
 
-void PowerSgdHook::count_bucket(const GradBucket& bucket) {
-  if (bucket.last) ++iteration_;
-}
-
 HookWork PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket) {
   if (iteration_ < options_.start_powersgd_iter) {
-    count_bucket(bucket);
+    if (bucket.last) ++iteration_;
     return allreduce_average(group, bucket.buffer, bucket.divisor, "gradient all-reduce",
                              static_cast<int>(bucket.index));
   }

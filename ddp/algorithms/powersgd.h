@@ -68,7 +68,6 @@ class PowerSgdHook : public CommHookInterface {
  private:
   HookWork compress(ProcessGroup& group, GradBucket& bucket);
   std::uint32_t next_seed();
-  void count_bucket(const GradBucket& bucket);
 
   PowerSgdOptions options_;
   std::int64_t iteration_ = 0;

@@ -200,12 +200,3 @@ TEST_CASE("read_file reads a regular file within its cap and refuses anything el
     CHECK_THAT(reading.get(), Contains("not a regular file"));
   }
 }
-
-TEST_CASE("remove_file_if_present removes a link, not its target, and ignores a missing name", "[files]") {
-  TempDir dir;
-  const auto [victim, link] = plant_link(dir, "link");
-  ddp::detail::remove_file_if_present(link);
-  CHECK_FALSE(fs::is_symlink(link));
-  CHECK(slurp(victim) == "precious");
-  CHECK_NOTHROW(ddp::detail::remove_file_if_present(link));
-}

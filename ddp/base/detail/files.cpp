@@ -151,8 +151,4 @@ std::string read_file(const std::string& path, std::size_t max_bytes) {
   return data;
 }
 
-void remove_file_if_present(const std::string& path) {
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT) throw_errno("cannot remove", path);
-}
-
 }  // namespace ddp::detail

@@ -78,8 +78,4 @@ std::string make_private_dir(const std::string& parent, const std::string& prefi
 // when it is larger, or when it is not a regular file.
 std::string read_file(const std::string& path, std::size_t max_bytes);
 
-// Removes `path` if it exists (a file or a symlink, never what a symlink points to); throws IoError
-// when it exists and cannot be removed.
-void remove_file_if_present(const std::string& path);
-
 }  // namespace ddp::detail

@@ -46,7 +46,6 @@ class SlicedWork : public c10d::Work {
   std::vector<at::Tensor> result() override { return {tensor_}; }
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
-  std::size_t slice_count() const { return slices_.size(); }
 
  private:
   std::vector<c10::intrusive_ptr<c10d::Work>> slices_;
