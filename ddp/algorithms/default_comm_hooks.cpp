@@ -8,18 +8,11 @@
 namespace ddp {
 namespace {
 
-class AllreduceHook : public CommHookInterface {
+// The built-in hooks: a bucket without a wire dtype (kAllreduce, or one that is not fp32/fp64) is
+// averaged by the reducer and all-reduced as it is; the others are divided on their wire copy.
+class BuiltinHook : public CommHookInterface {
  public:
-  std::string name() const override { return to_string(CommHook::kAllreduce); }
-  bool reducer_averages(c10::ScalarType /*bucket_dtype*/) const override { return true; }
-  HookWork run(ProcessGroup& group, GradBucket& bucket) override {  // the reducer averaged the bucket
-    return allreduce_average(group, bucket.buffer, 1, "gradient all-reduce", static_cast<int>(bucket.index));
-  }
-};
-
-class CompressionHook : public CommHookInterface {
- public:
-  explicit CompressionHook(CommHook kind) : kind_(kind) {}
+  explicit BuiltinHook(CommHook kind) : kind_(kind) {}
   std::string name() const override { return to_string(kind_); }
   bool reducer_averages(c10::ScalarType bucket_dtype) const override {
     return !wire_dtype(kind_, bucket_dtype).has_value();
@@ -74,10 +67,7 @@ const char* to_string(CommHook hook) {
   return "?";
 }
 
-std::shared_ptr<CommHookInterface> make_comm_hook(CommHook hook) {
-  if (hook == CommHook::kAllreduce) return std::make_shared<AllreduceHook>();
-  return std::make_shared<CompressionHook>(hook);
-}
+std::shared_ptr<CommHookInterface> make_comm_hook(CommHook hook) { return std::make_shared<BuiltinHook>(hook); }
 
 std::shared_ptr<CommHookInterface> make_comm_hook(const std::string& name, const PowerSgdOptions& powersgd) {
   if (name == "powersgd") return std::make_shared<PowerSgdHook>(powersgd);
