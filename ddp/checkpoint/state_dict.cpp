@@ -73,10 +73,8 @@ void load_state_dict(torch::nn::Module& module, const StateDict& state, bool str
   }
   torch::NoGradGuard no_grad;
   for (const auto& item : target) {
-    if (const torch::Tensor* value = source.find(item.key())) {
-      torch::Tensor destination = item.value();  // detached alias of the parameter or buffer
-      destination.copy_(*value);
-    }
+    // item.value(): a detached alias of the parameter or buffer.
+    if (const torch::Tensor* value = source.find(item.key())) item.value().copy_(*value);
   }
 }
 
