@@ -24,6 +24,7 @@
 #include "benchmarks/harness.h"
 #include "benchmarks/scenarios/runtime.h"
 #include "ddp/runtime/detail/cuda_support.h"
+#include "ddp/runtime/version.h"
 #include "ddp/parallel/distributed_data_parallel.h"
 #include "ddp/base/error.h"
 #include "ddp/distributed/process_group.h"
@@ -150,9 +151,9 @@ void run_mode(const Options& o, const std::string& mode, Net net, const Pool& po
 }
 
 int run(const Options& o) {
-  if (!ddp::detail::cuda::built_with_cuda() || ddp::detail::cuda::device_count() == 0) {
+  if (!ddp::built_with_cuda() || ddp::detail::cuda::device_count() == 0) {
     std::cout << "gpu_bench: SKIPPED: needs a CUDA build of the ddp library and a GPU (CUDA build: "
-              << (ddp::detail::cuda::built_with_cuda() ? "yes" : "no") << ", GPUs: " << ddp::detail::cuda::device_count() << ")\n";
+              << (ddp::built_with_cuda() ? "yes" : "no") << ", GPUs: " << ddp::detail::cuda::device_count() << ")\n";
     return 77;
   }
   const torch::Device device(torch::kCUDA, 0);

@@ -36,7 +36,7 @@
 #include "ddp/base/error.h"
 #include "ddp/base/detail/files.h"
 #include "ddp/elastic/fault_tolerant.h"
-#include "ddp/elastic/detail/fault_tolerant_state.h"
+#include "ddp/checkpoint/detail/state_bytes.h"
 #include "ddp/elastic/live_job.h"
 #include "ddp/runtime/run_main.h"
 #include "samplers/distributed_sampler.h"

@@ -11,7 +11,7 @@
 #include "ddp/base/error.h"
 #include "ddp/base/detail/store_values.h"
 #include "ddp/base/str.h"
-#include "ddp/elastic/detail/fault_tolerant_state.h"
+#include "ddp/checkpoint/detail/state_bytes.h"
 
 namespace ddp::examples {
 namespace {

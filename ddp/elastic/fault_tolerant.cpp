@@ -8,7 +8,7 @@
 #include "ddp/amp/grad_scaler.h"
 #include "ddp/base/error.h"
 #include "ddp/base/str.h"
-#include "ddp/elastic/detail/fault_tolerant_state.h"
+#include "ddp/checkpoint/detail/state_bytes.h"
 #include "ddp/checkpoint/detail/trainer_state.h"
 #include "ddp/optim/zero_redundancy_optimizer.h"
 
@@ -315,7 +315,7 @@ std::string FaultTolerant::encode_state() const {
 }
 
 void FaultTolerant::load_state(const std::string& bytes, int source) {
-  detail::StateReader in(bytes, str("rank ", source));
+  detail::StateReader in(bytes, str("live recovery: the state from rank ", source));
   const auto mismatch = [&](const std::string& what) {
     throw MismatchError(str("live recovery: rank ", group_->rank(), " cannot load the state of rank ", source, ": ",
                             what, " (every rank must track the same model, optimizer, scaler and counters)"));

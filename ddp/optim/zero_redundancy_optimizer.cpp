@@ -1,16 +1,12 @@
 #include "ddp/optim/zero_redundancy_optimizer.h"
 
 #include <algorithm>
-#include <cinttypes>
-#include <cstdio>
-#include <cstring>
-#include <map>
 #include <numeric>
-#include <sstream>
 #include <string>
 
 #include "ddp/base/error.h"
 #include "ddp/checkpoint/detail/pickle_reader.h"
+#include "ddp/checkpoint/detail/state_bytes.h"
 #include "ddp/distributed/process_group.h"
 #include "ddp/checkpoint/detail/trainer_state.h"
 
@@ -56,131 +52,6 @@ std::vector<int> partition(const std::vector<optim::OptimizerParamGroup>& groups
     offset += static_cast<int64_t>(params.size());
   }
   return owners;
-}
-
-// c10 IValue (optimizer_state_dict's output) as the safe reader's tree, for load_optimizer_state_dict.
-detail::PickleValue to_pickle(const c10::IValue& value) {
-  using Kind = detail::PickleValue::Kind;
-  detail::PickleValue out;
-  if (value.isNone()) return detail::PickleValue::of(Kind::kNone);
-  if (value.isBool()) {
-    out = detail::PickleValue::of(Kind::kBoolean);
-    out.integer = value.toBool() ? 1 : 0;
-  } else if (value.isInt()) {
-    out = detail::PickleValue::of(Kind::kInteger);
-    out.integer = value.toInt();
-  } else if (value.isDouble()) {
-    out = detail::PickleValue::of(Kind::kReal);
-    out.real = value.toDouble();
-  } else if (value.isString()) {
-    out = detail::PickleValue::of(Kind::kString);
-    out.text = value.toStringRef();
-  } else if (value.isTensor()) {
-    out = detail::PickleValue::of(Kind::kTensor);
-    out.tensor = value.toTensor();
-  } else if (value.isTuple() || value.isList()) {
-    out = detail::PickleValue::of(value.isTuple() ? Kind::kTuple : Kind::kList);
-    const auto elements = value.isTuple() ? value.toTupleRef().elements().vec() : value.toListRef().vec();
-    for (const auto& element : elements) out.items->push_back(to_pickle(element));
-  } else if (value.isGenericDict()) {
-    out = detail::PickleValue::of(Kind::kDict);
-    for (const auto& entry : value.toGenericDict()) out.entries->emplace_back(to_pickle(entry.key()), to_pickle(entry.value()));
-  } else {
-    throw Error(str("ZeroRedundancyOptimizer: unexpected value of type ", value.tagKind(), " in an optimizer state"));
-  }
-  return out;
-}
-
-// Note [ZeRO state on the wire]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// consolidate_state_dict moves each rank's optimizer state as bytes: a text header, one line per
-// state entry "<global index> <name> <kind> ...", then the tensors' raw bytes in header order.
-// Kinds: "t <dtype> <dims> <sizes...>" (a tensor), "d <hex float>", "i <integer>", "b <0|1>". Plain
-// data only: nothing is unpickled, so a peer's bytes cannot run code.
-std::string encode_state(const c10::IValue& local_state, const std::vector<int64_t>& local_to_global) {
-  std::ostringstream header;
-  std::string payload;
-  const auto state = local_state.toGenericDict().at("state").toGenericDict();
-  for (const auto& entry : state) {
-    const int64_t global = local_to_global.at(static_cast<size_t>(entry.key().toInt()));
-    for (const auto& field : entry.value().toGenericDict()) {
-      const std::string name = field.key().toStringRef();
-      const c10::IValue& value = field.value();
-      header << global << ' ' << name << ' ';
-      if (value.isTensor()) {
-        const torch::Tensor t = value.toTensor().contiguous().cpu();
-        header << "t " << static_cast<int>(t.scalar_type()) << ' ' << t.dim();
-        for (const int64_t size : t.sizes()) header << ' ' << size;
-        payload.append(static_cast<const char*>(t.data_ptr()), t.nbytes());
-      } else if (value.isDouble()) {
-        char text[64];
-        std::snprintf(text, sizeof text, "%a", value.toDouble());
-        header << "d " << text;
-      } else if (value.isBool()) {
-        header << "b " << (value.toBool() ? 1 : 0);
-      } else if (value.isInt()) {
-        header << "i " << value.toInt();
-      } else {
-        throw Error(str("ZeroRedundancyOptimizer: state entry '", name, "' is neither a tensor nor a number"));
-      }
-      header << '\n';
-    }
-  }
-  const std::string text = header.str();
-  return std::to_string(text.size()) + '\n' + text + payload;
-}
-
-// Adds the entries of one rank's bytes to `state` (global index -> {name: value}).
-void decode_state(const std::string& bytes, int rank, c10::impl::GenericDict& state) {
-  const auto fail = [rank](const std::string& what) -> void {
-    throw CommunicationError(str("ZeroRedundancyOptimizer: rank ", rank, "'s state is malformed: ", what));
-  };
-  const size_t newline = bytes.find('\n');
-  if (newline == std::string::npos) fail("no header length");
-  const size_t header_size = std::stoull(bytes.substr(0, newline));
-  if (newline + 1 + header_size > bytes.size()) fail("the header is cut");
-  std::istringstream header(bytes.substr(newline + 1, header_size));
-  size_t offset = newline + 1 + header_size;
-  std::map<int64_t, c10::impl::GenericDict> fields;
-  std::string line;
-  while (std::getline(header, line)) {
-    std::istringstream in(line);
-    int64_t global = 0;
-    std::string name, kind;
-    if (!(in >> global >> name >> kind)) fail("a bad header line");
-    auto found = fields.find(global);
-    if (found == fields.end()) {
-      found = fields.emplace(global, c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get())).first;
-    }
-    if (kind == "t") {
-      int dtype = 0;
-      int64_t dims = 0;
-      in >> dtype >> dims;
-      std::vector<int64_t> sizes(static_cast<size_t>(std::max<int64_t>(dims, 0)));
-      for (auto& size : sizes) in >> size;
-      if (!in || dims < 0) fail("a bad tensor line");
-      torch::Tensor t = torch::empty(sizes, torch::TensorOptions().dtype(static_cast<torch::ScalarType>(dtype)));
-      if (offset + t.nbytes() > bytes.size()) fail("the tensors are cut");
-      std::memcpy(t.data_ptr(), bytes.data() + offset, t.nbytes());
-      offset += t.nbytes();
-      found->second.insert(name, t);
-    } else if (kind == "d") {
-      std::string text;
-      in >> text;
-      found->second.insert(name, std::strtod(text.c_str(), nullptr));
-    } else if (kind == "i") {
-      int64_t value = 0;
-      in >> value;
-      found->second.insert(name, value);
-    } else if (kind == "b") {
-      int value = 0;
-      in >> value;
-      found->second.insert(name, value != 0);
-    } else {
-      fail(str("unknown kind '", kind, "'"));
-    }
-  }
-  for (auto& [global, dict] : fields) state.insert(global, dict);
 }
 
 }  // namespace
@@ -313,23 +184,46 @@ void ZeroRedundancyOptimizer::consolidate_state_dict(int to) {
   }
   take_whole_state();  // a loaded state not stepped yet: the local optimizer holds the shard
   sync_options();
-  const std::string mine = encode_state(detail::optimizer_state_dict(*local_), local_to_global_);
-  auto state = c10::impl::GenericDict(c10::IntType::get(), c10::AnyType::get());
+  // Note [ZeRO state on the wire]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // Each rank's shard travels as the live state's bytes (detail::StateWriter, Note [Live state on the
+  // wire]): its count of entries, then each entry's global index and its fields. Plain data only:
+  // nothing is unpickled, so a peer's bytes cannot run code.
+  const auto local = detail::optimizer_state_dict(*local_).toGenericDict().at("state").toGenericDict();
+  detail::StateWriter mine;
+  mine.integer(static_cast<int64_t>(local.size()));
+  for (const auto& entry : local) {
+    mine.integer(local_to_global_.at(static_cast<size_t>(entry.key().toInt())));
+    mine.value(entry.value());
+  }
+  auto state = detail::PickleValue::of(detail::PickleValue::Kind::kDict);
   for (int r = 0; r < group_->size(); ++r) {
-    std::string bytes = r == group_->rank() ? mine : std::string();
+    std::string bytes = r == group_->rank() ? mine.bytes() : std::string();
     group_->broadcast_bytes(bytes, r, "ZeRO consolidate_state_dict");
-    if (group_->rank() == to) decode_state(bytes, r, state);
+    if (group_->rank() != to) continue;
+    detail::StateReader in(bytes, str("ZeroRedundancyOptimizer: rank ", r, "'s state"));
+    for (int64_t count = in.integer(); count > 0; --count) {
+      auto global = detail::PickleValue::of(detail::PickleValue::Kind::kInteger);
+      global.integer = in.integer();
+      state.entries->emplace_back(std::move(global), in.value());
+    }
+    if (!in.at_end()) in.fail("bytes after the last entry");
   }
   if (group_->rank() != to) return;
-  // The whole state in Python's layout, read into this wrapper's state() as a checkpoint would be.
+  // The whole state in Python's layout, read into this wrapper's state() as a checkpoint would be: the
+  // param groups from this wrapper (through the same bytes, as the reader's tree), the state from the ranks.
   consolidating_ = true;
-  c10::IValue whole = detail::optimizer_state_dict(*this);  // the param groups; the state comes from the ranks
+  detail::StateWriter groups;
+  groups.value(detail::optimizer_state_dict(*this));
   consolidating_ = false;
-  whole.toGenericDict().insert_or_assign("state", state);
+  detail::PickleValue whole = detail::StateReader(groups.bytes(), "ZeroRedundancyOptimizer's param groups").value();
+  for (auto& [key, value] : *whole.entries) {
+    if (key.text == "state") value = state;
+  }
   const torch::Device device = param_groups().empty() || param_groups()[0].params().empty()
                                    ? torch::Device(torch::kCPU)
                                    : param_groups()[0].params()[0].device();
-  detail::load_optimizer_state_dict(*this, to_pickle(whole), device, "ZeroRedundancyOptimizer consolidated state");
+  detail::load_optimizer_state_dict(*this, whole, device, "ZeroRedundancyOptimizer consolidated state");
 }
 
 void ZeroRedundancyOptimizer::check_state_is_whole() const {

@@ -8,8 +8,10 @@ std::string version() { return DDP_VERSION_STRING; }
 
 std::string torch_version() { return TORCH_VERSION; }
 
+// DDP_WITH_CUDA and USE_C10D_NCCL: defined on this library for a CUDA LibTorch (See Note [CUDA
+// LibTorch builds] in cmake/DdpCuda.cmake).
 bool built_with_cuda() {
-#ifdef USE_CUDA
+#ifdef DDP_WITH_CUDA
   return true;
 #else
   return false;

@@ -19,7 +19,7 @@
 #include "ddp/base/error.h"
 #include "ddp/base/detail/files.h"
 #include "ddp/elastic/fault_tolerant.h"
-#include "ddp/elastic/detail/fault_tolerant_state.h"
+#include "ddp/checkpoint/detail/state_bytes.h"
 #include "ddp/elastic/membership.h"
 #include "ddp/runtime/run_main.h"
 

@@ -37,4 +37,7 @@ TEST_CASE("the hierarchy lets callers catch every project error as ddp::Error") 
 TEST_CASE("version strings are filled in at build time") {
   CHECK(ddp::version() == DDP_TEST_EXPECTED_VERSION);
   CHECK(ddp::torch_version().rfind("2.", 0) == 0);
+  // What LibTorch's CMake config said (CAFFE2_USE_CUDA): a CUDA wheel reports CUDA without a GPU.
+  CHECK(ddp::built_with_cuda() == DDP_TEST_EXPECTED_CUDA);
+  CHECK(ddp::built_with_nccl() == DDP_TEST_EXPECTED_CUDA);
 }

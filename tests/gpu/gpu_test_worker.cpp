@@ -27,6 +27,7 @@
 
 #include "ddp/checkpoint/checkpoint.h"
 #include "ddp/runtime/detail/cuda_support.h"
+#include "ddp/runtime/version.h"
 #include "ddp/parallel/data_parallel.h"
 #include "ddp/parallel/distributed_data_parallel.h"
 #include "ddp/base/worker_variables.h"
@@ -280,7 +281,7 @@ int run(int argc, char** argv) {
   const std::string command = argv[1];
   try {
     if (command == "count") {
-      std::cout << ddp::detail::cuda::device_count() << " " << (ddp::detail::cuda::built_with_cuda() ? 1 : 0) << "\n";
+      std::cout << ddp::detail::cuda::device_count() << " " << (ddp::built_with_cuda() ? 1 : 0) << "\n";
       return 0;
     }
     if (command == "nccl_lenet") return nccl_lenet();

@@ -7,6 +7,7 @@
 
 #include "ddp/checkpoint/checkpoint.h"
 #include "ddp/runtime/detail/cuda_support.h"
+#include "ddp/runtime/version.h"
 #include "ddp/base/error.h"
 #include "tests/support/temp_dir.h"
 
@@ -76,7 +77,7 @@ TEST_CASE("NCCL settings from the environment", "[gpu][units]") {
 TEST_CASE("CUDA helpers refuse CPU devices and say why", "[gpu][units]") {
   CHECK_THAT(message_of([] { ddp::detail::cuda::memory_stats(torch::kCPU); }), Catch::Contains("needs a CUDA device, got cpu"));
   CHECK_NOTHROW(ddp::detail::cuda::synchronize(torch::kCPU));
-  if (!ddp::detail::cuda::built_with_cuda()) {
+  if (!ddp::built_with_cuda()) {
     CHECK_THAT(message_of([] { ddp::detail::cuda::reset_peak_memory_stats(torch::Device(torch::kCUDA, 0)); }),
                Catch::Contains("without CUDA"));
   } else if (ddp::detail::cuda::device_count() == 0) {

@@ -12,6 +12,7 @@
 #include "ddp/base/worker_variable_names.h"
 #include "ddp/base/error.h"
 #include "ddp/base/str.h"
+#include "ddp/runtime/version.h"
 
 namespace ddp::detail {
 namespace cuda {
@@ -19,14 +20,6 @@ namespace cuda {
 WaitMode wait_mode(const std::string& backend_name, const torch::Device& device) {
   // See Note [Which waits block the host] in cuda_support.h.
   return backend_name == "nccl" && device.is_cuda() ? WaitMode::kStreamOrdered : WaitMode::kBlocking;
-}
-
-bool built_with_cuda() {
-#ifdef DDP_WITH_CUDA
-  return true;
-#else
-  return false;
-#endif
 }
 
 int device_count() { return static_cast<int>(torch::cuda::device_count()); }
@@ -104,7 +97,7 @@ NcclSettings parse_nccl_settings(const EnvLookup& env) {
 namespace {
 void check_cuda_device(torch::Device device, const char* what) {
   if (!device.is_cuda()) throw InvalidArgument(str(what, " needs a CUDA device, got ", device.str()));
-  if (!built_with_cuda()) {
+  if (!ddp::built_with_cuda()) {
     throw InvalidArgument(str(what, ": the ddp library was built against a LibTorch without CUDA ",
                               "(build with scripts/build-cuda.sh)"));
   }

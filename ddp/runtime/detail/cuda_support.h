@@ -15,9 +15,6 @@
 namespace ddp::detail {
 namespace cuda {
 
-// True when the ddp library was compiled against a CUDA LibTorch (NCCL code paths included).
-bool built_with_cuda();
-
 // CUDA devices this process sees (after CUDA_VISIBLE_DEVICES); 0 without CUDA or without a GPU.
 int device_count();
 

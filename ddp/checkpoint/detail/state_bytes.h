@@ -1,6 +1,7 @@
 #pragma once
-// The byte form of the state a joiner receives in live recovery (internal; See Note [Live recovery]
-// in ddp/elastic/fault_tolerant.h): plain data only, nothing is unpickled, so a peer's bytes cannot run code.
+// Training state as bytes for another rank (internal): the state a joiner receives in live recovery
+// (See Note [Live recovery] in ddp/elastic/fault_tolerant.h) and the optimizer shards that ZeRO's
+// consolidate_state_dict gathers. Plain data only, nothing is unpickled, so a peer's bytes cannot run code.
 #include <ATen/core/ivalue.h>
 #include <torch/types.h>
 
@@ -30,8 +31,8 @@ class StateWriter {
   std::string bytes_;
 };
 
-// Reads what StateWriter wrote; throws ddp::CommunicationError naming `origin` when the bytes end
-// early or hold something else.
+// Reads what StateWriter wrote; throws ddp::CommunicationError "<origin> is malformed at byte N: ..."
+// when the bytes end early or hold something else (origin: "live recovery: the state from rank 3").
 class StateReader {
  public:
   StateReader(const std::string& bytes, std::string origin) : bytes_(bytes), origin_(std::move(origin)) {}

@@ -1,4 +1,4 @@
-#include "ddp/elastic/detail/fault_tolerant_state.h"
+#include "ddp/checkpoint/detail/state_bytes.h"
 
 #include <cstring>
 
@@ -66,12 +66,12 @@ void StateWriter::value(const c10::IValue& value) {
       this->value(entry.value());
     }
   } else {
-    throw Error(str("live recovery: cannot send a value of type ", value.tagKind(), " in the training state"));
+    throw Error(str("cannot send a value of type ", value.tagKind(), " in the training state"));
   }
 }
 
 void StateReader::fail(const std::string& what) const {
-  throw CommunicationError(str("live recovery: the state from ", origin_, " is malformed at byte ", offset_, ": ", what));
+  throw CommunicationError(str(origin_, " is malformed at byte ", offset_, ": ", what));
 }
 
 const char* StateReader::take(std::size_t size) {
