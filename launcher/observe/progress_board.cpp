@@ -171,10 +171,11 @@ std::vector<std::pair<int, StepTiming>> ProgressBoard::take_local_timings() {
 void ProgressBoard::add_remote_timings(const std::vector<std::pair<int, StepTiming>>& timings) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!stragglers_) return;
-  for (const auto& [rank, t] : timings) {
+  for (const auto& timing : timings) {  // not a structured binding: C++17 lambdas cannot capture one (clang)
+    const int rank = timing.first;
     const bool local = std::any_of(job_.ranks.begin(), job_.ranks.end(),
                                    [&](const RankProgress& r) { return r.worker.rank == rank; });
-    if (!local) stragglers_->add(rank, t);  // a local rank's own heartbeats are the truth
+    if (!local) stragglers_->add(rank, timing.second);  // a local rank's own heartbeats are the truth
   }
 }
 
