@@ -509,6 +509,13 @@ TEST_CASE("multi-node: a SIGKILLed launcher takes its workers along, the other n
       REQUIRE(wait_for_files(dir.path() + "/ckpt", "step-", 2, 30s));  // training: two checkpoints written
       for (const int pid : pids) REQUIRE(process_alive(pid));
       const auto kill_time = Clock::now();
+      // Both at once: this process may be preempted between two kill() calls (a loaded machine) long
+      // enough for the second launcher to see the first one gone and end the job itself (exit 143,
+      // not 137). Stopped first, neither sees the other die.
+      if (victim == "both") {
+        node0.signal(SIGSTOP);
+        node1.signal(SIGSTOP);
+      }
       if (victim != "node 1") node0.signal(SIGKILL);
       if (victim != "node 0") node1.signal(SIGKILL);
       const auto out0 = node0.wait(30s);
