@@ -88,7 +88,7 @@ std::string format_failure_summary(const SupervisorResult& result, const std::st
   std::string out = kSummaryRule + "\n";
   // See Note [Coordinated restarts] in launcher/channel/job_channel.cpp: what came from the other hosts.
   std::string job;
-  if (result.stopped_by) job += ddp::str("Stopped from another host: ", *result.stopped_by, "\n");
+  if (result.stopped_by) job += ddp::str(kStoppedFromAnotherHost, *result.stopped_by, "\n");
   if (!result.elsewhere.empty()) {
     job += "Elsewhere in the job:\n";
     for (const auto& line : result.elsewhere) job += ddp::str("  ", line, "\n");

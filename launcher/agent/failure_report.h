@@ -72,6 +72,9 @@ std::optional<std::chrono::system_clock::time_point> parse_failure_time(const st
 // --hostfile job's launcher finds each host's summary in its output.
 std::string format_failure_summary(const SupervisorResult& result, const std::string& host_name);
 inline const std::string kSummaryRule(64, '=');
+// The summary's line naming the failure elsewhere that stopped this host (its job channel's word);
+// the --hostfile launcher ranks such a host after the one that failed (Note [Root cause across hosts]).
+inline const std::string kStoppedFromAnotherHost = "Stopped from another host: ";
 
 // "3", or "SIGKILL (signal 9, exit code 137)".
 std::string describe_exit(const WorkerExit& exit);

@@ -382,13 +382,21 @@ void print_job_summary(HostGroup& group, const HostProcess* root, std::optional<
 // hosts' clocks agree to far better than a connection timeout on a cluster with NTP); hosts without
 // one (ssh itself failed, a launcher error) come after every host with one, and among them the
 // first whose ssh ended wins, as it does when no summary gives a time. The choice is the workers'
-// rule (earliest_failure in launcher/agent/failure_report.h), fed with the hosts' times.
+// rule (earliest_failure in launcher/agent/failure_report.h), fed with the hosts' times. A host
+// whose summary says it was stopped from another host (the job channel told it first) failed
+// after that stop, as a worker failing after its launcher's SIGTERM does: the summaries' times
+// are milliseconds, and the stopped host's SIGTERMed workers can share the root host's millisecond.
 std::optional<std::chrono::system_clock::time_point> failure_time(const HostProcess& p) {
   static const std::string kTimeField = "  time      : ";
   for (const std::string& line : p.summary) {
     if (line.rfind(kTimeField, 0) == 0) return agent::parse_failure_time(line.substr(kTimeField.size()));
   }
   return std::nullopt;
+}
+
+bool stopped_from_another_host(const HostProcess& p) {
+  return std::any_of(p.summary.begin(), p.summary.end(),
+                     [](const std::string& line) { return line.rfind(agent::kStoppedFromAnotherHost, 0) == 0; });
 }
 
 // The hosts in the workers' rule (earliest_failure): those whose summary gives a time come first
@@ -400,7 +408,8 @@ const HostProcess* root_cause(HostGroup& group, const HostProcess* first_failed)
     if (!p.exit_code || *p.exit_code == 0) continue;
     const auto time = failure_time(p);
     failed.push_back(&p);
-    order.push_back({false, time ? 0 : 1, time, &p == first_failed ? 0 : static_cast<int>(failed.size())});
+    order.push_back({stopped_from_another_host(p), time ? 0 : 1, time,
+                     &p == first_failed ? 0 : static_cast<int>(failed.size())});
   }
   return failed.empty() ? first_failed : failed[agent::earliest_failure(order)];
 }
