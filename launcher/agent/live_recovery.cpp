@@ -60,7 +60,8 @@ namespace ddp::launcher::agent {
 //     close their next round without waiting the settle timeout.
 //   - member ids are "<node key>/local<L>/attempt<K>": "node<N>" for a node of the first round,
 //     "node<N>.r<R>" for one that joined in round R (live_node_key), unique in the job.
-// Not done yet: the loss of the host that serves the store (it ends the job).
+// The loss of the host that serves the store ends the job: Note [The store's host lost] in
+// launcher/channel/live_watch.cpp.
 // c10d's PrefixStore adds the '/' after it.
 std::string live_store_prefix(const config::LaunchConfig& c) { return "ddp/live/" + c.rdzv_id; }
 
@@ -182,7 +183,8 @@ class LiveRecovery : public PolicyWithContext {
     } else {
       const rendezvous::Endpoint server = rendezvous_.directory()->lookup(kLiveWatchName, c.rdzv_timeout_s);
       watch_.client = std::make_unique<channel::LiveWatchClient>(
-          server.addr, server.port, ddp::str(node_key_, " ", first_round_workers, " ", host_name_), c.live_keep_alive_s);
+          server.addr, server.port, ddp::str(node_key_, " ", first_round_workers, " ", host_name_), c.live_keep_alive_s,
+          silence_s);
     }
     admission_ = std::make_unique<LiveAdmission>(rendezvous_, rules_, first_, [this] { return watch_.lost_nodes(); });
     respawns_ = LiveRespawnPolicy(local_.nproc, c.max_restarts, first_.round);
@@ -198,7 +200,10 @@ class LiveRecovery : public PolicyWithContext {
   }
 
   GroupFactory supervise_round(const AgentRound& round, SupervisorOptions& options) override {
-    options.membership_change = [this] { return admission_->poll(); };
+    options.membership_change = [this]() -> std::optional<std::string> {
+      if (const auto lost = store_host_lost()) return lost;
+      return admission_->poll();
+    };
     // TORCHELASTIC_RESTART_COUNT: the round this node joined, so that a worker of a later round (> 0)
     // joins the training as a joiner. The group starts once: a dead worker is restarted alone.
     options.respawn_worker = [this, node = round.node](int local_rank) { return respawn(node, local_rank); };
@@ -213,7 +218,20 @@ class LiveRecovery : public PolicyWithContext {
   rendezvous::RendezvousHandler& rendezvous() override { return rendezvous_; }
 
  private:
+  // See Note [The store's host lost] in launcher/channel/live_watch.cpp: the job ends here.
+  std::optional<std::string> store_host_lost() const {
+    if (!watch_.client || !watch_.client->server_lost()) return std::nullopt;
+    return ddp::str("the rendezvous host ", config_.rdzv_host, ":", config_.rdzv_port,
+                    " is lost (its launcher's liveness connection closed and nothing answered for ",
+                    config_.live_keep_alive_s * config_.live_keep_alive_max_attempt,
+                    " s): a --recovery live job cannot go on without the store it served; stopping this node's workers");
+  }
+
   std::optional<process::WorkerLaunch> respawn(const rendezvous::NodeAssignment& node, int local_rank) {
+    if (const auto lost = store_host_lost()) {
+      spdlog::error("local rank {} failed and is not restarted: {}", local_rank, *lost);
+      return std::nullopt;
+    }
     const bool first_round = respawns_.in_first_round(local_rank);
     const std::optional<int> restart = respawns_.next(local_rank);
     if (!restart) {

@@ -46,7 +46,7 @@
 //     with them in it. Then it tells every launcher ("lost <node key>"), which count the job's
 //     nodes without it (LiveAdmission: a replacement is admitted up to --nnodes MAX).
 //   - Node keys (live_node_key) are the prefix of the workers' member ids, unique in the job.
-// Limits: the serving host itself is not watched (its loss ends the job); a partitioned node that
+// Limits: the serving host itself is not watched (its loss ends the job: Note [The store's host lost]); a partitioned node that
 // comes back reconnects and is watched again, but stays counted as lost for admission (its workers
 // rejoin the training as joiners only if its launcher restarts them).
 
@@ -195,16 +195,33 @@ void LiveWatchServer::run(int listen_fd, double silence_timeout_s) {
   ::close(listen_fd);
 }
 
-LiveWatchClient::LiveWatchClient(std::string host, int port, std::string hello, double ping_interval_s) {
+LiveWatchClient::LiveWatchClient(std::string host, int port, std::string hello, double ping_interval_s,
+                                 double lost_after_s) {
   make_wake_pipe(wake_);
-  thread_ = std::thread([this, host = std::move(host), port, hello = std::move(hello), ping_interval_s]() mutable {
-    run(std::move(host), port, std::move(hello), ping_interval_s);
-  });
+  thread_ = std::thread(
+      [this, host = std::move(host), port, hello = std::move(hello), ping_interval_s, lost_after_s]() mutable {
+        run(std::move(host), port, std::move(hello), ping_interval_s, lost_after_s);
+      });
 }
+
+// Note [The store's host lost]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A --recovery live job cannot outlive the host that serves its store (the membership is there),
+// and without a rule each survivor found out slowly: its workers' collectives failed, their
+// regroup waited 60 s for the store, and the launcher restarted them --max_restarts times, each
+// waiting again (4 minutes in the chaos trial that found it). The liveness client tells it
+// within the silence timeout instead: the connection to the serving launcher, once up, closed
+// (its host's kernel sends a reset or an end of stream) and no new one was established for
+// keep_alive_interval x keep_alive_max_attempt (a killed launcher's port refuses; a dead host
+// answers nothing, so each attempt gives up after a second). A partition does not trip it: the
+// connection stays open while nothing crosses, and the serving launcher's close of a silent one
+// reaches this end only once the link is back, when the next attempt succeeds at once. The
+// launcher then stops its workers with one line naming the store's host (LiveRecovery) and
+// restarts none.
 
 LiveWatchClient::~LiveWatchClient() { end_thread(wake_, thread_); }
 
-void LiveWatchClient::run(std::string host, int port, std::string hello, double ping_interval_s) {
+void LiveWatchClient::run(std::string host, int port, std::string hello, double ping_interval_s, double lost_after_s) {
   LineConnection link;
   bool connecting = false;
   bool ever_connected = false;
@@ -212,7 +229,10 @@ void LiveWatchClient::run(std::string host, int port, std::string hello, double 
   const auto started = Clock::now();
   auto next_try = started;
   auto last_ping = started;
-  const auto ping_every = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(ping_interval_s));
+  auto last_up = started;  // when the connection was last seen established
+  auto connect_began = started;
+  const auto seconds = [](double s) { return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)); };
+  const auto ping_every = seconds(ping_interval_s);
   std::set<std::string> lost;
   while (true) {
     const auto now = Clock::now();
@@ -222,7 +242,13 @@ void LiveWatchClient::run(std::string host, int port, std::string hello, double 
       if (fd >= 0) {
         link = LineConnection(fd);
         connecting = true;
+        connect_began = now;
       }
+    }
+    if (link.is_open() && !connecting) {
+      last_up = now;
+    } else if (ever_connected && now - last_up > seconds(lost_after_s)) {
+      server_lost_ = true;  // See Note [The store's host lost]
     }
     if (!ever_connected && !warned && now - started > std::chrono::seconds(10)) {
       warned = true;
@@ -236,7 +262,13 @@ void LiveWatchClient::run(std::string host, int port, std::string hello, double 
     if (fds[0].revents != 0) break;
     if (!link.is_open()) continue;
     if (connecting) {
-      if (fds[1].revents == 0) continue;
+      if (fds[1].revents == 0) {
+        if (Clock::now() - connect_began > std::chrono::seconds(1)) {  // no answer: try again
+          link.close();
+          connecting = false;
+        }
+        continue;
+      }
       int error = 0;
       socklen_t len = sizeof error;
       ::getsockopt(link.fd(), SOL_SOCKET, SO_ERROR, &error, &len);
@@ -258,7 +290,7 @@ void LiveWatchClient::run(std::string host, int port, std::string hello, double 
       const auto [word, rest] = split_word(line);
       if (word == "lost" && lost.insert(rest).second) ++lost_;
     });
-    if (!alive) link.close();  // the serving launcher gone: its host's loss ends the job anyway
+    if (!alive) link.close();  // reconnects; still down after lost_after_s: See Note [The store's host lost]
   }
   if (link.is_open() && !connecting && succeeded_) link.say_goodbye();
 }

@@ -78,19 +78,22 @@ class LiveWatchServer {
 
 // Every other launcher's end: connects (retrying), says which node it is, pings every
 // `ping_interval_s`, hears the losses; says goodbye at the end only when told its workers succeeded
-// (otherwise its end is a loss: its workers are gone from the training).
+// (otherwise its end is a loss: its workers are gone from the training). The serving launcher is
+// lost when its connection, once up, stays down for `lost_after_s` (See Note [The store's host lost]).
 class LiveWatchClient {
  public:
-  LiveWatchClient(std::string host, int port, std::string hello, double ping_interval_s);
+  LiveWatchClient(std::string host, int port, std::string hello, double ping_interval_s, double lost_after_s);
   ~LiveWatchClient();
   LiveWatchClient(const LiveWatchClient&) = delete;
   LiveWatchClient& operator=(const LiveWatchClient&) = delete;
   int lost_nodes() const { return lost_.load(); }
+  bool server_lost() const { return server_lost_.load(); }
   void set_succeeded(bool succeeded) { succeeded_ = succeeded; }
 
  private:
-  void run(std::string host, int port, std::string hello, double ping_interval_s);
+  void run(std::string host, int port, std::string hello, double ping_interval_s, double lost_after_s);
   std::atomic<int> lost_{0};
+  std::atomic<bool> server_lost_{false};
   std::atomic<bool> succeeded_{false};
   int wake_[2] = {-1, -1};
   std::thread thread_;

@@ -139,9 +139,9 @@ TEST_CASE("the liveness channel: a launcher killed is lost at once, a silent one
           "ends well never",
           "[live_watch]") {
   Watched watched(1.0);
-  auto killed = std::make_unique<LiveWatchClient>("127.0.0.1", watched.port, "node2 1 host2", 0.1);
-  auto fine = std::make_unique<LiveWatchClient>("127.0.0.1", watched.port, "node1 1 host1", 0.1);
-  auto done = std::make_unique<LiveWatchClient>("127.0.0.1", watched.port, "node3.r1 0 host3", 0.1);
+  auto killed = std::make_unique<LiveWatchClient>("127.0.0.1", watched.port, "node2 1 host2", 0.1, 1.0);
+  auto fine = std::make_unique<LiveWatchClient>("127.0.0.1", watched.port, "node1 1 host1", 0.1, 1.0);
+  auto done = std::make_unique<LiveWatchClient>("127.0.0.1", watched.port, "node3.r1 0 host3", 0.1, 1.0);
   std::this_thread::sleep_for(milliseconds(400));  // all three connected and pinging
   CHECK(watched.lost_now().empty());
   // A client that ends without a goodbye (its workers failed, or it was killed: the kernel closes
@@ -160,6 +160,23 @@ TEST_CASE("the liveness channel: a launcher killed is lost at once, a silent one
   CHECK(watched.lost_now().size() == 1);
   fine->set_succeeded(true);
   fine.reset();
+}
+
+TEST_CASE("the liveness channel: the serving launcher gone is told after the timeout, a connection it closed and "
+          "that reconnects never",
+          "[live_watch]") {
+  // The server drops a client silent for 0.3 s; this one pings every 1 s, so its connection is
+  // closed by the server again and again (as after a partition) and reconnects each time.
+  auto watched = std::make_unique<Watched>(0.3);
+  LiveWatchClient client("127.0.0.1", watched->port, "node1 1 host1", 1.0, 1.0);
+  REQUIRE(eventually([&] { return watched->lost_now().size() >= 2; }));
+  CHECK_FALSE(client.server_lost());
+  // The serving launcher ends without a goodbye (its host lost): its port refuses from now on.
+  const auto gone_at = std::chrono::steady_clock::now();
+  watched.reset();
+  REQUIRE(eventually([&] { return client.server_lost(); }));
+  // Down for 1 s, less the gap (poll 100 ms, retry 250 ms) a reconnect may have been in when it went.
+  CHECK(std::chrono::steady_clock::now() - gone_at >= milliseconds(600));
 }
 
 TEST_CASE("the liveness channel: a launcher that stops pinging is lost after the silence timeout", "[live_watch]") {

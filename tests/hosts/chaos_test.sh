@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# Chaos on the namespace hosts (issue 36): trials of random faults at random times in a
+# `ddp_launch --recovery live` job, each drawn from its seed, each checked against the job's policy:
+#   chaos_test.sh NETNS_CLUSTER DDP_LAUNCH LIVE_RECOVERY_DEMO SEED...
+# One trial per seed, each in a bed of its own (bed.sh); with CHAOS_RESULTS=FILE each trial appends
+# one line "seed hosts faults outcome bound_s" to FILE (scripts/chaos.sh counts them).
+# A trial: 3 or 4 hosts x 2 workers (live_recovery_demo, 95 samples, 2 a rank and step), then at a
+# random time after step 2 one of these faults (RANDOM seeded with the seed picks everything):
+#   worker    one worker SIGKILLed (any host): its launcher marks it gone and restarts it, a joiner
+#   launcher  a launcher SIGKILLed (host 1+): its workers die with it (PR_SET_PDEATHSIG): a host lost
+#   host      every process of a host SIGKILLed (host 1+)
+#   stop      one worker SIGSTOPped for longer than the group's timeout, then SIGCONT
+#   link      a host's link down for 1-6 s, then up again (host 1+)
+#   recovery  a host SIGKILLed, then another once the survivors have built their recovery's group
+#   two       two of worker, launcher, host, stop, link at once, on two hosts
+#   store     the rendezvous host (host 0, which serves the store) SIGKILLed: the job ends
+# Policy checked (every wait bounded):
+#   - the store lost: every other launcher exits non-zero within 20 s, naming the rendezvous host
+#     (Note [The store's host lost] in launcher/channel/live_watch.cpp);
+#   - else host 0's launcher exits 0, and so does every launcher that was not killed (a stopped or
+#     cut-off host's workers come back as joiners or end; its launcher ends the job with the rest),
+#     all within 120 s; host 0 applies a step within 12 s of each fault (the group's timeout 3 s,
+#     the liveness timeout 2 s, the settle timeout 2 s, with slack for a loaded machine) unless the
+#     training had ended;
+#   - the training (live_checks.sh): the schedule, every sample of each epoch once but the
+#     padding, the batches and the parameters of every worker that finished equal those of a
+#     one-process reference replaying the membership changes the run logged;
+#   - nothing left behind: no process in any host once the launchers have ended, no run folder of a
+#     launcher that ended on its own (each host's TMPDIR is watched), no namespace after the bed's down.
+# Exits 77 (CTest skip) without namespaces.
+set -euo pipefail
+
+cluster=$1 launch=$2 demo=$3
+shift 3
+(($# >= 1)) || { echo "usage: chaos_test.sh NETNS_CLUSTER DDP_LAUNCH LIVE_RECOVERY_DEMO SEED..." >&2; exit 2; }
+if (($# > 1)); then
+  for seed in "$@"; do
+    status=0
+    bash "$0" "$cluster" "$launch" "$demo" "$seed" || status=$?
+    ((status == 0)) || exit $status
+  done
+  exit 0
+fi
+seed=$1
+[[ $seed =~ ^[0-9]+$ ]] || { echo "chaos_test.sh: SEED must be a whole number, not '$seed'" >&2; exit 2; }
+source "$(dirname "${BASH_SOURCE[0]}")/bed.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/live_checks.sh"
+RANDOM=$seed
+n=$((3 + RANDOM % 2))
+fail() { bed_fail "chaos seed $seed, $kind" "$@"; }
+wait_for() { bed_wait_for "$@"; }
+
+kinds=(worker launcher host stop link recovery two store)
+kind=${kinds[RANDOM % ${#kinds[@]}]}
+kind=${CHAOS_KIND:-$kind}  # a trial of one kind, to try it alone
+bed_up "$cluster" ch "$n" --no-data  # sets name and work; removes both on exit
+steps=200 samples=95 batch=2 nproc=2 timeout_s=3 hold_ms=0
+[[ $kind != recovery ]] || hold_ms=1000
+pids=() killed=() faults=() fault_ms=()
+
+start() {  # start K: host K's launcher in the background (killed after 120 s), output in hostK.log
+  local k=$1
+  mkdir -p "$work/tmp$k"
+  "$cluster" exec "$name" "$k" env OMP_NUM_THREADS=1 TMPDIR="$work/tmp$k" timeout -s KILL 120 "$launch" \
+    --nproc_per_node $nproc --monitor_interval 0.05 --shutdown_grace 3 --nnodes "2:$n" \
+    --rdzv_endpoint host0:29400 --rdzv_id chaos --rdzv_timeout 20 \
+    --rdzv_conf last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=4 --recovery live \
+    --max_restarts 3 "$demo" --steps "$steps" --step-ms 40 --settle-ms 2000 --timeout-ms $((timeout_s * 1000)) \
+    --samples "$samples" --batch "$batch" --hold-group-ms "$hold_ms" --log-samples "$work/samples" \
+    --params-out "$work/params" >"$work/host$k.log" 2>&1 &
+  pids[$k]=$!
+}
+
+alive_in() {  # alive_in K [COMM]: the live (not zombie) processes of host K, of command COMM if given
+  local p
+  for p in $(ip netns pids "$name-h$1"); do
+    [[ $(awk '{print $3}' "/proc/$p/stat" 2>/dev/null) != Z && -r /proc/$p/comm ]] || continue
+    [[ -z ${2:-} || $(cat "/proc/$p/comm" 2>/dev/null) == "$2"* ]] && echo "$p"
+  done
+  return 0
+}
+
+note_fault() { faults+=("$1"); fault_ms+=("$(date +%s%3N)"); }
+
+# The faults. Each runs in the foreground but stop and link, whose second half is backgrounded.
+inject() {  # inject KIND K
+  local kind=$1 k=$2 victims
+  case $kind in
+    worker)
+      victims=$(alive_in "$k" live_recovery_d | shuf -n 1 --random-source=<(yes "$seed"))
+      [[ -n $victims ]] || { faults+=("worker@$k:none"); return; }
+      note_fault "worker@$k"
+      kill -KILL "$victims" 2>/dev/null || true ;;
+    launcher)
+      victims=$(alive_in "$k" ddp_launch)
+      [[ -n $victims ]] || { faults+=("launcher@$k:none"); return; }
+      note_fault "launcher@$k"; killed[$k]=1
+      # shellcheck disable=SC2086
+      kill -KILL $victims 2>/dev/null || true ;;
+    host)
+      note_fault "host@$k"; killed[$k]=1
+      # shellcheck disable=SC2086
+      kill -KILL $(ip netns pids "$name-h$k") 2>/dev/null || true ;;
+    stop)
+      victims=$(alive_in "$k" live_recovery_d | shuf -n 1 --random-source=<(yes "$seed"))
+      [[ -n $victims ]] || { faults+=("stop@$k:none"); return; }
+      local hold=$((timeout_s + 1 + RANDOM % 3))
+      note_fault "stop${hold}s@$k"
+      kill -STOP "$victims" 2>/dev/null || true
+      (sleep "$hold"; kill -CONT "$victims" 2>/dev/null || true) & ;;
+    link)
+      local down=$((1 + RANDOM % 6))
+      note_fault "link${down}s@$k"
+      "$cluster" exec "$name" "$k" ip link set eth0 down
+      (sleep "$down"; "$cluster" exec "$name" "$k" ip link set eth0 up) & ;;
+  esac
+}
+
+live_start_hosts start $(seq 0 $((n - 1)))
+for ((k = 0; k < n; ++k)); do wait_for 40 "$work/host$k.log" "live demo: step 2 world $((n * nproc))"; done
+sleep "$((RANDOM % 3)).$((RANDOM % 10))"
+others=$(seq 1 $((n - 1)) | shuf --random-source=<(yes "$seed") | paste -s -d " " -)
+read -r a b _ <<<"$others"
+case $kind in
+  worker) inject worker $((RANDOM % n)) ;;
+  stop) inject stop $((RANDOM % n)) ;;
+  launcher | host | link) inject "$kind" "$a" ;;
+  recovery)
+    before=$(cat "$work"/host*.log | grep -c "live demo: recovery group built" || true)
+    inject host "$a"
+    deadline=$((SECONDS + 20))
+    until (($(cat "$work"/host*.log | grep -c "live demo: recovery group built" || true) > before)); do
+      ((SECONDS < deadline)) || fail "no recovery group was built within 20 s of host $a's loss"
+      sleep 0.02
+    done
+    sleep "0.$((RANDOM % 8))"
+    inject host "$b" ;;
+  two)
+    pair=(worker launcher host stop link)
+    first=${pair[RANDOM % 5]} second=${pair[RANDOM % 5]}
+    inject "$first" "$a"  # a kill is instant and stop and link go on in the background: both at once
+    inject "$second" "$b" ;;
+  store) inject host 0 ;;
+esac
+
+# Every launcher ends within its bound; host 0 and every launcher not killed exit 0 unless the store was lost.
+codes=()
+for ((k = 0; k < n; ++k)); do
+  status=0
+  wait "${pids[$k]}" 2>/dev/null || status=$?
+  codes[$k]=$status
+done
+wait  # the CONT and link-up subshells
+ended_ms=$(date +%s%3N)
+bound_s=$(((ended_ms - ${fault_ms[0]:-$ended_ms}) / 1000))
+for ((k = 0; k < n; ++k)); do
+  ((codes[k] != 137)) || [[ -n ${killed[$k]:-} || $kind == store ]] ||
+    fail "host $k's launcher was SIGKILLed by its 120 s timeout (it did not end)"
+done
+if [[ $kind == store ]]; then
+  for ((k = 1; k < n; ++k)); do
+    ((codes[k] != 0)) || fail "host $k's launcher exited 0 although the rendezvous host was lost"
+    grep -q -F "the rendezvous host host0:29400 is lost" "$work/host$k.log" ||
+      fail "host $k's launcher exited ${codes[k]} without naming the lost rendezvous host"
+  done
+  ((bound_s <= 20)) || fail "the job took $bound_s s to end after the rendezvous host was lost (bound 20 s)"
+  outcome="failed-as-expected"
+else
+  for ((k = 0; k < n; ++k)); do
+    [[ -n ${killed[$k]:-} ]] || ((codes[k] == 0)) || fail "host $k's launcher exited ${codes[k]} (faults: ${faults[*]})"
+  done
+  # Progress after each fault: a step on host 0 within 12 s, unless the training had ended.
+  last_ms=$(sed -n -E 's/.*live demo: step [0-9]+ world [0-9]+ at_ms ([0-9]+).*/\1/p' "$work/host0.log" | sort -n | tail -1)
+  for t in "${fault_ms[@]}"; do
+    ((t < last_ms)) || continue
+    next=$(awk -v t="$t" '/live demo: step [0-9]+ world [0-9]+ at_ms / && $NF > t { print $NF - t; exit }' "$work/host0.log")
+    ((next <= 12000)) || fail "host 0 applied no step within 12 s of a fault at $t (next after $next ms)"
+  done
+  finished=$(cat "$work"/host*.log | sed -n -E "s/.*live demo: finished $steps steps pid ([0-9]+) params .*/\\1/p" | paste -s -d " " -)
+  [[ -n $finished ]] || fail "no worker finished $steps steps"
+  # shellcheck disable=SC2086
+  live_check_training "$work/host0.log" "$steps" "$samples" "$batch" "$demo" $finished
+  outcome="survived"
+fi
+
+# Nothing left behind.
+for ((k = 0; k < n; ++k)); do
+  deadline=$((SECONDS + 10))
+  until [[ -z $(alive_in "$k") ]]; do
+    ((SECONDS < deadline)) || fail "host $k still has processes 10 s after its launcher ended: $(alive_in "$k" | paste -s -d ' ' -)"
+    sleep 0.1
+  done
+  [[ -n ${killed[$k]:-} || ($kind == store && $k == 0) ]] && continue
+  left=$(find "$work/tmp$k" -mindepth 1 -maxdepth 1 | head -3)
+  [[ -z $left ]] || fail "host $k's launcher left files in its TMPDIR: $left"
+done
+[[ -z ${CHAOS_KEEP:-} ]] || { mkdir -p "$CHAOS_KEEP" && cp -r "$work" "$CHAOS_KEEP/"; }  # to read a passed trial's logs
+"$cluster" down "$name"
+[[ -z $(ip netns list | grep -E "^$name-" || true) ]] || fail "namespaces of $name left after down"
+echo "chaos seed $seed: $n hosts, $kind: ${faults[*]:-none}, $outcome, ended ${bound_s} s after the fault, exit codes ${codes[*]}${live_schedule:+, schedule $live_schedule}"
+[[ -z ${CHAOS_RESULTS:-} ]] || echo "$seed $n $kind ${faults[*]// /,} $outcome $bound_s" >>"$CHAOS_RESULTS"
