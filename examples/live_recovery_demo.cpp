@@ -21,6 +21,12 @@
 // 2 for 5, ...) as the live job would train it: the same per-rank batches, the average of the per-rank
 // gradients, the same re-sharding; it writes the parameters (and the records) to PATH
 // (tests/hosts/live_matrix_test.sh compares them with the live run's).
+// Under ddp_launch's restart-based elastic rounds (--recovery restart) with --checkpoint-dir DIR it
+// trains the same way in a plain process group, rank 0 saving a checkpoint (the sampler's counters
+// in it) every --checkpoint-every steps, each attempt resuming from the latest one at its own world
+// size: its round line is "round A+1 ... at step S" (A: TORCHELASTIC_RESTART_COUNT, S: the step
+// resumed), each step line ends with "attempt A", and the records go to PATH.<attempt>.<pid>
+// (tests/hosts/chaos_test.sh keeps each step of the final lineage: that of the last attempt).
 #include <torch/torch.h>
 
 #include <unistd.h>
@@ -35,6 +41,9 @@
 
 #include "ddp/base/error.h"
 #include "ddp/base/detail/files.h"
+#include "ddp/checkpoint/checkpoint.h"
+#include "ddp/distributed/process_group.h"
+#include "ddp/parallel/distributed_data_parallel.h"
 #include "ddp/elastic/fault_tolerant.h"
 #include "ddp/checkpoint/detail/state_bytes.h"
 #include "ddp/elastic/live_job.h"
@@ -45,7 +54,7 @@ namespace {
 
 constexpr const char* kFlags =
     "flags: --steps --step-ms --settle-ms --timeout-ms --samples --batch --hold-group-ms --params-out --reference "
-    "--log-samples";
+    "--log-samples --checkpoint-dir --checkpoint-every";
 
 struct Args {
   std::int64_t steps = 100;
@@ -57,6 +66,8 @@ struct Args {
   int hold_group_ms = 0;  // a pause once the first recovery's group is built, for a test to act during it
   std::string log_samples;
   std::string params_out;
+  std::string checkpoint_dir;  // restart-based elastic: every attempt resumes from the latest checkpoint here
+  int checkpoint_every = 5;
   // --reference: the world size of each applied step, as (world size, steps) runs.
   std::vector<std::pair<int, std::int64_t>> reference;
 };
@@ -91,6 +102,10 @@ Args parse_args(int argc, char** argv) {
       args.params_out = text;
       continue;
     }
+    if (flag == "--checkpoint-dir") {
+      args.checkpoint_dir = text;
+      continue;
+    }
     if (flag == "--reference") {
       args.reference = parse_schedule(text);
       continue;
@@ -110,12 +125,15 @@ Args parse_args(int argc, char** argv) {
       args.batch = value;
     } else if (flag == "--hold-group-ms") {
       args.hold_group_ms = value;
+    } else if (flag == "--checkpoint-every") {
+      args.checkpoint_every = value;
     } else {
       throw ddp::UsageError("unknown flag " + flag + " (" + kFlags + ")");
     }
   }
   if (args.settle_ms <= 0 || args.timeout_ms <= 0) throw ddp::UsageError("--settle-ms and --timeout-ms must be > 0");
   if (args.samples <= 0 || args.batch <= 0) throw ddp::UsageError("--samples and --batch must be > 0");
+  if (args.checkpoint_every <= 0) throw ddp::UsageError("--checkpoint-every must be > 0");
   return args;
 }
 
@@ -232,7 +250,75 @@ void write_params(const torch::nn::Sequential& net, const std::string& path) {
   ddp::detail::write_file_atomically(path, text, 0644);
 }
 
+void write_params_once(const torch::nn::Sequential& net, const Args& args, std::int64_t steps) {
+  ddp::detail::StateWriter params;
+  for (const auto& p : net->parameters()) params.tensor(p);
+  if (!args.params_out.empty()) write_params(net, args.params_out + "." + std::to_string(::getpid()));
+  std::printf("live demo: finished %lld steps pid %d params %016llx\n", static_cast<long long>(steps),
+              static_cast<int>(::getpid()), static_cast<unsigned long long>(ddp::detail::fnv1a64(params.bytes())));
+  std::fflush(stdout);
+}
+
+// Restart-based elastic (no FaultTolerant): the launcher restarts every worker at each membership
+// change; the checkpoint carries the model, the optimizer and the sampler's counters.
+int train_restart(const Args& args) {
+  const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  const int attempt = restarts == nullptr ? 0 : std::atoi(restarts);
+  ddp::InitOptions init;
+  init.backend = "gloo";
+  init.timeout = std::chrono::milliseconds(args.timeout_ms);
+  init.join_timeout = init.timeout;
+  auto group = ddp::init_process_group(init);
+  const int world = group->size();
+  const int rank = group->rank();
+  std::printf("live demo: started pid %d attempt %d rank %d world %d\n", static_cast<int>(::getpid()), attempt, rank,
+              world);
+  const DataSet data = make_data(args.samples);
+  StepSampleLog samples_log(args.log_samples.empty()
+                                ? ""
+                                : ddp::str(args.log_samples, ".", attempt, ".", ::getpid()));
+  auto net = make_net();
+  auto optimizer = make_optimizer(net);
+  ddp::DistributedDataParallel model(net, group);
+  Progress progress;
+  std::int64_t step = 0;
+  if (const auto latest = ddp::find_latest_valid_checkpoint(args.checkpoint_dir)) {
+    const ddp::TrainingProgress resumed = ddp::load_checkpoint(latest->path, *net, &optimizer);
+    step = resumed.step;
+    progress = Progress{resumed.sampler.epoch, resumed.sampler.position, resumed.sampler.num_replicas,
+                        resumed.sampler.offset.value_or(0)};
+  }
+  auto sampler = shard(progress, args.samples, world, rank);
+  std::printf("live demo: round %d rank %d world %d epoch %lld offset %lld at step %lld\n", attempt + 1, rank, world,
+              static_cast<long long>(progress.epoch), static_cast<long long>(progress.offset),
+              static_cast<long long>(step));
+  std::fflush(stdout);
+  while (step < args.steps) {
+    const Progress before = progress;
+    const auto indices = next_batch(sampler, args.batch);
+    samples_log.record(step + 1, before, rank, world, indices);
+    optimizer.zero_grad();
+    torch::mse_loss(model(rows(data.x, indices)), rows(data.y, indices)).backward();
+    if (args.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(args.step_ms));
+    optimizer.step();
+    ++step;
+    advance(progress, sampler, static_cast<std::int64_t>(indices.size()), args.samples);
+    if (progress.epoch != before.epoch) sampler = shard(progress, args.samples, world, rank);
+    std::printf("live demo: step %lld world %d at_ms %lld attempt %d\n", static_cast<long long>(step), world, wall_ms(),
+                attempt);
+    std::fflush(stdout);
+    if (step % args.checkpoint_every == 0) {
+      const ddp::samplers::SamplerState state(progress.epoch, progress.position, progress.replicas, progress.offset);
+      ddp::save_checkpoint(args.checkpoint_dir, *net, &optimizer, {progress.epoch, step, state}, group);
+    }
+  }
+  group->barrier();
+  write_params_once(net, args, step);
+  return 0;
+}
+
 int train(const Args& args) {
+  if (!args.checkpoint_dir.empty()) return train_restart(args);
   ddp::StoreMembershipOptions membership_options;
   membership_options.settle_timeout = std::chrono::milliseconds(args.settle_ms);
   std::optional<ddp::LiveJob> job = ddp::live_job_from_environment(ddp::process_environment(), membership_options);
@@ -305,12 +391,7 @@ int train(const Args& args) {
   }
   // The store lives in one host's launcher: nobody leaves while another still trains.
   ft.group()->barrier();
-  ddp::detail::StateWriter params;
-  for (const auto& p : net->parameters()) params.tensor(p);
-  if (!args.params_out.empty()) write_params(net, args.params_out + "." + std::to_string(::getpid()));
-  std::printf("live demo: finished %lld steps pid %d params %016llx\n", static_cast<long long>(ft.steps()),
-              static_cast<int>(::getpid()), static_cast<unsigned long long>(ddp::detail::fnv1a64(params.bytes())));
-  std::fflush(stdout);
+  write_params_once(net, args, ft.steps());
   return 0;
 }
 

@@ -1,32 +1,42 @@
 #!/usr/bin/env bash
-# Chaos on the namespace hosts (issue 36): trials of random faults at random times in a
-# `ddp_launch --recovery live` job, each drawn from its seed, each checked against the job's policy:
+# Chaos on the namespace hosts (issue 36): trials of random faults at random times in an elastic
+# ddp_launch job, each drawn from its seed, each checked against the job's policy:
 #   chaos_test.sh NETNS_CLUSTER DDP_LAUNCH LIVE_RECOVERY_DEMO SEED...
 # One trial per seed, each in a bed of its own (bed.sh); with CHAOS_RESULTS=FILE each trial appends
 # one line "seed hosts faults outcome bound_s" to FILE (scripts/chaos.sh counts them).
-# A trial: 3 or 4 hosts x 2 workers (live_recovery_demo, 95 samples, 2 a rank and step), then at a
-# random time after step 2 one of these faults (RANDOM seeded with the seed picks everything):
-#   worker    one worker SIGKILLed (any host): its launcher marks it gone and restarts it, a joiner
+# A trial: 3 or 4 hosts x 2 workers (live_recovery_demo, 95 samples, 2 a rank and step), with
+# `--recovery live` (odd seeds) or restart-based elastic rounds (even seeds: the demo checkpoints
+# every 5 steps and each round resumes from the latest checkpoint), then at a random time after
+# step 2 one of these faults (RANDOM seeded with the seed picks everything):
+#   worker    one worker SIGKILLed (any host): live, its launcher marks it gone and restarts it, a
+#             joiner; restart, every launcher restarts its workers in the next round
 #   launcher  a launcher SIGKILLed (host 1+): its workers die with it (PR_SET_PDEATHSIG): a host lost
 #   host      every process of a host SIGKILLed (host 1+)
 #   stop      one worker SIGSTOPped for longer than the group's timeout, then SIGCONT
 #   link      a host's link down for 1-6 s, then up again (host 1+)
 #   recovery  a host SIGKILLed, then another once the survivors have built their recovery's group
+#             (restart: once the next round's workers started)
 #   two       two of worker, launcher, host, stop, link at once, on two hosts
 #   store     the rendezvous host (host 0, which serves the store) SIGKILLed: the job ends
 # Policy checked (every wait bounded):
 #   - the store lost: every other launcher exits non-zero within 20 s, naming the rendezvous host
-#     (Note [The store's host lost] in launcher/channel/live_watch.cpp);
+#     (Note [The store's host lost] in launcher/channel/live_watch.cpp; restart: its next round's
+#     rendezvous fails);
+#   - restart with fewer than MIN (2) hosts left: every launcher left exits non-zero within 40 s,
+#     naming the nodes missing for its next round (live jobs go on below MIN);
 #   - else host 0's launcher exits 0, and so does every launcher that was not killed (a stopped or
 #     cut-off host's workers come back as joiners or end; its launcher ends the job with the rest),
 #     all within 120 s; host 0 applies a step within 12 s of each fault (the group's timeout 3 s,
-#     the liveness timeout 2 s, the settle timeout 2 s, with slack for a loaded machine) unless the
-#     training had ended;
+#     the liveness timeout 2 s, the settle timeout 2 s, with slack for a loaded machine; restart:
+#     20 s, a new round's rendezvous and process start) unless the training had ended;
 #   - the training (live_checks.sh): the schedule, every sample of each epoch once but the
 #     padding, the batches and the parameters of every worker that finished equal those of a
-#     one-process reference replaying the membership changes the run logged;
+#     one-process reference replaying the membership changes the run logged (restart: of the final
+#     lineage, each step as the last attempt that computed it did: the steps after a checkpoint that
+#     a later round redid are not in the model);
 #   - nothing left behind: no process in any host once the launchers have ended, no run folder of a
-#     launcher that ended on its own (each host's TMPDIR is watched), no namespace after the bed's down.
+#     launcher that ended on its own but the one it named for its failed workers' logs (each host's
+#     TMPDIR is watched), no namespace after the bed's down.
 # Exits 77 (CTest skip) without namespaces.
 set -euo pipefail
 
@@ -47,16 +57,24 @@ source "$(dirname "${BASH_SOURCE[0]}")/bed.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/live_checks.sh"
 RANDOM=$seed
 n=$((3 + RANDOM % 2))
-fail() { bed_fail "chaos seed $seed, $kind" "$@"; }
+fail() { bed_fail "chaos seed $seed, $kind, $mode" "$@"; }
 wait_for() { bed_wait_for "$@"; }
 
 kinds=(worker launcher host stop link recovery two store)
 kind=${kinds[RANDOM % ${#kinds[@]}]}
 kind=${CHAOS_KIND:-$kind}  # a trial of one kind, to try it alone
+mode=$( ((seed % 2)) && echo live || echo restart)
+mode=${CHAOS_MODE:-$mode}
+[[ $mode == live || $mode == restart ]] || { echo "chaos_test.sh: CHAOS_MODE is live or restart, not '$mode'" >&2; exit 2; }
 bed_up "$cluster" ch "$n" --no-data  # sets name and work; removes both on exit
 steps=200 samples=95 batch=2 nproc=2 timeout_s=3 hold_ms=0
 [[ $kind != recovery ]] || hold_ms=1000
 pids=() killed=() faults=() fault_ms=()
+progress_bound_ms=12000 mode_args=(--recovery live --max_restarts 3) demo_args=()
+if [[ $mode == restart ]]; then
+  progress_bound_ms=20000 mode_args=(--max_restarts 5)
+  demo_args=(--checkpoint-dir "$work/ck" --checkpoint-every 5)
+fi
 
 start() {  # start K: host K's launcher in the background (killed after 120 s), output in hostK.log
   local k=$1
@@ -64,10 +82,10 @@ start() {  # start K: host K's launcher in the background (killed after 120 s), 
   "$cluster" exec "$name" "$k" env OMP_NUM_THREADS=1 TMPDIR="$work/tmp$k" timeout -s KILL 120 "$launch" \
     --nproc_per_node $nproc --monitor_interval 0.05 --shutdown_grace 3 --nnodes "2:$n" \
     --rdzv_endpoint host0:29400 --rdzv_id chaos --rdzv_timeout 20 \
-    --rdzv_conf last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=4 --recovery live \
-    --max_restarts 3 "$demo" --steps "$steps" --step-ms 40 --settle-ms 2000 --timeout-ms $((timeout_s * 1000)) \
-    --samples "$samples" --batch "$batch" --hold-group-ms "$hold_ms" --log-samples "$work/samples" \
-    --params-out "$work/params" >"$work/host$k.log" 2>&1 &
+    --rdzv_conf last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=4 "${mode_args[@]}" \
+    "$demo" --steps "$steps" --step-ms 40 --settle-ms 2000 --timeout-ms $((timeout_s * 1000)) \
+    --samples "$samples" --batch "$batch" --hold-group-ms "$hold_ms" --log-samples "$work/raw/samples" \
+    --params-out "$work/params" "${demo_args[@]}" >"$work/host$k.log" 2>&1 &
   pids[$k]=$!
 }
 
@@ -116,6 +134,7 @@ inject() {  # inject KIND K
   esac
 }
 
+mkdir -p "$work/raw"
 live_start_hosts start $(seq 0 $((n - 1)))
 for ((k = 0; k < n; ++k)); do wait_for 40 "$work/host$k.log" "live demo: step 2 world $((n * nproc))"; done
 sleep "$((RANDOM % 3)).$((RANDOM % 10))"
@@ -126,10 +145,12 @@ case $kind in
   stop) inject stop $((RANDOM % n)) ;;
   launcher | host | link) inject "$kind" "$a" ;;
   recovery)
-    before=$(cat "$work"/host*.log | grep -c "live demo: recovery group built" || true)
+    mark="live demo: recovery group built"
+    [[ $mode == live ]] || mark="live demo: started pid"  # a new round's workers
+    before=$(cat "$work"/host*.log | grep -c "$mark" || true)
     inject host "$a"
     deadline=$((SECONDS + 20))
-    until (($(cat "$work"/host*.log | grep -c "live demo: recovery group built" || true) > before)); do
+    until (($(cat "$work"/host*.log | grep -c "$mark" || true) > before)); do
       ((SECONDS < deadline)) || fail "no recovery group was built within 20 s of host $a's loss"
       sleep 0.02
     done
@@ -157,29 +178,66 @@ for ((k = 0; k < n; ++k)); do
   ((codes[k] != 137)) || [[ -n ${killed[$k]:-} || $kind == store ]] ||
     fail "host $k's launcher was SIGKILLed by its 120 s timeout (it did not end)"
 done
+survivors=$((n - ${#killed[@]}))
 if [[ $kind == store ]]; then
+  why="the rendezvous host host0:29400 is lost"
+  [[ $mode == live ]] || why="rendezvous 'chaos' at host0:29400 failed: "  # the next round's rendezvous
   for ((k = 1; k < n; ++k)); do
     ((codes[k] != 0)) || fail "host $k's launcher exited 0 although the rendezvous host was lost"
-    grep -q -F "the rendezvous host host0:29400 is lost" "$work/host$k.log" ||
-      fail "host $k's launcher exited ${codes[k]} without naming the lost rendezvous host"
+    grep -q -F "$why" "$work/host$k.log" || fail "host $k's launcher exited ${codes[k]} without naming the lost rendezvous host"
   done
   ((bound_s <= 20)) || fail "the job took $bound_s s to end after the rendezvous host was lost (bound 20 s)"
+  outcome="failed-as-expected"
+elif [[ $mode == restart ]] && ((survivors < 2)); then
+  # Restart-based rounds need --nnodes MIN (2) hosts: the last one's next round fails after --rdzv_timeout.
+  for ((k = 0; k < n; ++k)); do
+    [[ -z ${killed[$k]:-} ]] || continue
+    ((codes[k] != 0)) || fail "host $k's launcher exited 0 although only $survivors host(s) of MIN 2 remained"
+    grep -q -F "fewer than the minimum of 2 (--nnodes 2:$n)" "$work/host$k.log" ||
+      fail "host $k's launcher exited ${codes[k]} without naming the missing nodes"
+  done
+  ((bound_s <= 40)) || fail "the job took $bound_s s to end below MIN (bound: --rdzv_timeout 20 s + 20 s)"
   outcome="failed-as-expected"
 else
   for ((k = 0; k < n; ++k)); do
     [[ -n ${killed[$k]:-} ]] || ((codes[k] == 0)) || fail "host $k's launcher exited ${codes[k]} (faults: ${faults[*]})"
   done
-  # Progress after each fault: a step on host 0 within 12 s, unless the training had ended.
-  last_ms=$(sed -n -E 's/.*live demo: step [0-9]+ world [0-9]+ at_ms ([0-9]+).*/\1/p' "$work/host0.log" | sort -n | tail -1)
+  # Progress after each fault: a step on host 0 within the bound, unless the training had ended.
+  sed -n -E 's/.*live demo: step [0-9]+ world [0-9]+ at_ms ([0-9]+).*/\1/p' "$work/host0.log" | sort -n >"$work/step_ms"
+  last_ms=$(tail -1 "$work/step_ms")
   for t in "${fault_ms[@]}"; do
     ((t < last_ms)) || continue
-    next=$(awk -v t="$t" '/live demo: step [0-9]+ world [0-9]+ at_ms / && $NF > t { print $NF - t; exit }' "$work/host0.log")
-    ((next <= 12000)) || fail "host 0 applied no step within 12 s of a fault at $t (next after $next ms)"
+    next=$(awk -v t="$t" '$1 > t { print $1 - t; exit }' "$work/step_ms")
+    ((next <= progress_bound_ms)) || fail "host 0 applied no step within $((progress_bound_ms / 1000)) s of a fault at $t (next after $next ms)"
   done
   finished=$(cat "$work"/host*.log | sed -n -E "s/.*live demo: finished $steps steps pid ([0-9]+) params .*/\\1/p" | paste -s -d " " -)
   [[ -n $finished ]] || fail "no worker finished $steps steps"
+  log=$work/host0.log
+  if [[ $mode == live ]]; then
+    cp "$work"/raw/samples.* "$work/"
+  else
+    # The final lineage: step S is the last round's that started before it (round R resumed at step
+    # C_R: the rounds' C never decrease, each resuming from the latest checkpoint); the records and
+    # step lines of the other attempts that computed S are of a branch a restart threw away.
+    cat "$work"/host[0-9]*.log | sed -n -E 's/.*live demo: round ([0-9]+) rank 0 world [0-9]+ epoch [0-9]+ offset [0-9]+ at step ([0-9]+)$/\1 \2/p' |
+      sort -n >"$work/rounds"
+    lineage() {  # lineage STEP_FIELD_FROM_END: the lines (ending in their attempt) whose attempt is the step's round - 1
+      awk -v back="$1" -v rounds="$work/rounds" '
+        BEGIN { while ((getline line < rounds) > 0) { split(line, a, " "); n++; r[n] = a[1]; c[n] = a[2] } }
+        { s = $(NF - back); best = -1; for (i = 1; i <= n; i++) if (c[i] < s) best = r[i]; if ($NF + 1 == best) print }'
+    }
+    for f in "$work"/raw/samples.*; do  # samples.<attempt>.<pid>: "samples step S epoch E rank R world W: LIST"
+      attempt=${f#"$work"/raw/samples.}
+      attempt=${attempt%%.*}
+      # "samples step S epoch E rank R world W: LIST A": S is 8 fields before the attempt.
+      sed "s/\$/ $attempt/" "$f" | lineage 8 | sed -E 's/ [0-9]+$//' >"$work/samples.$(basename "$f")"
+    done
+    # "... step S world W at_ms T attempt A": S is 6 fields before A.
+    grep -E "live demo: step [0-9]+ world [0-9]+ at_ms [0-9]+ attempt [0-9]+$" "$work/host0.log" | lineage 6 >"$work/lineage.log" || true
+    log=$work/lineage.log
+  fi
   # shellcheck disable=SC2086
-  live_check_training "$work/host0.log" "$steps" "$samples" "$batch" "$demo" $finished
+  live_check_training "$log" "$steps" "$samples" "$batch" "$demo" $finished
   outcome="survived"
 fi
 
@@ -191,11 +249,13 @@ for ((k = 0; k < n; ++k)); do
     sleep 0.1
   done
   [[ -n ${killed[$k]:-} || ($kind == store && $k == 0) ]] && continue
-  left=$(find "$work/tmp$k" -mindepth 1 -maxdepth 1 | head -3)
+  # A launcher whose workers failed keeps their logs and names the folder; nothing else stays.
+  kept=$(sed -n -E 's/.*\[ddp_launch\] \[info\] worker logs are in (.*)$/\1/p' "$work/host$k.log" | tail -1)
+  left=$(find "$work/tmp$k" -mindepth 1 -maxdepth 1 ! -path "${kept:-/none}" | head -3)
   [[ -z $left ]] || fail "host $k's launcher left files in its TMPDIR: $left"
 done
 [[ -z ${CHAOS_KEEP:-} ]] || { mkdir -p "$CHAOS_KEEP" && cp -r "$work" "$CHAOS_KEEP/"; }  # to read a passed trial's logs
 "$cluster" down "$name"
 [[ -z $(ip netns list | grep -E "^$name-" || true) ]] || fail "namespaces of $name left after down"
-echo "chaos seed $seed: $n hosts, $kind: ${faults[*]:-none}, $outcome, ended ${bound_s} s after the fault, exit codes ${codes[*]}${live_schedule:+, schedule $live_schedule}"
-[[ -z ${CHAOS_RESULTS:-} ]] || echo "$seed $n $kind ${faults[*]// /,} $outcome $bound_s" >>"$CHAOS_RESULTS"
+echo "chaos seed $seed: $mode, $n hosts, $kind: ${faults[*]:-none}, $outcome, ended ${bound_s} s after the fault, exit codes ${codes[*]}${live_schedule:+, schedule $live_schedule}"
+[[ -z ${CHAOS_RESULTS:-} ]] || echo "$seed $n $kind ${faults[*]// /,} $outcome $bound_s $mode" >>"$CHAOS_RESULTS"
