@@ -84,6 +84,7 @@ SupervisorOptions supervisor_options(const config::LaunchConfig& c, const std::s
   options.duplicate_stderr_filters = c.duplicate_stderr_filters;
   options.round_timeout_s = c.rdzv_timeout_s;
   options.hang_timeout_s = c.hang_timeout_s;
+  options.replace_stragglers = c.replace_stragglers;
   return options;
 }
 

@@ -143,7 +143,7 @@ class Attempt {
     for (auto& w : workers_) {
       if (w.pid > 0) ::kill(-w.pid, SIGKILL);  // reaped (or unreaped): never the pid itself, it may be reused
     }
-    return {std::move(failures), launcher_signal, unreaped_, stopped_by_};
+    return {std::move(failures), launcher_signal, unreaped_, stopped_by_, replaced_};
   }
 
  private:
@@ -251,10 +251,28 @@ class Attempt {
                                                          : ddp::str("rank ", s.rank, " on ", options_.host_name);
       if (s.straggler && named_stragglers_.insert(s.rank).second) {
         spdlog::warn("straggler: {} (--straggler_factor {})", observe::describe_straggler(s, o.window, name), o.factor);
+        if (ours && options_.replace_stragglers) replace_straggler(observe::describe_straggler(s, o.window, name));
       } else if (s.ratio < (1 + o.factor) / 2 && named_stragglers_.erase(s.rank) > 0) {
         spdlog::info("no longer a straggler: {}", observe::describe_straggler(s, o.window, name));
       }
     }
+  }
+
+  // Note [Replacing a straggler]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // --straggler_action replace treats a rank named a straggler as lost, the way a slow host is
+  // handled by hand: its launcher (the only one that acts on it; node 0's names it too) tells the
+  // other launchers over the job channel, which stop their groups as for a failure and go on in
+  // the next elastic round without this node (or with a node that waited for a place at --nnodes
+  // MAX: a spare host), and it stops its own workers and leaves the job, exiting 0 (a scheduler
+  // that restarts failed tasks must not bring the slow host back; its line says why it left). Only
+  // in restart-based elastic rounds: they carry every node's step timings, and the job goes on
+  // with MIN nodes. The rounds resume from the training's checkpoint, as after any loss.
+  void replace_straggler(const std::string& straggler) {
+    if (stopping_ || replaced_) return;
+    replaced_ = ddp::str("--straggler_action replace: ", straggler, "; this node leaves the job");
+    if (options_.link != nullptr) options_.link->report_failure(attempt_, *replaced_);
+    begin_stop(true, "--straggler_action replace: this node leaves the job");
   }
 
   // This node's ranks' last reported steps.
@@ -538,6 +556,7 @@ class Attempt {
   std::optional<std::string> stopped_by_;  // See Note [Coordinated restarts]
   Clock::time_point stragglers_checked_;
   std::set<int> named_stragglers_;  // ranks named as stragglers (See check_stragglers)
+  std::optional<std::string> replaced_;  // See Note [Replacing a straggler]
 };
 
 }  // namespace

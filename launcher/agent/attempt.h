@@ -17,6 +17,8 @@ struct AttemptOutcome {
   bool unreaped = false;               // a worker was given up on: see Note [Unreapable workers]
   // Another node's failure or loss that stopped this group (See Note [Coordinated restarts]).
   std::optional<std::string> stopped_by;
+  // --straggler_action replace: this node stopped its group to leave the job (why).
+  std::optional<std::string> replaced;
 };
 
 // Starts `launches`, supervises them until every one has ended (and every process group is gone),

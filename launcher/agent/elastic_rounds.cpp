@@ -106,6 +106,12 @@ class ElasticRounds : public PolicyWithContext {
   bool next_round_follows(AgentRound& round, SupervisorResult& result) override {
     const NewcomerWatch& newcomers = *newcomers_;
     result.attempts = round.number + 1;
+    if (result.replaced && !result.launcher_signal) {  // See Note [Replacing a straggler] in launcher/agent/attempt.cpp
+      if (round.channel) round.channel->set_job_succeeded(false);
+      spdlog::warn("{}: the other nodes go on without it; exiting 0", *result.replaced);
+      result.exit_code = 0;
+      return false;
+    }
     const bool changed = newcomers.waiting() > 0 || result.stopped_by.has_value();
     if (round.channel) round.channel->set_job_succeeded(result.exit_code == 0 && !changed);
     const int lost = round.channel ? round.channel->link()->lost_nodes() : 0;

@@ -43,6 +43,8 @@ struct SupervisorResult {
   // rest of the job (lost hosts with their ranks, nodes that did not report).
   std::optional<std::string> stopped_by;
   std::vector<std::string> elsewhere;
+  // --straggler_action replace: why this node left the job (it stopped its group for it).
+  std::optional<std::string> replaced;
 };
 
 // One failure as the root-cause rule sees it: a worker's (root_cause_index) or a host's (the hosts'

@@ -13,7 +13,7 @@ namespace {
 bool coordinated_restart(const SupervisorOptions& options, process::SignalPipe& signals, int attempt, const AttemptOutcome& run,
                          SupervisorResult& result) {
   channel::JobLink& link = *options.link;
-  const bool failed = result.root_cause.has_value() || run.stopped_by.has_value();
+  const bool failed = result.root_cause.has_value() || run.stopped_by.has_value() || run.replaced.has_value();
   const bool final = run.launcher_signal.has_value() || run.unreaped;
   const bool restarts_left = attempt < options.max_restarts;
   const std::string kind = final ? "final" : failed ? "failed" : "ok";
@@ -24,6 +24,7 @@ bool coordinated_restart(const SupervisorOptions& options, process::SignalPipe& 
   std::string why;
   const channel::RoundVerdict verdict = link.finish_round(attempt, kind, wait_s, signals, why);
   result.stopped_by = run.stopped_by;
+  result.replaced = run.replaced;
   result.elsewhere = link.news();
   // Stopped from elsewhere while its own workers exited cleanly: the job failed all the same.
   if (failed && result.exit_code == 0) result.exit_code = 1;

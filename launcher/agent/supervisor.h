@@ -39,6 +39,9 @@ struct SupervisorOptions {
   observe::AgentSocket* agent = nullptr;
   observe::ProgressBoard* progress = nullptr;
   double hang_timeout_s = 0;
+  // --straggler_action replace: this node leaves the job when one of its ranks is named a straggler
+  // (See Note [Replacing a straggler] in launcher/agent/attempt.cpp).
+  bool replace_stragglers = false;
   // Signals forwarded to the workers, each then stopping the job (--signals_to_handle); empty:
   // kForwardedSignals (SIGINT, SIGTERM, SIGHUP, SIGQUIT).
   std::vector<int> forwarded_signals;

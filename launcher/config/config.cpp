@@ -62,8 +62,9 @@ constexpr FlagSpec kFlags[] = {
     {"hang_timeout", true,
      "Stop the job when a worker sent no heartbeat for this many seconds after its first (0: off)", "0"},
     {"straggler_action", true,
-     "off, or warn: name a rank whose steps take --straggler_factor times the others' (the log, /metrics; "
-     "docs/faults.md)",
+     "off; warn: name a rank whose steps take --straggler_factor times the others' (the log, /metrics; "
+     "docs/faults.md); replace: also treat a straggler as lost (its node leaves an elastic job, whose other nodes "
+     "go on without it or with a node waiting for a place)",
      "off"},
     {"straggler_factor", true, "With --straggler_action: a rank's busy time per step over the median of the others'",
      "1.5"},
@@ -611,10 +612,12 @@ static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSn
   if (given("duplicate_stderr_filters")) c.duplicate_stderr_filters = parse_duplicate_filters(text("duplicate_stderr_filters"));
   c.hang_timeout_s = parse_seconds_flag("--hang_timeout", text("hang_timeout"));
   c.metrics_port = parse_int_flag("--metrics_port", text("metrics_port"), 0, 65535);
-  if (text("straggler_action") != "off" && text("straggler_action") != "warn") {
-    throw UsageError(ddp::str("--straggler_action: invalid choice '", text("straggler_action"), "' (choose from off, warn)"));
+  const std::string straggler_action = text("straggler_action");
+  if (straggler_action != "off" && straggler_action != "warn" && straggler_action != "replace") {
+    throw UsageError(ddp::str("--straggler_action: invalid choice '", straggler_action, "' (choose from off, warn, replace)"));
   }
-  c.stragglers = text("straggler_action") == "warn";
+  c.stragglers = straggler_action != "off";
+  c.replace_stragglers = straggler_action == "replace";
   const std::optional<double> factor = strict_number(text("straggler_factor"));
   if (!factor || *factor <= 1) {
     throw UsageError(ddp::str("--straggler_factor must be over 1 (a rank's time over the others'), got '",
@@ -623,7 +626,7 @@ static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSn
   c.straggler_factor = *factor;
   c.straggler_window = parse_int_flag("--straggler_window", text("straggler_window"), 5, 100000);
   if (!c.stragglers && (given("straggler_factor") || given("straggler_window"))) {
-    throw UsageError("--straggler_factor and --straggler_window need --straggler_action warn");
+    throw UsageError("--straggler_factor and --straggler_window need --straggler_action warn or replace");
   }
   // --nnodes MIN:MAX needs the c10d rendezvous (the static one has a fixed node count), or a host
   // list: with --hosts/--hostfile every host joins the first host's c10d rendezvous.
@@ -634,6 +637,14 @@ static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSn
                               "rendezvous (--node_rank, --master_addr) has a fixed node count"));
   }
   c.recovery = parse_recovery_flag(text("recovery"), c.elastic && store);  // See Note [Live recovery with ddp_launch]
+  // See Note [Replacing a straggler] in launcher/agent/attempt.cpp.
+  if (c.replace_stragglers && (!c.elastic || c.recovery == Recovery::kLive)) {
+    throw UsageError(c.recovery == Recovery::kLive
+                         ? "--straggler_action replace works with restart-based elastic rounds, not --recovery live "
+                           "(its launchers share no step timings); use --straggler_action warn there"
+                         : "--straggler_action replace needs elastic membership (--nnodes MIN:MAX with MIN < MAX and "
+                           "--rdzv_endpoint): the replaced node leaves and the others go on without it");
+  }
   c.metrics_addr = text("metrics_addr");
   if (!is_numeric_address(c.metrics_addr)) {
     throw UsageError(ddp::str("--metrics_addr '", c.metrics_addr,

@@ -94,8 +94,9 @@ struct LaunchConfig {
   // Observability (docs/observability.md).
   double hang_timeout_s = 0;  // 0: no hang watchdog
   int metrics_port = 0;       // 0: no metrics server
-  // --straggler_action warn (See Note [Stragglers] in launcher/observe/straggler.h).
+  // --straggler_action warn|replace (See Note [Stragglers] in launcher/observe/straggler.h).
   bool stragglers = false;
+  bool replace_stragglers = false;  // --straggler_action replace
   double straggler_factor = 1.5;
   int straggler_window = 50;
   std::string metrics_addr = "127.0.0.1";

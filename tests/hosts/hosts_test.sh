@@ -33,7 +33,7 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 143' INT TERM
-"$cluster" up "$name" 3
+"$cluster" up "$name" "$([[ $scenario == straggler_replace ]] && echo 4 || echo 3)"  # the 4th: a spare host
 
 fail() {
   echo "FAIL ($scenario): $*"
@@ -235,6 +235,24 @@ c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1); best = 1e9
 for i in range(20):
     t = time.perf_counter(); c.sendall(b"x"); c.recv(64); best = min(best, time.perf_counter() - t)
 print("%.3f" % (best * 1e3))'
+
+# The straggler scenarios' slow host: quota_group makes a cgroup v1 CPU group (skips without one),
+# removed after the hosts (cleanup: it can go once its worker is gone); quota_hold PID... holds
+# those processes to 5% of a core: 1 ms (the kernel's least) in every 20 ms, a short period, so
+# that the quota slows every step alike rather than stopping the worker for 95 ms of every 100.
+quota_group() {
+  [[ -w /sys/fs/cgroup/cpu/cgroup.procs ]] || { echo "SKIP: no cgroup v1 cpu controller to write to"; exit 77; }
+  launcher_limit=90
+  quota=/sys/fs/cgroup/cpu/ddp-straggler-$$
+  mkdir "$quota"
+  trap 'cleanup; for i in $(seq 50); do rmdir "$quota" 2>/dev/null && break; sleep 0.1; done' EXIT
+}
+quota_hold() {
+  local p
+  echo 20000 >"$quota/cpu.cfs_period_us"
+  echo 1000 >"$quota/cpu.cfs_quota_us"
+  for p in "$@"; do echo "$p" >"$quota/cgroup.procs"; done
+}
 
 case $scenario in
   bed)
@@ -632,12 +650,7 @@ EOF
     # quota of 15% made rank 2 only 1.5x slower there): host 0's launcher names rank 2 on host2 within the
     # window (its 50 steps end at most 50 steps after the quota), host 2's names its own rank, and
     # no launcher names another rank.
-    [[ -w /sys/fs/cgroup/cpu/cgroup.procs ]] || { echo "SKIP: no cgroup v1 cpu controller to write to"; exit 77; }
-    launcher_limit=90
-    quota=/sys/fs/cgroup/cpu/ddp-straggler-$$
-    mkdir "$quota"
-    # The quota's group goes after the hosts (cleanup): it can be removed once its worker is gone.
-    trap 'cleanup; for i in $(seq 50); do rmdir "$quota" 2>/dev/null && break; sleep 0.1; done' EXIT
+    quota_group
     straggler_job() {  # straggler_job WORKER_FLAGS...: every host's launcher
       local k
       for k in 0 1 2; do
@@ -659,11 +672,7 @@ EOF
       ((SECONDS < deadline)) || fail "the job did not reach step 100 within 30 s"
       sleep 0.1
     done
-    # 1 ms (the kernel's least) in every 20 ms: a short period, so that the quota slows every step
-    # alike rather than stopping the worker for 95 ms of every 100.
-    echo 20000 >"$quota/cpu.cfs_period_us"
-    echo 1000 >"$quota/cpu.cfs_quota_us"
-    rank_pids 2 >"$quota/cgroup.procs"
+    quota_hold $(rank_pids 2)
     slowed=$(last_step 2)
     deadline=$((SECONDS + 30))
     until grep -q "straggler: rank 2 on host2" "$work/host0.log" && grep -q "straggler: rank 2 on host2" "$work/host2.log"; do
@@ -679,6 +688,62 @@ EOF
     # SIGTERM to host 0's launcher: the job channel stops the others (Note [Coordinated restarts]).
     kill -TERM "$(launcher_pid 0)"
     for k in 0 1 2; do wait "${pids[$k]}" || true; done
+    pids=()
+    wait_ended 5 $(rank_pids)
+    ;;
+  straggler_replace)
+    # Note [Replacing a straggler] (--straggler_action replace): hosts 0-2 train in an elastic job at its
+    # maximum (--nnodes 2:3, checkpoints every 20 steps) with the straggler test's steps (2 ms of CPU,
+    # 10 ms of sleep); host 3 comes as a spare and waits for a place. Host 2's worker is held to 5% of a
+    # core: its launcher names its rank a straggler, tells the others and leaves, exiting 0; hosts 0,
+    # 1 and the spare go on in the next round at world size 3, resumed from the checkpoint; no launcher
+    # names a rank of another host.
+    quota_group
+    mkdir -p "$work/pids"
+    replace_job() {  # replace_job K: host K's launcher in the job
+      start "$1" TMPDIR="$work" -- --nnodes 2:3 --rdzv_endpoint host0:29400 --rdzv_id replace --rdzv_timeout 60 \
+        --rdzv_conf last_call_timeout=1 --max_restarts 3 --nproc_per_node 1 --monitor_interval 0.05 \
+        --shutdown_grace 2 --straggler_action replace "$fault_worker" train --step-ms 10 --spin-ms 2 \
+        --steps 1000000 --say-steps --timeout-ms 30000 --checkpoint-dir "$work/ck" --checkpoint-every 20 --resume \
+        --pid-dir "$work/pids"
+    }
+    replace_job 0
+    wait_listening 0 29400
+    replace_job 1
+    replace_job 2
+    last_step() { { grep -o "step [0-9]* done" "$work/host$1.log" || true; } | awk '{ s = $2 } END { print s + 0 }'; }
+    deadline=$((SECONDS + 40))
+    until (($(last_step 2) >= 100)); do
+      ((SECONDS < deadline)) || fail "the job did not reach step 100 within 40 s"
+      sleep 0.1
+    done
+    replace_job 3
+    deadline=$((SECONDS + 30))
+    until grep -q "waiting to join, but the job is at its maximum of 3 nodes" "$work/host0.log"; do
+      ((SECONDS < deadline)) || fail "host 0's launcher did not see the spare (host 3) waiting within 30 s"
+      sleep 0.1
+    done
+    quota_hold $(for p in $(ip netns pids "$name-h2"); do [[ $(cat "/proc/$p/comm" 2>/dev/null) != fault_worker ]] || echo "$p"; done)
+    status=0
+    wait "${pids[2]}" || status=$?
+    ((status == 0)) || fail "host 2's launcher (the straggler's) exited with $status, not 0"
+    grep -q -E "straggler: rank [0-9]+ on host2: " "$work/host2.log" || fail "host 2's launcher did not name its own rank"
+    grep -q -E "\-\-straggler_action replace: rank [0-9]+ on host2: .*; this node leaves the job: the other nodes go on without it; exiting 0" \
+      "$work/host2.log" || fail "host 2's launcher did not say it leaves the job"
+    # The spare trains in the next round, at world size 3, with hosts 0 and 1.
+    deadline=$((SECONDS + 40))
+    until grep -q -E "round [0-9]+: starting 1 workers? \(ranks? [0-9.]+ of 3\)" "$work/host3.log" && (($(last_step 3) > 0)); do
+      ((SECONDS < deadline)) || fail "the spare (host 3) did not train at world size 3 within 40 s of the quota"
+      sleep 0.1
+    done
+    for k in 0 1; do
+      grep -q -E "round [1-9][0-9]*: starting 1 workers? \(ranks? [0-9.]+ of 3\)" "$work/host$k.log" ||
+        fail "host $k did not go on in a later round at world size 3"
+    done
+    grep -h -E "straggler: rank [0-9]+ on host[013]: " "$work"/host*.log && fail "a launcher named a rank of a host that was not slowed (above)"
+    echo "replaced: $(grep -m 1 -o -E "straggler_action replace: rank [0-9]+ on host2: [^;]*" "$work/host2.log"); the spare trains from step $(last_step 3)"
+    kill -TERM "$(launcher_pid 0)"
+    for k in 0 1 3; do wait "${pids[$k]}" || true; done
     pids=()
     wait_ended 5 $(rank_pids)
     ;;

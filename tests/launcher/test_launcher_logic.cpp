@@ -563,8 +563,19 @@ TEST_CASE("observability flags: hang watchdog and metrics endpoint", "[config]")
   CHECK(s.straggler_factor == 2.0);
   CHECK(s.straggler_window == 20);
   CHECK(parse({"--straggler_action", "warn", "/bin/true"}).straggler_factor == 1.5);
+  CHECK_THAT(usage_error({"--straggler_action", "slow", "/bin/true"}),
+             Catch::Contains("--straggler_action: invalid choice 'slow' (choose from off, warn, replace)"));
+  // replace: in restart-based elastic rounds only (See Note [Replacing a straggler]).
+  const LaunchConfig r = parse({"--straggler_action", "replace", "--nnodes", "2:3", "--rdzv_endpoint", "h0:29400",
+                                "/bin/true"});
+  CHECK(r.stragglers);
+  CHECK(r.replace_stragglers);
+  CHECK_FALSE(s.replace_stragglers);
   CHECK_THAT(usage_error({"--straggler_action", "replace", "/bin/true"}),
-             Catch::Contains("--straggler_action: invalid choice 'replace' (choose from off, warn)"));
+             Catch::Contains("--straggler_action replace needs elastic membership (--nnodes MIN:MAX"));
+  CHECK_THAT(usage_error({"--straggler_action", "replace", "--nnodes", "2:3", "--rdzv_endpoint", "h0:29400",
+                          "--recovery", "live", "/bin/true"}),
+             Catch::Contains("--straggler_action replace works with restart-based elastic rounds, not --recovery live"));
   CHECK_THAT(usage_error({"--straggler_action", "warn", "--straggler_factor", "1", "/bin/true"}),
              Catch::Contains("--straggler_factor must be over 1"));
   CHECK_THAT(usage_error({"--straggler_action", "warn", "--straggler_factor", "nan", "/bin/true"}),
@@ -572,7 +583,7 @@ TEST_CASE("observability flags: hang watchdog and metrics endpoint", "[config]")
   CHECK_THAT(usage_error({"--straggler_action", "warn", "--straggler_window", "2", "/bin/true"}),
              Catch::Contains("--straggler_window"));
   CHECK_THAT(usage_error({"--straggler_window", "20", "/bin/true"}),
-             Catch::Contains("--straggler_factor and --straggler_window need --straggler_action warn"));
+             Catch::Contains("--straggler_factor and --straggler_window need --straggler_action warn or replace"));
   WorkerSlot slot;
   slot.agent_socket = "/tmp/x/agent.sock";
   const auto vars = launcher_variables(NodeAssignment{}, slot);
