@@ -6,6 +6,7 @@
 // launcher/rendezvous/plugin/plugin.cpp and Note [Elastic rounds] in launcher/rendezvous/rounds.cpp.
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "launcher/config/config.h"
@@ -100,6 +101,7 @@ class NewcomerPoll {
   RendezvousHandler& rendezvous_;
   std::string what_is_lost_;
   std::chrono::steady_clock::time_point last_poll_{};
+  std::optional<std::chrono::steady_clock::time_point> failing_since_;
   bool store_lost_ = false;
 };
 

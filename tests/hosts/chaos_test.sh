@@ -238,6 +238,10 @@ else
   fi
   # shellcheck disable=SC2086
   live_check_training "$log" "$steps" "$samples" "$batch" "$demo" $finished
+  # The store never went away here: no launcher may say it did (one link down may, for its own host).
+  if [[ " ${faults[*]}" != *" link"* ]] && grep -h "the rendezvous store did not answer" "$work"/host*.log; then
+    fail "a launcher said the rendezvous store did not answer (above), but the store's host was never lost or cut off"
+  fi
   outcome="survived"
 fi
 
