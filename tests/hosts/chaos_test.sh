@@ -101,16 +101,22 @@ alive_in() {  # alive_in K [COMM]: the live (not zombie) processes of host K, of
 note_fault() { faults+=("$1"); fault_ms+=("$(date +%s%3N)"); }
 
 # The faults. Each runs in the foreground but stop and link, whose second half is backgrounded.
-inject() {  # inject KIND K
-  local kind=$1 k=$2 victims
+victim_of() {  # victim_of KIND K: the process a worker, stop or launcher fault on host K hits
+  case $1 in
+    worker | stop) alive_in "$2" live_recovery_d | shuf -n 1 --random-source=<(yes "$seed") ;;
+    launcher) alive_in "$2" ddp_launch ;;
+  esac
+}
+
+inject() {  # inject KIND K [VICTIM]: VICTIM chosen beforehand (two faults at once), else now
+  local kind=$1 k=$2 victims=${3:-}
+  [[ -n $victims ]] || victims=$(victim_of "$kind" "$k")
   case $kind in
     worker)
-      victims=$(alive_in "$k" live_recovery_d | shuf -n 1 --random-source=<(yes "$seed"))
       [[ -n $victims ]] || { faults+=("worker@$k:none"); return; }
       note_fault "worker@$k"
       kill -KILL "$victims" 2>/dev/null || true ;;
     launcher)
-      victims=$(alive_in "$k" ddp_launch)
       [[ -n $victims ]] || { faults+=("launcher@$k:none"); return; }
       note_fault "launcher@$k"; killed[$k]=1
       # shellcheck disable=SC2086
@@ -120,7 +126,6 @@ inject() {  # inject KIND K
       # shellcheck disable=SC2086
       kill -KILL $(ip netns pids "$name-h$k") 2>/dev/null || true ;;
     stop)
-      victims=$(alive_in "$k" live_recovery_d | shuf -n 1 --random-source=<(yes "$seed"))
       [[ -n $victims ]] || { faults+=("stop@$k:none"); return; }
       local hold=$((timeout_s + 1 + RANDOM % 3))
       note_fault "stop${hold}s@$k"
@@ -159,8 +164,11 @@ case $kind in
   two)
     pair=(worker launcher host stop link)
     first=${pair[RANDOM % 5]} second=${pair[RANDOM % 5]}
-    inject "$first" "$a"  # a kill is instant and stop and link go on in the background: both at once
-    inject "$second" "$b" ;;
+    # Both victims first (the first fault may end the second's victim: restart rounds stop every
+    # worker), then both faults: a kill is instant, stop and link go on in the background.
+    v1=$(victim_of "$first" "$a") v2=$(victim_of "$second" "$b")
+    inject "$first" "$a" "$v1"
+    inject "$second" "$b" "$v2" ;;
   store) inject host 0 ;;
 esac
 
