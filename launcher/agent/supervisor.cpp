@@ -75,6 +75,10 @@ SupervisorResult supervise(const SupervisorOptions& options, const GroupFactory&
     result.exit_code = run.launcher_signal && !failed_before_signal ? 128 + *run.launcher_signal
                        : result.root_cause                         ? result.root_cause->launcher_exit_code()
                                                                    : 0;
+    // Stopped for a reason outside this node's workers (live: the store's host lost, See Note [The
+    // store's host lost]): the summary names it, and the job failed even if they exited cleanly.
+    result.stopped_by = run.stopped_by;
+    if (run.stopped_by && !run.launcher_signal && result.exit_code == 0) result.exit_code = 1;
     if (options.link != nullptr) {
       if (coordinated_restart(options, signals, attempt, run, result)) continue;
       if (run.unreaped) spdlog::error("not restarting: a worker of this attempt was not reaped after SIGKILL");
