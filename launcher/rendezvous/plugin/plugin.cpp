@@ -398,8 +398,13 @@ DDP_RDZV_EXPORT int ddp_rdzv_round(void* opaque, const ddp_rdzv_round_request* r
     Round round(handle, *req);
     return round.run(result) ? 0 : -1;
   } catch (const std::exception& e) {
+    // A client's store connection broken mid-round: the chaos trials' restart jobs whose store host
+    // was lost said only "Broken pipe".
+    const std::string hint = handle.is_server ? ""
+                                              : " (the store lives in the launcher at that endpoint: if its host or "
+                                                "launcher is gone, this job cannot go on; start it again)";
     set_error(result->error, sizeof result->error,
-              "rendezvous '" + handle.run_id + "' at " + handle.where + " failed: " + one_line(e));
+              "rendezvous '" + handle.run_id + "' at " + handle.where + " failed: " + one_line(e) + hint);
     return -1;
   }
 }
