@@ -270,4 +270,4 @@ done
 "$cluster" down "$name"
 [[ -z $(ip netns list | grep -E "^$name-" || true) ]] || fail "namespaces of $name left after down"
 echo "chaos seed $seed: $mode, $n hosts, $kind: ${faults[*]:-none}, $outcome, ended ${bound_s} s after the fault, exit codes ${codes[*]}${live_schedule:+, schedule $live_schedule}"
-[[ -z ${CHAOS_RESULTS:-} ]] || echo "$seed $n $kind ${faults[*]// /,} $outcome $bound_s $mode" >>"$CHAOS_RESULTS"
+[[ -z ${CHAOS_RESULTS:-} ]] || echo "$seed $n $kind $(IFS=,; echo "${faults[*]:-none}") $outcome $bound_s $mode" >>"$CHAOS_RESULTS"
