@@ -250,8 +250,9 @@ class Attempt {
       const std::string name = options_.link != nullptr ? options_.link->name_of_rank(s.rank)
                                                          : ddp::str("rank ", s.rank, " on ", options_.host_name);
       if (s.straggler && named_stragglers_.insert(s.rank).second) {
-        spdlog::warn("straggler: {} (--straggler_factor {})", observe::describe_straggler(s, o.window, name), o.factor);
-        if (ours && options_.replace_stragglers) replace_straggler(observe::describe_straggler(s, o.window, name));
+        const std::string straggler = observe::describe_straggler(s, o.window, name);
+        spdlog::warn("straggler: {} (--straggler_factor {})", straggler, o.factor);
+        if (ours && options_.replace_stragglers) replace_straggler(straggler);
       } else if (s.ratio < (1 + o.factor) / 2 && named_stragglers_.erase(s.rank) > 0) {
         spdlog::info("no longer a straggler: {}", observe::describe_straggler(s, o.window, name));
       }

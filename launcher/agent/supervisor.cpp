@@ -23,7 +23,6 @@ bool coordinated_restart(const SupervisorOptions& options, process::SignalPipe& 
   if (!failed && !restarts_left) wait_s = 0;
   std::string why;
   const channel::RoundVerdict verdict = link.finish_round(attempt, kind, wait_s, signals, why);
-  result.stopped_by = run.stopped_by;
   result.replaced = run.replaced;
   result.elsewhere = link.news();
   // Stopped from elsewhere while its own workers exited cleanly: the job failed all the same.
