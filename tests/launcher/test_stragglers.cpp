@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <optional>
 #include <random>
 
 #include "launcher/observe/progress_board.h"
@@ -24,11 +25,12 @@ void iteration(StragglerDetector& d, std::int64_t step, const std::vector<double
   }
 }
 
-const RankStanding* standing_of(const std::vector<RankStanding>& all, int rank) {
+// By value: a pointer into standings()'s temporary vector dangled (ASan in CI, stop 51).
+std::optional<RankStanding> standing_of(const std::vector<RankStanding>& all, int rank) {
   for (const auto& s : all) {
-    if (s.rank == rank) return &s;
+    if (s.rank == rank) return s;
   }
-  return nullptr;
+  return std::nullopt;
 }
 
 }  // namespace
@@ -56,15 +58,15 @@ TEST_CASE("stragglers: an even job is never named, a slow rank is named within t
   std::int64_t named_at = 0;
   for (; step < slowed + 50; ++step) {
     iteration(d, step, {0.1, 0.1, 0.19});
-    const RankStanding* s = standing_of(d.standings(), 2);
-    REQUIRE(s != nullptr);
+    const auto s = standing_of(d.standings(), 2);
+    REQUIRE(s);
     if (s->straggler && named_at == 0) named_at = step;
   }
   CHECK(named_at >= slowed + 24);  // medians: once half the window is slow (steps slowed..slowed + 24)
   CHECK(named_at < slowed + 50);
   const auto all = d.standings();
-  const RankStanding* slow = standing_of(all, 2);
-  REQUIRE(slow != nullptr);
+  const auto slow = standing_of(all, 2);
+  REQUIRE(slow);
   CHECK(slow->ratio == Approx(1.9));
   CHECK(slow->last_share == 1.0);
   CHECK(describe_straggler(*slow, 50, "rank 2 on host2") ==
@@ -121,7 +123,7 @@ TEST_CASE("stragglers: two ranks compare with each other; incomplete, foreign an
   for (std::int64_t step = 1; step <= 5; ++step) restarted.add(2, {step, 0.5, 0.0});
   const auto after = restarted.standings();
   REQUIRE(after.size() == 2);
-  CHECK(standing_of(after, 2) == nullptr);
+  CHECK_FALSE(standing_of(after, 2));
 }
 
 TEST_CASE("stragglers: the job channel's text round-trips and skips what cannot be", "[stragglers]") {
