@@ -324,7 +324,7 @@ int train(const Args& args) {
   std::optional<ddp::LiveJob> job = ddp::live_job_from_environment(ddp::process_environment(), membership_options);
   if (!job) throw ddp::UsageError("live_recovery_demo runs under ddp_launch --recovery live (DDP_LIVE_STORE is unset)");
   std::printf("live demo: started pid %d member %s%s\n", static_cast<int>(::getpid()), job->member_id.c_str(),
-              job->joining ? " (joining)" : "");
+              job->spare ? " (spare)" : job->joining ? " (joining)" : "");
   std::fflush(stdout);
   const DataSet data = make_data(args.samples);
   StepSampleLog samples_log(args.log_samples.empty() ? "" : args.log_samples + "." + std::to_string(::getpid()));
@@ -363,7 +363,10 @@ int train(const Args& args) {
   ft.track("position", progress.position);
   ft.track("replicas", progress.replicas);
   ft.track("offset", progress.offset);
-  ft.start();
+  if (!ft.start()) {  // a spare (ddp_launch --spares) that the job did not need
+    std::printf("live demo: spare released pid %d\n", static_cast<int>(::getpid()));
+    return 0;
+  }
   started = true;
   while (ft.steps() < args.steps) {
     const int world = ft.group()->size();
@@ -389,6 +392,7 @@ int train(const Args& args) {
       std::fflush(stdout);
     }
   }
+  ft.finish();  // the spares still waiting leave
   // The store lives in one host's launcher: nobody leaves while another still trains.
   ft.group()->barrier();
   write_params_once(net, args, ft.steps());

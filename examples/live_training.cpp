@@ -55,7 +55,8 @@ std::unique_ptr<LiveTraining> live_training_from_environment(const TrainOptions&
 
 void die_or_wait_for_test(const TrainOptions& options, LiveTraining* live, int rank, int world_size, int64_t step) {
   if (options.die_at_step <= 0) return;
-  const bool first_round = live == nullptr || (live->ft->regroups() == 1 && !live->job.joining);
+  // A spare's first round is the loss's (it takes the dead rank's place and runs that step again).
+  const bool first_round = live == nullptr || (live->ft->regroups() == 1 && !live->job.joining && !live->job.spare);
   if (first_round && step + 1 == options.die_at_step && rank == world_size - 1) ::raise(SIGKILL);
   // The survivors' rank 0 holds its backward (the others wait in its all-reduce) until the restarted
   // worker asks to join; the step's agreement then admits it.

@@ -504,7 +504,10 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
       std::cout << "rank " << rt.rank << ": live recovery round " << membership.round << ", world size "
                 << rt.world_size << ", pid " << ::getpid() << std::endl;
     };
-    ft.start();  // joins the job; a joiner receives the state here
+    if (!ft.start()) {  // joins the job; a joiner (a claimed spare too) receives the state here
+      std::cout << "a spare (ddp_launch --spares) that the job did not need: released, pid " << ::getpid() << std::endl;
+      return 0;
+    }
     rt.live->regrouped = false;
     batch_size = per_rank_batch_size(options, rt.world_size);
     resumed = samplers::SamplerState(epoch, 0, rt.world_size, epoch_offset);
@@ -677,6 +680,7 @@ int train(const ProgramSpec& spec, const TrainOptions& options) {
   metrics.peak_memory_bytes = detail::peak_rss_bytes();
   metrics.peak_memory_kind = "rss";
   if (rt.live) {
+    rt.live->ft->finish();  // the spares still waiting leave (See Note [Hot spares] in ddp/elastic/membership.h)
     std::cout << "rank " << rt.rank << ": live recovery finished at step " << global_step << ", world size "
               << rt.world_size << ", pid " << ::getpid() << ", parameters " << std::hex
               << parameters_checksum(*trainee.module) << std::dec << std::endl;

@@ -125,9 +125,11 @@ int run(const config::LaunchConfig& c, const EnvironmentSnapshot& env) {
   resources::MachineResources machine = resources::MachineResources::of_this_machine();
   agent::LocalWorkers local;
   local.nproc = resources::resolve_nproc(c, env, machine);
-  local.gpus = resources::resolve_visible_gpus(c, env, local.nproc, machine);
+  local.spares = c.spares;
+  // A spare is placed as a worker is: a GPU and CPUs of its own (See Note [Hot spares in ddp_launch]).
+  local.gpus = resources::resolve_visible_gpus(c, env, local.nproc + local.spares, machine);
   std::string binding;
-  local.cpu_slices = resources::resolve_cpu_binding(c, env, local.nproc, local.gpus, machine, binding);
+  local.cpu_slices = resources::resolve_cpu_binding(c, env, local.nproc + local.spares, local.gpus, machine, binding);
   if (c.gpus.mode == config::GpuRequest::Mode::kAuto) spdlog::info("--gpus auto picked GPUs {}", ddp::join(local.gpus, ","));
   for (const auto& note : c.notes) spdlog::info("{}", note);
   for (const auto& warning : c.warnings) spdlog::warn("{}", warning);

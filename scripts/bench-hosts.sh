@@ -2,7 +2,7 @@
 # Cross-host figures on the network-namespace test bed (docs/hosts.md, scripts/netns-cluster.sh):
 #   scripts/bench-hosts.sh [RUNS [FIGURES]]   (root or CAP_NET_ADMIN; default 3 runs of each figure;
 #   FIGURES a comma list of first_step, host_loss, host_down, restart, elastic, live, recovery: default
-#   the first four; recovery = elastic's host loss alone (no arrival) and live;
+#   the first four; recovery = elastic's host loss alone (no arrival), live and spares;
 #   BENCH_TOOLS="ddp" or "torch" times one side only, "ddp,torch" or "ddp torch" both)
 # Issue 22's side by side, one command (elastic's host loss for both tools and live, each with the
 # steps it trains again, medians and the ratios; See "Live recovery, side by side" in docs/faults.md):
@@ -36,6 +36,10 @@
 #    each collective's bound, that of a silent host). "steps lost": the last step at world size 3
 #    plus one minus the first at world size 2 (0: only the step in flight dropped and run again).
 #    See Note [Live recovery with ddp_launch];
+# 7. spares (ddp_launch only: live as in 6, with --spares 1: a spare per host, See Note [Hot spares]
+#    in ddp/elastic/membership.h): host 1 (its worker and its spare) SIGKILLed, to rank 0's next
+#    completed step at world size 3 (a spare took host 1's place); "steps lost": host 0's last step
+#    before the recovery's round plus one minus the first after it;
 # each for ddp_launch + C++ DDP (build/bin/fault_worker, the fault tests' worker) and, when
 # .venv/bin/torchrun exists, for torchrun + Python DDP on the same job
 # (benchmarks/hosts_ddp_reference.py, with GLOO_SOCKET_IFNAME=eth0, which PyTorch needs there). Every wait is bounded (a host loss is given 60 s); the bed
@@ -47,7 +51,7 @@ runs=${1:-3}
 figures=${2:-first_step,host_loss,host_down,restart}
 figures_asked=$figures
 # recovery: issue 22's side by side, elastic's host loss (elastic_loss: without the arrival) and live.
-[[ ,$figures, != *,recovery,* ]] || figures+=,elastic_loss,live
+[[ ,$figures, != *,recovery,* ]] || figures+=,elastic_loss,live,spares
 cluster=$DDP_ROOT/scripts/netns-cluster.sh
 bin=$DDP_BUILD_DIR/bin
 torchrun=$DDP_ROOT/.venv/bin/torchrun
@@ -348,13 +352,16 @@ elastic() {  # prints "ARRIVAL LOSS LOST LAST RESUMED"; ARRIVAL "skipped" withou
 # Live recovery (--recovery live): every process of host 1 SIGKILLed, to rank 0's next step at world
 # size 2 (wall clock: the demo prints it). Prints seconds, the steps lost (applied steps trained
 # again), host 0's last step at world size 3 and its first at world size 2.
-live() {
-  local port=$1 k t0 t deadline
+# start_live_job PORT [FLAGS...]: a --recovery live job on the 3 hosts, 1 worker each (and FLAGS),
+# trained to step 20; sets deadline (60 s from the start).
+start_live_job() {
+  local port=$1 k
+  shift
   rm -f "$work"/host*.log
   for k in 0 1 2; do
     "$cluster" exec "$name" "$k" timeout -s KILL 90 "$bin/ddp_launch" --nproc_per_node 1 --monitor_interval 0.05 \
       --nnodes 2:3 --rdzv_endpoint "host0:$port" --rdzv_id "live$port" --rdzv_conf last_call_timeout=1 --recovery live \
-      "$bin/live_recovery_demo" --steps 100000 --step-ms 20 --settle-ms "$live_settle_ms" \
+      "$@" "$bin/live_recovery_demo" --steps 100000 --step-ms 20 --settle-ms "$live_settle_ms" \
       --timeout-ms "$live_timeout_ms" >"$work/host$k.log" 2>&1 &
     ((k > 0)) || sleep 0.5
   done
@@ -363,6 +370,11 @@ live() {
     ((SECONDS < deadline)) || { echo "the job did not train" >&2; tail -n 5 "$work"/host*.log >&2; return 1; }
     sleep 0.05
   done
+}
+
+live() {
+  local port=$1 t0 t
+  start_live_job "$port" || return 1
   t0=$(date +%s%3N)
   # shellcheck disable=SC2046  # one pid per word
   kill -KILL $(ip netns pids "$name-h1")
@@ -379,6 +391,33 @@ live() {
       if (w[6] == 3) last = w[4]
       if (w[6] == 2) { print "", (last == "" ? "?" : last + 1 - w[4]), (last == "" ? "?" : last), w[4]; exit }
     }' "$work/host0.log"
+}
+
+# Live recovery with a spare per host (--spares 1): host 1's worker and spare SIGKILLed, to the next
+# step at world size 3 after the recovery's round (wall clock). Prints seconds, the steps lost, host
+# 0's last step before the round and the first after it.
+live_spares() {
+  local port=$1 t0 value t lost last first
+  start_live_job "$port" --spares 1 || return 1
+  t0=$(date +%s%3N)
+  # shellcheck disable=SC2046  # one pid per word
+  kill -KILL $(ip netns pids "$name-h1")
+  until value=$(awk 'match($0, /live demo: round [0-9]+ rank [0-9]+ world [0-9]+ epoch [0-9]+ offset [0-9]+ at step [0-9]+/) {
+        split(substr($0, RSTART, RLENGTH), f, " ")
+        if (f[4] >= 2 && round == "") round = f[15]
+        next
+      }
+      match($0, /live demo: step [0-9]+ world [0-9]+ at_ms [0-9]+/) {
+        split(substr($0, RSTART, RLENGTH), w, " ")
+        if (round == "") last = w[4]
+        else if (w[4] == round + 1 && w[6] == 3) { print w[8], last + 1 - w[4], last, w[4]; exit }
+      }' "$work/host0.log") && [[ -n $value ]]; do
+    ((SECONDS < deadline)) || { echo "no step at world 3 after the recovery" >&2; tail -n 5 "$work"/host*.log >&2; return 1; }
+    sleep 0.05
+  done
+  read -r t lost last first <<<"$value"
+  awk -v a="$t0" -v b="$t" 'BEGIN { printf "%.2f", (b - a) / 1e3 }'
+  echo " $lost $last $first"
 }
 
 median() {  # median VALUES...: of the numeric ones; "?" when none
@@ -462,6 +501,17 @@ for ((run = 1; run <= runs; run++)); do
       results["ddp live"]+="$seconds "
       results["ddp live_lost"]+="$lost "
     fi
+    if [[ ,$figures, == *,spares,* && $tool == ddp ]]; then
+      port=$((port + 3))
+      value=$(live_spares "$port" || echo "failed ? ? ?")
+      drain_bed 0 >/dev/null
+      wait || true
+      read -r seconds lost last first <<<"$value"
+      echo "run $run: ddp live --spares 1: a host lost to the next step at full size 3 (a spare in its place): $seconds s," \
+        "steps lost $lost (host 0's last step before the recovery: $last, first after it: $first)"
+      results["ddp spares"]+="$seconds "
+      results["ddp spares_lost"]+="$lost "
+    fi
   done
 done
 echo
@@ -497,6 +547,12 @@ for tool in "${tools[@]}"; do
     # shellcheck disable=SC2086  # one value per word
     summary_steps "$label, live: steps lost (trained again)" ${results["ddp live_lost"]}
   fi
+  if [[ ,$figures, == *,spares,* && $tool == ddp ]]; then
+    # shellcheck disable=SC2086  # one value per word
+    summary "$label, live --spares 1: host lost to the next step at 3" ${results["ddp spares"]}
+    # shellcheck disable=SC2086  # one value per word
+    summary_steps "$label, live --spares 1: steps lost (trained again)" ${results["ddp spares_lost"]}
+  fi
   for figure in host_loss host_down; do
     [[ ,$figures, == *,$figure,* ]] || continue
     IFS=';' read -r -a losses <<<"${results["$tool $figure"]}"
@@ -509,6 +565,10 @@ if [[ ,$figures, == *,elastic* && ,$figures, == *,live,* ]]; then
   # shellcheck disable=SC2086  # one value per word
   live_median=$(median ${results["ddp live"]})
   line="host loss to the next step (medians): ddp live $live_median s"
+  if [[ ,$figures, == *,spares,* ]]; then
+    # shellcheck disable=SC2086  # one value per word
+    line+=" (world 3 to 2); ddp live --spares 1 $(median ${results["ddp spares"]}) s (world 3 kept)"
+  fi
   for tool in "${tools[@]}"; do
     # shellcheck disable=SC2086  # one value per word
     loss_median=$(median ${results["$tool elastic_loss"]})

@@ -52,6 +52,9 @@ inline constexpr char kAllreduceSliceBytes[] = "DDP_ALLREDUCE_SLICE_BYTES";
 inline constexpr char kLiveStore[] = "DDP_LIVE_STORE";
 inline constexpr char kLivePrefix[] = "DDP_LIVE_PREFIX";
 inline constexpr char kLiveMember[] = "DDP_LIVE_MEMBER";
+// Set (to "1") for a hot spare (ddp_launch --spares): it waits in the job's spare pool until it takes
+// a lost worker's place (See Note [Hot spares] in ddp/elastic/membership.h).
+inline constexpr char kLiveSpare[] = "DDP_LIVE_SPARE";
 // Gloo's interface choice (PyTorch's name): read by a live job's workers (ddp/elastic/live_job.cpp).
 inline constexpr char kGlooSocketIfname[] = "GLOO_SOCKET_IFNAME";
 // Devices and threads.

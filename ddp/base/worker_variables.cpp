@@ -124,6 +124,10 @@ std::optional<LiveRecoveryEnvironment> parse_live_recovery_environment(const Env
     }
     *value = *text;
   }
+  if (const auto spare = env(env::kLiveSpare)) {
+    if (*spare != "0" && *spare != "1") throw InvalidArgument(str(env::kLiveSpare, "='", printable(*spare), "' must be 0 or 1"));
+    out.spare = *spare == "1";
+  }
   return out;
 }
 

@@ -127,6 +127,7 @@ struct LiveRecoveryEnvironment {
   int store_port = 0;
   std::string prefix;     // the job's keys in it (DDP_LIVE_PREFIX)
   std::string member_id;  // this process's member id (DDP_LIVE_MEMBER)
+  bool spare = false;     // a hot spare (DDP_LIVE_SPARE=1)
 };
 // nullopt when DDP_LIVE_STORE is unset (the job was not started with --recovery live). Throws
 // ddp::InvalidArgument naming the variable when one is malformed or missing.

@@ -116,13 +116,22 @@ void FaultTolerant::track(amp::GradScaler& scaler) { scaler_ = &scaler; }
 void FaultTolerant::track(DiLoCo& diloco) { diloco_ = &diloco; }
 void FaultTolerant::track(const std::string& name, std::int64_t& counter) { counters_.emplace_back(name, &counter); }
 
-void FaultTolerant::start() {
-  if (has_state_) throw InvalidArgument("FaultTolerant::start: already started");
+bool FaultTolerant::start() {
+  if (has_state_ || released_) throw InvalidArgument("FaultTolerant::start: already started");
   regroup("start");
+  return !released_;
+}
+
+void FaultTolerant::finish(std::chrono::milliseconds timeout) {
+  if (!has_state_) throw InvalidArgument("FaultTolerant::finish: only a process that trained (start() returned true) finishes");
+  source_->release_spares(timeout);
 }
 
 bool FaultTolerant::step(const std::function<void()>& compute, const std::function<void()>& apply) {
-  if (!has_state_) throw InvalidArgument("FaultTolerant::step: call start() first");
+  if (!has_state_) {
+    throw InvalidArgument(released_ ? "FaultTolerant::step: this spare was released (start() returned false): it has no step to train"
+                                    : "FaultTolerant::step: call start() first");
+  }
   bool change_pending = false;
   try {
     compute();
@@ -174,13 +183,21 @@ void FaultTolerant::release_group() {
 }
 
 void FaultTolerant::regroup(const std::string& why) {
-  const Logger& logger = group_->logger();
+  const Logger logger = group_->logger();  // a copy: group_ is replaced below
   if (has_state_) logger.warn(str("live recovery at step ", step_, ": ", why));
   last_regroup_reason_ = why;
   std::string last_error;
   for (int attempt = 1; attempt <= options_.max_recovery_attempts; ++attempt) {
     release_group();
+    // A line between the lost peer and the new round's group: a stall is then placed on one side of
+    // it (See Note [A round that does not close] in ddp/elastic/membership.cpp).
+    if (has_state_) logger.info(str("live recovery: the old group released, waiting for the round after ", membership_.round));
     Membership next = source_->next(membership_.round, options_.membership_timeout);
+    if (next.released) {
+      released_ = true;
+      logger.info("live recovery: the job ended while this process was a spare: released, it trained no step");
+      return;
+    }
     if (next.world_size < options_.min_world_size) {
       throw Error(str("live recovery: round ", next.round, " has ", next.world_size, " member(s), below the minimum of ",
                       options_.min_world_size, " (FaultTolerantOptions::min_world_size); the job cannot go on: ",

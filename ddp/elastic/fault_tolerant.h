@@ -100,11 +100,12 @@ struct FaultTolerantOptions {
 //   ddp::DistributedDataParallel model(net, ft.group());   // a local group: no peer needed yet
 //   ft.track(model);
 //   ft.track(optimizer);
-//   ft.start();
+//   if (!ft.start()) return;  // a spare that the job did not need
 //   while (ft.steps() < total) {
 //     ft.step([&] { optimizer.zero_grad(); loss_of(model(batch_for(ft.steps()))).backward(); },
 //             [&] { optimizer.step(); });
 //   }
+//   ft.finish();
 class FaultTolerant {
  public:
   FaultTolerant(c10::intrusive_ptr<c10d::Store> store, std::shared_ptr<MembershipSource> membership,
@@ -142,7 +143,12 @@ class FaultTolerant {
   void track(const std::string& name, std::int64_t& counter);
 
   // Joins the first round this process can (a collective of that round; See Note [Live recovery]).
-  void start();
+  // false only for a spare that the job released unclaimed at its end (See Note [Hot spares] in
+  // ddp/elastic/membership.h): it trained nothing and has nothing more to do.
+  bool start();
+  // The training is over on this rank (every rank calls it after its last step): the job's spares
+  // still waiting leave, waited for up to `timeout`. Without spares it does nothing.
+  void finish(std::chrono::milliseconds timeout = std::chrono::seconds(10));
   // One step (See Note [Live recovery]): true when it was applied, false when it was dropped and the
   // group rebuilt (run the same step again). Throws what compute() or apply() throw otherwise, and
   // ddp::Error when recovery is impossible.
@@ -182,6 +188,7 @@ class FaultTolerant {
   std::shared_ptr<ProcessGroup> group_;
   Membership membership_;
   bool has_state_ = false;  // false until start() received or kept the job's state
+  bool released_ = false;   // a spare released at the job's end
   std::int64_t step_ = 0;
   int regroups_ = 0;
   std::string last_regroup_reason_;

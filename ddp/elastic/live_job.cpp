@@ -39,6 +39,7 @@ std::optional<LiveJob> live_job_from_environment(const EnvLookup& env, StoreMemb
   job.store = c10::make_intrusive<c10d::PrefixStore>(live->prefix, client);
   job.member_id = live->member_id;
   job.joining = worker.restart_count > 0;
+  job.spare = live->spare;
   detail::AdvertiseOptions advertise;
   advertise.peers_on_other_hosts = worker.local_world_size < worker.world_size;
   advertise.socket_ifname = env(env::kGlooSocketIfname);
@@ -50,6 +51,7 @@ std::optional<LiveJob> live_job_from_environment(const EnvLookup& env, StoreMemb
   options.initial_size = worker.world_size;
   options.initial_rank = worker.rank;
   options.joining = job.joining;
+  options.spare = job.spare;
   job.membership = std::make_shared<StoreMembership>(job.store, job.member_id, options);
   return job;
 }

@@ -20,6 +20,7 @@ struct LiveJob {
   std::shared_ptr<StoreMembership> membership;
   std::string member_id;
   bool joining = false;  // a restarted worker: it receives the state from a survivor
+  bool spare = false;    // a hot spare (ddp_launch --spares): FaultTolerant::start() waits in the spare pool
   // The address this host's Gloo transport announces (the kernel's route towards the store's host,
   // See Note [Advertised address] in ddp/base/detail/route.h): FaultTolerantOptions::group.host.
   std::string group_host;

@@ -1,6 +1,8 @@
 #include "ddp/elastic/membership.h"
 
 #include <algorithm>
+#include <optional>
+#include <utility>
 #include <sstream>
 #include <thread>
 
@@ -8,6 +10,7 @@
 #include "ddp/base/detail/store_values.h"
 #include "ddp/base/str.h"
 #include "ddp/elastic/detail/membership_keys.h"
+#include "ddp/runtime/log.h"
 
 namespace ddp {
 namespace {
@@ -40,6 +43,8 @@ Arrival parse_arrival(const std::string& text, std::size_t slot) {
 }
 
 constexpr milliseconds kPoll{5};
+constexpr milliseconds kSparePoll{10};  // a waiting spare's two store reads
+constexpr milliseconds kSlowRoundReport{5000};  // at least: See Note [A round that does not close]
 
 // Why the closer closed the round: every member of the previous round accounted for (arrived, or
 // marked gone by a launcher: See Note [Marking a lost node gone] in ddp/elastic/detail/membership_keys.h), or the
@@ -78,6 +83,53 @@ bool every_member_gone(c10d::Store& store, std::uint64_t round, int expected) {
   return counter(store, key(round, "previous")) == 0 && !store.check({key(round, "closed")});
 }
 
+// Note [A round that does not close]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A member of the previous round closes a round within settle_timeout, so a wait much longer than
+// that means the store's counts are not what this process expects (it arrived as a joiner, or the
+// round's size is not the one it waits for) or the store stopped answering. Once per
+// slow_round_report it says so, with the round's counts as the store holds them, so that a stall is
+// explained by the log alone (hosts.live_during_recovery's survivors were once silent for 30 s).
+std::string describe_wait(c10d::Store& store, std::uint64_t round, bool previous_member, int expected,
+                          std::size_t slot, Clock::time_point since) {
+  const auto waited = std::chrono::duration_cast<milliseconds>(Clock::now() - since);
+  return str("membership: round ", round, " not closed after ", detail::seconds_of(waited), " s: this process has slot ",
+             slot, " as ", previous_member ? "a member of the previous round" : "a joiner", "; the store holds ",
+             counter(store, key(round, "count")), " arrival(s), ", counter(store, key(round, "previous")), " of ",
+             expected, " previous member(s) arrived, ", counter(store, key(round, "left")), " marked gone",
+             previous_member ? "" : " (only a member of the previous round closes it)");
+}
+
+// See Note [Hot spares] in membership.h: up to `wanted` spares, in the order they came, each given
+// a slot of `round` (called by the one member that holds the round's "closer" key).
+int claim_spares(c10d::Store& store, std::uint64_t round, int wanted) {
+  using detail::membership_keys::spare_key;
+  if (wanted <= 0 || !store.check({spare_key("count")})) return 0;
+  const std::int64_t count = counter(store, spare_key("count"));
+  std::int64_t next = store.check({spare_key("next")}) ? std::stoll(detail::bytes_to_text(store.get(spare_key("next")))) : 0;
+  int claimed = 0;
+  for (; next < count && claimed < wanted; ++next) {
+    const std::string index = std::to_string(next);
+    if (!store.check({spare_key(index)}) || store.check({spare_key(index + "/gone")}) ||
+        store.check({spare_key(index + "/released")})) {
+      continue;  // not written yet (it comes again as a later index when it retries: none does), dead, or gone
+    }
+    const auto slot = store.add(key(round, "count"), 1) - 1;
+    store.set(key(round, str("slot/", slot)), detail::to_bytes("j -1 " + detail::bytes_to_text(store.get(spare_key(index)))));
+    store.set(spare_key(index + "/claim"), detail::to_bytes(str(round, " ", slot)));
+    ++claimed;
+  }
+  store.set(spare_key("next"), detail::to_bytes(std::to_string(next)));
+  return claimed;
+}
+
+bool has_unclaimed_spares(c10d::Store& store) {
+  using detail::membership_keys::spare_key;
+  if (!store.check({spare_key("count")})) return false;
+  const std::int64_t next = store.check({spare_key("next")}) ? std::stoll(detail::bytes_to_text(store.get(spare_key("next")))) : 0;
+  return counter(store, spare_key("count")) > next;
+}
+
 }  // namespace
 
 StoreMembership::StoreMembership(c10::intrusive_ptr<c10d::Store> store, std::string member_id,
@@ -92,7 +144,9 @@ StoreMembership::StoreMembership(c10::intrusive_ptr<c10d::Store> store, std::str
 }
 
 bool StoreMembership::change_pending(std::uint64_t current_round) {
-  return store_->check({key(current_round + 1, "count")});
+  if (store_->check({key(current_round + 1, "count")})) return true;
+  // A world below its first size with a spare waiting: a round that refills it (See Note [Hot spares]).
+  return size_ < options_.initial_size && has_unclaimed_spares(*store_);
 }
 
 std::string StoreMembership::round_abandoned(std::uint64_t round) {
@@ -110,38 +164,125 @@ std::string StoreMembership::round_abandoned(std::uint64_t round) {
 
 void StoreMembership::mark_left(std::uint64_t round) { store_->add(key(round + 1, "left"), 1); }
 
+
+// A spare's wait in the pool (See Note [Hot spares] in membership.h): the round and slot a closer
+// gave it, or nullopt once the job released it.
+std::optional<std::pair<std::uint64_t, std::size_t>> StoreMembership::wait_as_spare() {
+  using detail::membership_keys::spare_key;
+  c10d::Store& store = *store_;
+  const std::string index = std::to_string(store.add(spare_key("count"), 1) - 1);
+  store.set(spare_key(index), detail::to_bytes(id_));
+  const auto deadline = Clock::now() + options_.spare_timeout;
+  while (true) {
+    if (store.check({spare_key(index + "/claim")})) {
+      std::istringstream claim(detail::bytes_to_text(store.get(spare_key(index + "/claim"))));
+      std::uint64_t round = 0;
+      std::size_t slot = 0;
+      if (!(claim >> round >> slot)) throw CommunicationError(str("membership: malformed spare claim of '", id_, "'"));
+      return std::make_pair(round, slot);
+    }
+    if (store.check({spare_key("done")})) {
+      store.set(spare_key(index + "/released"), detail::to_bytes("1"));
+      return std::nullopt;
+    }
+    if (Clock::now() >= deadline) {
+      throw TimeoutError(str("membership: spare '", id_, "' waited ", detail::seconds_of(options_.spare_timeout),
+                             " s in the spare pool without being claimed or released (StoreMembershipOptions::spare_timeout)"));
+    }
+    std::this_thread::sleep_for(kSparePoll);
+  }
+}
+
+void StoreMembership::release_spares(milliseconds timeout) {
+  using detail::membership_keys::spare_key;
+  c10d::Store& store = *store_;
+  store.set(spare_key("done"), detail::to_bytes("1"));
+  if (!store.check({spare_key("count")})) return;
+  // Until every spare is claimed, released or marked gone, so that no launcher's spare still waits
+  // when the store's launcher ends; a spare that died unmarked is waited for until `timeout`.
+  const auto deadline = Clock::now() + timeout;
+  const std::int64_t count = counter(store, spare_key("count"));
+  for (std::int64_t i = 0; i < count; ++i) {
+    const std::string index = std::to_string(i);
+    while (!store.check({spare_key(index + "/claim")}) && !store.check({spare_key(index + "/released")}) &&
+           !store.check({spare_key(index + "/gone")}) && Clock::now() < deadline) {
+      std::this_thread::sleep_for(kSparePoll);
+    }
+  }
+}
+
 Membership StoreMembership::next(std::uint64_t last_round, milliseconds timeout) {
   c10d::Store& store = *store_;
-  const auto deadline = Clock::now() + timeout;
   std::uint64_t round = std::max(last_round, round_) + 1;
-  if (round_ == 0 && options_.joining) {
+  std::optional<std::size_t> claimed_slot;  // a spare's slot, written by the closer that claimed it
+  if (round_ == 0 && options_.spare) {
+    const auto claim = wait_as_spare();
+    if (!claim) {
+      Membership released;
+      released.released = true;
+      return released;
+    }
+    round = claim->first;
+    claimed_slot = claim->second;
+  }
+  const auto deadline = Clock::now() + timeout;
+  if (round_ == 0 && options_.joining && !claimed_slot) {
     const std::string last = detail::membership_keys::last_round_key();
     if (store.check({last})) round = std::max<std::uint64_t>(round, std::stoull(detail::bytes_to_text(store.get(last))) + 1);
   }
   while (true) {
     // A member of the previous round (the initial members, for round 1) counts towards closing it.
-    const bool previous_member = round == 1 ? !options_.joining : round_ == round - 1;
+    const bool previous_member = claimed_slot ? false : round == 1 ? !options_.joining : round_ == round - 1;
     const int previous_rank = round == 1 ? options_.initial_rank : rank_;
     const int expected = round == 1 ? options_.initial_size : size_;
-    const auto slot = static_cast<std::size_t>(store.add(key(round, "count"), 1) - 1);
-    store.set(key(round, str("slot/", slot)),
-              detail::to_bytes(str(previous_member ? "m " : "j ", previous_member ? previous_rank : -1, " ", id_)));
-    if (previous_member) store.add(key(round, "previous"), 1);
-    const auto settle = Clock::now() + options_.settle_timeout;
+    std::size_t slot = 0;
+    if (claimed_slot) {
+      slot = *std::exchange(claimed_slot, std::nullopt);
+    } else {
+      slot = static_cast<std::size_t>(store.add(key(round, "count"), 1) - 1);
+      store.set(key(round, str("slot/", slot)),
+                detail::to_bytes(str(previous_member ? "m " : "j ", previous_member ? previous_rank : -1, " ", id_)));
+      if (previous_member) store.add(key(round, "previous"), 1);
+    }
+    const auto arrived_at = Clock::now();
+    const auto settle = arrived_at + options_.settle_timeout;
+    const milliseconds report_every = std::max(2 * options_.settle_timeout, kSlowRoundReport);
+    auto next_report = arrived_at + report_every;
     const std::string closed_key = key(round, "closed");
     std::string closed_by;
+    std::optional<Clock::time_point> lost_closer_at;  // another holds "closer": close without spares after this
     while (!store.check({closed_key})) {
+      if (Clock::now() >= next_report) {  // See Note [A round that does not close]
+        Logger(id_).warn(describe_wait(store, round, previous_member, expected, slot, arrived_at));
+        next_report += report_every;
+      }
       if (previous_member) {
         const auto arrived = counter(store, key(round, "previous"));
         const auto left = counter(store, key(round, "left"));
         const bool settled = Clock::now() >= settle;
         if (arrived + left >= expected || settled) {
-          const auto slots = detail::to_bytes(std::to_string(counter(store, key(round, "count"))));
-          if (store.compareSet(closed_key, std::vector<uint8_t>(), slots) == slots) {
-            closed_by = describe_close(round, expected, arrived, left, settled && arrived + left < expected,
-                                       options_.settle_timeout);
+          // See Note [Hot spares] in membership.h: one closer fills the round back to its size.
+          int filled = 0;
+          bool close = true;
+          if (has_unclaimed_spares(store)) {
+            const auto me = detail::to_bytes(id_);
+            if (store.compareSet(key(round, "closer"), std::vector<uint8_t>(), me) == me) {
+              const int fill_to = std::max(expected, options_.initial_size);
+              filled = claim_spares(store, round, fill_to - static_cast<int>(counter(store, key(round, "count"))));
+            } else {
+              if (!lost_closer_at) lost_closer_at = Clock::now() + options_.settle_timeout;
+              close = Clock::now() >= *lost_closer_at;
+            }
           }
-          break;
+          if (close) {
+            const auto slots = detail::to_bytes(std::to_string(counter(store, key(round, "count"))));
+            if (store.compareSet(closed_key, std::vector<uint8_t>(), slots) == slots) {
+              closed_by = describe_close(round, expected, arrived, left, settled && arrived + left < expected,
+                                         options_.settle_timeout);
+              if (filled > 0) closed_by += str("; ", filled, " spare(s) took the place of the missing");
+            }
+            break;
+          }
         }
       }
       if (!previous_member && every_member_gone(store, round, previous_size(store, round, options_.initial_size))) {

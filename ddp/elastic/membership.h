@@ -6,6 +6,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -25,6 +27,9 @@ struct Membership {
   // Set only in the process that closed the round: why it closed (every member of the previous
   // round accounted for, or the settle timeout), for the log.
   std::string closed_by;
+  // Set for a spare (StoreMembershipOptions::spare) that the job released unclaimed at its end: no
+  // round, no rank (See Note [Hot spares]).
+  bool released = false;
 };
 
 // Note [Membership seam]
@@ -53,6 +58,9 @@ class MembershipSource {
   // Cheap, thread-safe: FaultTolerant asks it from its watch thread while next() may run. The
   // default knows nothing.
   virtual std::string round_abandoned(std::uint64_t /*round*/) { return ""; }
+  // The training is over (every member got to its end): the spares still waiting leave, within
+  // `timeout` (See Note [Hot spares]). The default has no spares.
+  virtual void release_spares(std::chrono::milliseconds /*timeout*/) {}
 };
 
 struct StoreMembershipOptions {
@@ -67,7 +75,37 @@ struct StoreMembershipOptions {
   // mark) before it closes the round with whoever arrived: the detection bound of a peer that died
   // without anyone marking it (a partition, a killed host).
   std::chrono::milliseconds settle_timeout = std::chrono::seconds(5);
+  // A hot spare: next() waits in the job's spare pool, not in a round, until a closing member
+  // claims it for a lost member's place (it then comes into that round as a joiner), or the job
+  // releases it (Membership::released), or spare_timeout passes. See Note [Hot spares].
+  bool spare = false;
+  std::chrono::milliseconds spare_timeout = std::chrono::hours(24);
 };
+
+// Note [Hot spares]
+// ~~~~~~~~~~~~~~~~~
+// A spare is a process that has built its model and data and waits, not training, so that a lost
+// member's place is taken at the next step and the world size stays what it was (torchft and
+// nvidia-resiliency-ext start a replacement only after the loss; here it is already up). Keys under
+// "ddp/membership/spares/": "count" (add: each spare takes an index), "<i>" (its member id),
+// "<i>/claim" ("<round> <slot>": the round it was claimed into and its slot there), "<i>/gone"
+// (marked by a launcher: a dead spare is never claimed), "<i>/released", "next" (the first index
+// not considered yet: spares are claimed in the order they came) and "done" (the job's end).
+// The member that closes a round fills it back to the previous round's size, or to the first
+// round's if that is more (a world that shrank while the pool was empty grows back: change_pending()
+// says so once a spare waits, e.g. a dead worker that its launcher restarted as a spare): it takes the round's
+// "closer" key first (compareSet: one closer fills, so no two claim spares for the same place),
+// writes each claimed spare's arrival ("j -1 <id>") into a slot of the round and its claim, then
+// closes the round with the slots counted. A claimed spare reads its slot from the claim and is a
+// joiner of that round: FaultTolerant hands it the state (the model, the optimizer, the sampler's
+// counters), so with the world size unchanged the sampler's re-shard of the epoch's rest loses no
+// sample and trains none twice. A claimed spare that died before the group was built fails that
+// round like any member lost during a recovery; the next round closes without it (its launcher
+// marks it, or the settle timeout) and claims the next spare. If the closer dies holding the
+// "closer" key, another member closes the round without spares after one more settle timeout; a
+// spare whose slot is then past the round's end joins the next round as an ordinary joiner.
+// release_spares() (FaultTolerant::finish) says "done"; each waiting spare marks itself released and
+// leaves (next() returns Membership::released), so that every launcher sees its processes end.
 
 // Note [Store membership rounds]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -90,8 +128,11 @@ class StoreMembership : public MembershipSource {
   // Says that a member of `round` is gone and will not come to the next one (what a launcher's agent
   // says when a process of its host died); the next round then closes without waiting for it.
   void mark_left(std::uint64_t round);
+  void release_spares(std::chrono::milliseconds timeout) override;
 
  private:
+  std::optional<std::pair<std::uint64_t, std::size_t>> wait_as_spare();
+
   c10::intrusive_ptr<c10d::Store> store_;
   std::string id_;
   StoreMembershipOptions options_;

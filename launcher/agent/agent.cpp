@@ -140,9 +140,10 @@ int run_agent(const config::LaunchConfig& c, const EnvironmentSnapshot& env, con
     AgentRound round = policy->next_round();
     const rendezvous::NodeAssignment& node = round.node;
     board.set_membership(node.node_rank, node.nnodes * local.nproc);
-    spdlog::info("{}starting {} workers (ranks {}..{} of {}) on node {} of {}, master {}:{}, run id {}{}",
+    spdlog::info("{}starting {} workers (ranks {}..{} of {}){} on node {} of {}, master {}:{}, run id {}{}",
                  round.elastic ? ddp::str("round ", round.number, ": ") : std::string(), local.nproc,
-                 global_rank(node, 0), global_rank(node, local.nproc - 1), node.nnodes * local.nproc, node.node_rank,
+                 global_rank(node, 0), global_rank(node, local.nproc - 1), node.nnodes * local.nproc,
+                 local.spares > 0 ? ddp::str(" and ", local.spares, " spare(s)") : std::string(), node.node_rank,
                  node.nnodes, node.master_addr, node.master_port, node.run_id, round.start_note);
     SupervisorOptions options = base;
     options.link = round.channel ? round.channel->link() : nullptr;

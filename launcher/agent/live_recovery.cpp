@@ -161,7 +161,7 @@ class LiveRecovery : public PolicyWithContext {
         rules_(rendezvous::round_rules(context.config)),
         rendezvous_(context.config, context.local.nproc),  // serves the store on one host: kept to the end
         prefix_(live_store_prefix(context.config)),
-        respawns_(context.local.nproc, context.config.max_restarts, 0) {}
+        respawns_(context.local.nproc + context.local.spares, context.config.max_restarts, 0) {}
 
   AgentRound next_round() override {
     const config::LaunchConfig& c = config_;
@@ -187,7 +187,7 @@ class LiveRecovery : public PolicyWithContext {
           silence_s);
     }
     admission_ = std::make_unique<LiveAdmission>(rendezvous_, rules_, first_, [this] { return watch_.lost_nodes(); });
-    respawns_ = LiveRespawnPolicy(local_.nproc, c.max_restarts, first_.round);
+    respawns_ = LiveRespawnPolicy(local_.nproc + local_.spares, c.max_restarts, first_.round);
     AgentRound round;
     round.number = first_.round;
     round.elastic = true;
@@ -232,7 +232,8 @@ class LiveRecovery : public PolicyWithContext {
       spdlog::error("local rank {} failed and is not restarted: {}", local_rank, *lost);
       return std::nullopt;
     }
-    const bool first_round = respawns_.in_first_round(local_rank);
+    const bool spare = local_rank >= local_.nproc;  // See Note [Hot spares in ddp_launch] in launcher/agent/plan.cpp
+    const bool first_round = !spare && respawns_.in_first_round(local_rank);
     const std::optional<int> restart = respawns_.next(local_rank);
     if (!restart) {
       spdlog::error("local rank {} failed and this node's --max_restarts {} is used up: stopping its workers",
@@ -243,7 +244,10 @@ class LiveRecovery : public PolicyWithContext {
     // first, so that the survivors close their next round without waiting the settle timeout.
     const std::string worker_key = ddp::str(node_key_, "/local", local_rank);
     const int marked = rendezvous_.mark_node_gone(prefix_, worker_key, first_round ? 1 : 0);
-    if (marked > 0) {
+    if (spare && marked <= 0) {  // unclaimed: its mark is in the spare pool
+      spdlog::info("spare {} failed: marked gone in the spare pool; restart {} of {} on this node (as a spare)", worker_key,
+                   respawns_.restarts_used(), config_.max_restarts);
+    } else if (marked > 0) {
       spdlog::info("marked {} gone in the training's membership; restart {} of {} on this node", worker_key,
                    respawns_.restarts_used(), config_.max_restarts);
     } else {

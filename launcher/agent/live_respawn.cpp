@@ -25,7 +25,7 @@ std::optional<int> LiveRespawnPolicy::next(int local_rank) {
 
 process::WorkerLaunch prepare_worker(const config::LaunchConfig& config, const rendezvous::NodeAssignment& node, const LocalWorkers& local,
                             const RunContext& run, int restart_count, int local_rank) {
-  std::vector<process::WorkerLaunch> group = plan_workers(config, node, local, run, restart_count);
+  std::vector<process::WorkerLaunch> group = plan_workers(config, node, local, run, restart_count, /*respawn=*/true);
   if (local_rank < 0 || local_rank >= static_cast<int>(group.size())) {
     throw ddp::InvalidArgument(ddp::str("prepare_worker: local rank ", local_rank, " of ", group.size()));
   }

@@ -47,11 +47,26 @@ bool writes_log_files(const config::LaunchConfig& config, int nproc) {
   return false;
 }
 
+// Note [Hot spares in ddp_launch]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// --spares K (--recovery live) starts K more processes per node, local ranks nproc .. nproc+K-1,
+// supervised, restarted and placed (a GPU, CPUs) as workers are. Each gets DDP_LIVE_SPARE=1 and a
+// member id of its own; ddp::live_job_from_environment makes it a spare, whose FaultTolerant::start()
+// waits in the job's spare pool until a lost worker's place is its (See Note [Hot spares] in
+// ddp/elastic/membership.h). It has no rank until then: RANK and LOCAL_RANK are its node's first
+// worker's (the torchrun variables stay valid), and its files and log lines are numbered after
+// the world's ranks (node_rank * K + the spare's index, plus the world size). A process of the job
+// that dies (a worker or a spare) is marked gone (mark_node_gone marks a node's or a worker's
+// unclaimed spares in the pool too) and restarted as a spare, within --max_restarts: the spare that
+// took its place trains on, and the pool is whole again. A host lost takes its spares with it. The
+// world size the workers see stays nnodes x nproc.
 std::vector<process::WorkerLaunch> plan_workers(const config::LaunchConfig& c, const rendezvous::NodeAssignment& node, const LocalWorkers& local,
-                                       const RunContext& run, int attempt) {
+                                       const RunContext& run, int attempt, bool respawn) {
   std::vector<process::WorkerLaunch> group;
-  for (int lr = 0; lr < local.nproc; ++lr) {
-    const int rank = global_rank(node, lr);
+  for (int lr = 0; lr < local.nproc + local.spares; ++lr) {
+    const bool spare = lr >= local.nproc || (respawn && local.spares > 0);
+    const int rank = spare ? node.nnodes * local.nproc + node.node_rank * local.spares + (lr - local.nproc)
+                           : global_rank(node, lr);
     const process::WorkerFiles files = process::worker_files(run.run_folder, attempt, rank);
     WorkerSlot slot;
     slot.local_rank = lr;
@@ -69,7 +84,8 @@ std::vector<process::WorkerLaunch> plan_workers(const config::LaunchConfig& c, c
       slot.live = WorkerSlot::LivePlace{ddp::str(c.rdzv_host, ":", c.rdzv_port), live_store_prefix(c),
                                         ddp::str(node.live_node_key.empty() ? ddp::str("node", node.node_rank)
                                                                             : node.live_node_key,
-                                                 "/local", lr, "/attempt", attempt)};
+                                                 "/local", lr, "/attempt", attempt),
+                                        spare};
     }
     process::WorkerLaunch w;
     w.local_rank = lr;

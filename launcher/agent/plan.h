@@ -16,6 +16,7 @@ namespace ddp::launcher::agent {
 // This node's workers as resolved against the machine, once, at start-up.
 struct LocalWorkers {
   int nproc = 1;
+  int spares = 0;  // --spares: local ranks nproc .. nproc + spares - 1 (See Note [Hot spares in ddp_launch] in plan.cpp)
   std::vector<std::string> gpus;             // CUDA_VISIBLE_DEVICES of each local rank; empty: unset
   std::vector<std::vector<int>> cpu_slices;  // each local rank's CPUs (--cpu_bind); empty: not pinned
 };
@@ -29,8 +30,10 @@ struct RunContext {
 };
 
 // The workers of `attempt` (0 for the first, then the restart count). Pure: creates nothing.
+// `respawn`: a --recovery live restart of one worker, which comes back as a spare when the job has
+// spares (See Note [Hot spares in ddp_launch] in plan.cpp).
 std::vector<process::WorkerLaunch> plan_workers(const config::LaunchConfig& config, const rendezvous::NodeAssignment& node,
-                                       const LocalWorkers& local, const RunContext& run, int attempt);
+                                       const LocalWorkers& local, const RunContext& run, int attempt, bool respawn = false);
 
 // plan_workers, with the attempt's folder and each worker's made (See Note [Log folders]): what a
 // GroupFactory returns for `attempt`.

@@ -29,10 +29,14 @@ int global_rank(const rendezvous::NodeAssignment& node, int local_rank) {
 std::vector<std::pair<std::string, std::string>> launcher_variables(const rendezvous::NodeAssignment& node,
                                                                     const WorkerSlot& slot) {
   const int world = node.nnodes * node.nproc_per_node;
-  const std::string rank = std::to_string(global_rank(node, slot.local_rank));
+  // A spare has no rank until it is claimed (FaultTolerant gives it one): it gets its node's first
+  // worker's, so that the torchrun variables stay valid (See Note [Hot spares in ddp_launch]).
+  const bool spare = slot.live && slot.live->spare;
+  const int local_rank = spare ? 0 : slot.local_rank;
+  const std::string rank = std::to_string(global_rank(node, local_rank));
   std::vector<std::pair<std::string, std::string>> vars = {
       {env::kRank, rank},
-      {env::kLocalRank, std::to_string(slot.virtual_local_rank ? 0 : slot.local_rank)},
+      {env::kLocalRank, std::to_string(slot.virtual_local_rank ? 0 : local_rank)},
       {env::kWorldSize, std::to_string(world)},
       {env::kLocalWorldSize, std::to_string(node.nproc_per_node)},
       {env::kGroupRank, std::to_string(node.node_rank)},
@@ -59,6 +63,7 @@ std::vector<std::pair<std::string, std::string>> launcher_variables(const rendez
     vars.emplace_back(env::kLiveStore, slot.live->store);
     vars.emplace_back(env::kLivePrefix, slot.live->prefix);
     vars.emplace_back(env::kLiveMember, slot.live->member);
+    if (spare) vars.emplace_back(env::kLiveSpare, "1");
   }
   return vars;
 }

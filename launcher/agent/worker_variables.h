@@ -27,6 +27,7 @@ struct WorkerSlot {
     std::string store;   // "HOST:PORT" of the rendezvous store
     std::string prefix;  // the job's keys in it
     std::string member;  // this worker process's member id
+    bool spare = false;  // DDP_LIVE_SPARE=1 (--spares): RANK and LOCAL_RANK are its node's first worker's
   };
   std::optional<LivePlace> live;
 };

@@ -51,6 +51,10 @@ constexpr FlagSpec kFlags[] = {
      "What a lost host costs the others: restart (stop and restart every worker in a new round) or live "
      "(workers recover in place through ddp::FaultTolerant; needs --nnodes MIN:MAX and --rdzv_endpoint or --hosts/--hostfile)",
      "restart"},
+    {"spares", true,
+     "With --recovery live: K more workers per node that start, build their model and data and wait; one takes a "
+     "lost worker's place at the next step, the world size unchanged (docs/faults.md, \"Hot spares\")",
+     "0"},
     {"monitor_interval", true, "Seconds between checks of the workers", "0.1"},
     {"shutdown_grace", true, "Seconds between SIGTERM and SIGKILL when stopping workers", "10"},
     {"shutdown_timeout", true, "torchrun's name of --shutdown_grace", nullptr},
@@ -644,6 +648,11 @@ static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSn
                            "(its launchers share no step timings); use --straggler_action warn there"
                          : "--straggler_action replace needs elastic membership (--nnodes MIN:MAX with MIN < MAX and "
                            "--rdzv_endpoint): the replaced node leaves and the others go on without it");
+  }
+  c.spares = parse_int_flag("--spares", text("spares"), 0, 1024);
+  if (c.spares > 0 && c.recovery != Recovery::kLive) {
+    throw UsageError("--spares needs --recovery live: a spare takes a lost worker's place inside the running job "
+                     "(restart-based rounds restart every worker anyway; add --recovery live)");
   }
   c.metrics_addr = text("metrics_addr");
   if (!is_numeric_address(c.metrics_addr)) {

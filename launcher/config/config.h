@@ -94,6 +94,9 @@ struct LaunchConfig {
   // Observability (docs/observability.md).
   double hang_timeout_s = 0;  // 0: no hang watchdog
   int metrics_port = 0;       // 0: no metrics server
+  // --spares K: K spare workers per node in a --recovery live job (See Note [Hot spares in
+  // ddp_launch] in launcher/agent/plan.cpp).
+  int spares = 0;
   // --straggler_action warn|replace (See Note [Stragglers] in launcher/observe/straggler.h).
   bool stragglers = false;
   bool replace_stragglers = false;  // --straggler_action replace

@@ -65,6 +65,15 @@ TEST_CASE("the live job's place: what ddp_launch sets, a worker reads back", "[l
   CHECK(live->store_port == 29400);
   CHECK(live->prefix == "ddp/live/job");
   CHECK(live->member_id == "node2/local0/attempt1");
+  CHECK_FALSE(live->spare);
+  slot.live->spare = true;  // --spares (See Note [Hot spares in ddp_launch])
+  const auto spare_vars = ddp::launcher::agent::launcher_variables(node, slot);
+  const auto spare = ddp::parse_live_recovery_environment(env_of({spare_vars.begin(), spare_vars.end()}));
+  REQUIRE(spare.has_value());
+  CHECK(spare->spare);
+  std::map<std::string, std::string> bad{spare_vars.begin(), spare_vars.end()};
+  bad["DDP_LIVE_SPARE"] = "yes";
+  CHECK_THROWS_WITH(ddp::parse_live_recovery_environment(env_of(bad)), Catch::Contains("DDP_LIVE_SPARE='yes' must be 0 or 1"));
 }
 
 TEST_CASE("malformed live variables are refused naming the variable", "[live_launch]") {

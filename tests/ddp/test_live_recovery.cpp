@@ -23,6 +23,7 @@
 #include "ddp/base/error.h"
 #include "ddp/elastic/fault_tolerant.h"
 #include "ddp/elastic/membership.h"
+#include "ddp/elastic/detail/membership_keys.h"
 #include "ddp/algorithms/powersgd.h"
 #include "ddp/optim/zero_redundancy_optimizer.h"
 #include "samplers/distributed_sampler.h"
@@ -112,6 +113,8 @@ struct Plan {
 };
 struct Outcome {
   bool left = false;
+  bool spare = false;
+  bool released = false;  // a spare that the job did not claim (start() returned false)
   std::string error;
   torch::Tensor initial;  // rank 0 after start()
   torch::Tensor final_params;
@@ -133,6 +136,9 @@ struct Scenario {
   int min_world_size = 1;
   std::map<int, Plan> plans;  // by thread (= initial rank; joiners after the initial ranks)
   int joiners = 0;
+  // Hot spares (StoreMembershipOptions::spare), threads after the joiners; every member calls
+  // finish() at the end, which releases the spares still waiting.
+  int spares = 0;
   // The initial ranks wait before this step until a joiner has announced itself, so that it joins
   // after this step on every run.
   std::optional<std::int64_t> hold_for_joiner_at;
@@ -154,7 +160,7 @@ struct Scenario {
 std::vector<Outcome> run(const Scenario& scenario) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   store->setTimeout(ddp::testing::kRankTimeout);
-  const int threads_count = scenario.initial_world + scenario.joiners;
+  const int threads_count = scenario.initial_world + scenario.joiners + scenario.spares;
   std::vector<Outcome> outcomes(static_cast<std::size_t>(threads_count));
   std::atomic<std::int64_t> rank0_steps{0};
   std::atomic<int> finished{0};
@@ -177,7 +183,10 @@ std::vector<Outcome> run(const Scenario& scenario) {
         ddp::StoreMembershipOptions membership_options;
         membership_options.initial_size = scenario.initial_world;
         membership_options.initial_rank = t < scenario.initial_world ? t : -1;
-        membership_options.joining = t >= scenario.initial_world;
+        const bool spare = t >= scenario.initial_world + scenario.joiners;
+        membership_options.joining = t >= scenario.initial_world && !spare;
+        membership_options.spare = spare;
+        out.spare = spare;
         membership_options.settle_timeout = scenario.settle_timeout;
         auto membership = std::make_shared<ddp::StoreMembership>(store, "thread-" + std::to_string(t),
                                                                  membership_options);
@@ -235,7 +244,10 @@ std::vector<Outcome> run(const Scenario& scenario) {
           ft.group()->destroy();
           out.left = true;
         };
-        ft.start();
+        if (!ft.start()) {
+          out.released = true;
+          return;
+        }
         if (t == 0) out.initial = flat(*net);
         while (ft.steps() < scenario.total_steps) {
           if (plan.leave_at_step && ft.steps() == *plan.leave_at_step) return leave();
@@ -299,6 +311,7 @@ std::vector<Outcome> run(const Scenario& scenario) {
           out.outer_state = torch::cat(parts);
           out.outer_steps = diloco->outer_steps();
         }
+        ft.finish();
         out.final_params = flat(*net);
         out.steps = ft.steps();
         out.regroups = ft.regroups();
@@ -325,9 +338,15 @@ void check_survivors(const std::vector<Outcome>& outcomes, const std::vector<int
   for (std::size_t t = 0; t < outcomes.size(); ++t) {
     const Outcome& out = outcomes[t];
     INFO("thread " << t << ": " << out.error);
-    if (out.left) continue;
+    if (out.left || out.released) continue;
     REQUIRE(out.error.empty());
-    CHECK(out.world_at == expected_world_at);
+    if (out.spare) {  // claimed: it applied the steps after its join
+      REQUIRE(!out.world_at.empty());
+      CHECK(out.world_at == std::vector<int>(expected_world_at.end() - static_cast<std::ptrdiff_t>(out.world_at.size()),
+                                             expected_world_at.end()));
+    } else {
+      CHECK(out.world_at == expected_world_at);
+    }
     CHECK(out.steps == static_cast<std::int64_t>(expected_world_at.size()));
     CHECK(torch::equal(out.final_params, first.final_params));
     CHECK(torch::allclose(out.final_params, expected, 1e-10, 1e-12));
@@ -363,6 +382,90 @@ TEST_CASE("the sampler re-shards at the new world size: every sample of the appl
   std::vector<std::int64_t> expected((4 * 2 + 3 * 3) * kSamplerBatch);
   std::iota(expected.begin(), expected.end(), 0);
   CHECK(seen == expected);  // none lost, none twice, the dropped step's samples trained after the regroup
+}
+
+// Note [Hot spares] in ddp/elastic/membership.h.
+TEST_CASE("a hot spare takes a lost rank's place: the world size stays, no sample lost or trained twice", "[live][spares]") {
+  Scenario scenario;
+  scenario.total_steps = 5;
+  scenario.spares = 2;
+  scenario.plans[3].leave_at_step = 2;
+  scenario.sampler = true;
+  const auto outcomes = run(scenario);
+  std::vector<std::int64_t> seen;
+  int claimed = 0;
+  for (std::size_t t = 0; t < outcomes.size(); ++t) {
+    const Outcome& out = outcomes[t];
+    INFO("thread " << t << ": " << out.error);
+    REQUIRE(out.error.empty());
+    seen.insert(seen.end(), out.samples.begin(), out.samples.end());
+    if (t < 4) {
+      CHECK(out.released == false);
+      if (!out.left) CHECK(out.world_at == std::vector<int>{4, 4, 4, 4, 4});
+      continue;
+    }
+    if (out.released) continue;
+    ++claimed;  // the spare that took the pool's first index
+    CHECK(out.world_at == std::vector<int>{4, 4, 4});  // steps 3 to 5
+    CHECK(out.regroups == 1);
+    CHECK(torch::equal(out.final_params, outcomes[0].final_params));
+  }
+  CHECK(claimed == 1);  // the other spare waited to the end, then left (released)
+  CHECK(outcomes[4].released != outcomes[5].released);
+  CHECK(outcomes[0].regroups == 2);
+  std::sort(seen.begin(), seen.end());
+  std::vector<std::int64_t> expected(4 * 5 * kSamplerBatch);
+  std::iota(expected.begin(), expected.end(), 0);
+  CHECK(seen == expected);  // the dropped step's samples trained once, after the spare came in
+}
+
+TEST_CASE("with a hot spare the survivors match the reference of an unchanged world", "[live][spares]") {
+  Scenario scenario;
+  scenario.total_steps = 5;
+  scenario.spares = 1;
+  scenario.plans[1].leave_at_step = 3;
+  const auto outcomes = run(scenario);
+  CHECK(outcomes[1].left);
+  check_survivors(outcomes, {4, 4, 4, 4, 4});  // the spare too, from its join: See check_survivors
+}
+
+TEST_CASE("a dead spare marked gone is never claimed: the next one is", "[live][spares]") {
+  // The first spare's launcher marked it gone before the loss (it died in the pool): the closer skips it.
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  ddp::StoreMembershipOptions options;
+  options.spare = true;
+  options.settle_timeout = 20s;
+  std::thread dead([&] {
+    ddp::StoreMembership first(store, "node1/local2/attempt0", options);
+    auto released = first.next(0, 20s);
+    CHECK(released.released);  // its process is "dead": it only sees the job's end
+  });
+  while (!store->check({ddp::detail::membership_keys::spare_key("0")})) std::this_thread::sleep_for(1ms);
+  CHECK(ddp::detail::membership_keys::mark_spares_gone(*store, "node1") == 1);
+  CHECK(ddp::detail::membership_keys::mark_spares_gone(*store, "node1") == 0);  // once
+  std::optional<ddp::Membership> spare_round;
+  std::thread second([&] { spare_round = ddp::StoreMembership(store, "node0/local2/attempt0", options).next(0, 20s); });
+  while (!store->check({ddp::detail::membership_keys::spare_key("1")})) std::this_thread::sleep_for(1ms);
+  // Round 1 of 2 members: member 1 is marked gone, member 0 closes it and fills it back to 2.
+  ddp::StoreMembershipOptions member_options;
+  member_options.initial_size = 2;
+  member_options.initial_rank = 0;
+  member_options.settle_timeout = 20s;
+  ddp::StoreMembership member(store, "node0/local0/attempt0", member_options);
+  member.mark_left(0);
+  const ddp::Membership round = member.next(0, 20s);
+  second.join();
+  member.release_spares(5s);
+  dead.join();
+  CHECK(round.world_size == 2);
+  CHECK(round.rank == 0);
+  CHECK(round.joiners == std::vector<int>{1});
+  CHECK_THAT(round.closed_by, Catch::Contains("1 spare(s) took the place"));
+  REQUIRE(spare_round);
+  CHECK_FALSE(spare_round->released);
+  CHECK(spare_round->round == 1);
+  CHECK(spare_round->rank == 1);
+  CHECK(spare_round->world_size == 2);
 }
 
 TEST_CASE("two failures in a row", "[live]") {

@@ -109,6 +109,56 @@ TEST_CASE("a worker killed mid-epoch under ddp_launch --recovery live: survivors
   CHECK(total == 600);
 }
 
+// See Note [Hot spares] in ddp/elastic/membership.h.
+TEST_CASE("a worker killed mid-epoch with --spares 1: the spare takes its place, the world size stays 3, its "
+          "restart waits as a spare and leaves at the end",
+          "[training][ddp][live][spares]") {
+  ddp::testing::TempDir tmp;
+  const fs::path logs = tmp.path / "samples";
+  fs::create_directories(logs);
+  const int port = ddp::launcher::process::pick_free_port("127.0.0.1");
+  const std::string launch =
+      "timeout -k 5 80 " + kBinDir + "/ddp_launch --nnodes 1:2 --nproc_per_node 3 --spares 1 --rdzv_endpoint 127.0.0.1:" +
+      std::to_string(port) + " --rdzv_id spare_example --rdzv_conf last_call_timeout=1 --recovery live " +
+      "--max_restarts 1 --monitor_interval 0.05 " + kBinDir +
+      "/train_fashion_mnist --mode ddp --limit 600 --epochs 1 --seed 3 --batch-policy global " +
+      "--global-batch-size 48 --die-at-step 4 --log-samples " + logs.string();
+  const auto run = ddp::testing::run_command(launch, 90);
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  const std::regex round_line(R"(rank (\d+): live recovery round (\d+), world size (\d+), pid (\d+))");
+  std::map<int, std::set<std::string>> pids_by_round;
+  std::set<std::string> world_sizes;
+  for (auto it = std::sregex_iterator(run.output.begin(), run.output.end(), round_line); it != std::sregex_iterator();
+       ++it) {
+    pids_by_round[std::stoi((*it)[2])].insert((*it)[4]);
+    world_sizes.insert((*it)[3]);
+  }
+  REQUIRE(pids_by_round.size() == 2);  // the start, the loss (the spare in the dead worker's place)
+  CHECK(world_sizes == std::set<std::string>{"3"});
+  CHECK(std::next(pids_by_round.begin())->second.size() == 3);
+  CHECK_THAT(run.output, Contains("1 spare(s) took the place of the missing") &&
+                             Contains("a spare (ddp_launch --spares) that the job did not need: released"));
+  const std::regex finished_line(
+      R"(rank (\d+): live recovery finished at step (\d+), world size 3, pid (\d+), parameters ([0-9a-f]+))");
+  std::set<std::string> steps, checksums, pids;
+  for (auto it = std::sregex_iterator(run.output.begin(), run.output.end(), finished_line);
+       it != std::sregex_iterator(); ++it) {
+    steps.insert((*it)[2]);
+    checksums.insert((*it)[4]);
+    pids.insert((*it)[3]);
+  }
+  CHECK(pids.size() == 3);
+  CHECK(steps == std::set<std::string>{"13"});  // 600 / 48 = 12.5: 13 steps at world size 3, none lost
+  CHECK(checksums.size() == 1);
+  const auto counts = trained_in_first_epoch(logs);
+  CHECK(counts.size() == 600);
+  for (const auto& [sample, count] : counts) {
+    INFO("sample " << sample);
+    CHECK(count == 1);
+  }
+}
+
 TEST_CASE("--zero under ddp_launch --recovery live is refused in one line (exit 2)", "[training][ddp][live]") {
   const int port = ddp::launcher::process::pick_free_port("127.0.0.1");
   const auto run = ddp::testing::run_command(

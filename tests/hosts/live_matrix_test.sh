@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # ddp_launch --recovery live on 3 network-namespace hosts x 2 workers (world sizes 6, 4, 2), with the checks of issue 22
 # that need the whole job (See Note [Live recovery with ddp_launch] in launcher/agent/live_recovery.cpp):
-#   live_matrix_test.sh NETNS_CLUSTER DDP_LAUNCH LIVE_RECOVERY_DEMO twice|during_recovery
+#   live_matrix_test.sh NETNS_CLUSTER DDP_LAUNCH LIVE_RECOVERY_DEMO twice|during_recovery|spares
 # twice: host 2 SIGKILLed mid-epoch (the survivors re-shard the rest of the epoch at world size 2 and
 #   train at least one step), then host 1 SIGKILLed: host 0's two workers go on and finish; the
 #   epoch that host 2's loss cut ends at world size 2 with its padding (the data set's size is odd).
 # during_recovery: host 2 SIGKILLed; once the survivors have built their new group (the demo's
 #   --hold-group-ms holds them there, the test waits for host 1's line), host 1 is SIGKILLed: host 0's
 #   recovery fails in that round, is retried in the next, and host 0 finishes alone.
+# spares: --spares 1 (a spare per host: See Note [Hot spares] in ddp/elastic/membership.h); host 2
+#   SIGKILLed: the spares of hosts 0 and 1 take its two workers' places at the next step, the world
+#   size stays 6 to the end, both launchers exit 0 and no process of theirs was started twice.
 # Each checks: the survivors' workers are the processes that started (PIDs unchanged), their
 # launchers exit 0; every applied step was trained by exactly ranks 0..W-1 of its world size W, on the
 # batches a reference replay of the same schedule gives; within each epoch no sample is lost or
@@ -20,8 +23,8 @@
 set -euo pipefail
 
 cluster=$1 launch=$2 demo=$3 scenario=$4
-[[ $scenario == twice || $scenario == during_recovery ]] || {
-  echo "usage: live_matrix_test.sh NETNS_CLUSTER DDP_LAUNCH LIVE_RECOVERY_DEMO twice|during_recovery" >&2
+[[ $scenario == twice || $scenario == during_recovery || $scenario == spares ]] || {
+  echo "usage: live_matrix_test.sh NETNS_CLUSTER DDP_LAUNCH LIVE_RECOVERY_DEMO twice|during_recovery|spares" >&2
   exit 2
 }
 source "$(dirname "${BASH_SOURCE[0]}")/bed.sh"
@@ -31,6 +34,8 @@ pids=()
 steps=30 samples=95 batch=2 hold_ms=0  # 8 steps an epoch at world size 6: host 2 is lost mid-epoch
 nproc=2 w3=6 w2=4 w1=2  # world sizes with 3, 2 and 1 host(s)
 [[ $scenario != during_recovery ]] || hold_ms=3000
+spares=0
+[[ $scenario != spares ]] || spares=1
 
 fail() { bed_fail "live matrix $scenario" "$@"; }
 wait_for() { bed_wait_for "$@"; }  # wait_for SECONDS FILE TEXT
@@ -39,7 +44,7 @@ start() {  # start K: host K's launcher in the background (killed after 50 s), o
   local k=$1
   "$cluster" exec "$name" "$k" env OMP_NUM_THREADS=1 timeout -s KILL 50 "$launch" --nproc_per_node $nproc \
     --monitor_interval 0.05 --shutdown_grace 3 --nnodes 3:4 --rdzv_endpoint host0:29400 --rdzv_id live \
-    --rdzv_timeout 20 --rdzv_conf last_call_timeout=1 --recovery live --max_restarts 0 \
+    --rdzv_timeout 20 --rdzv_conf last_call_timeout=1 --recovery live --max_restarts 0 --spares $spares \
     "$demo" --steps "$steps" --step-ms 40 --settle-ms 2000 --timeout-ms 3000 --samples "$samples" \
     --batch "$batch" --hold-group-ms "$hold_ms" --log-samples "$work/samples" --params-out "$work/params" >"$work/host$k.log" 2>&1 &
   pids[$k]=$!
@@ -57,6 +62,36 @@ kill_host() {  # kill_host K: SIGKILL every process of host K (its launcher and 
 live_start_hosts start 0 1 2
 for k in 0 1 2; do wait_for 30 "$work/host$k.log" "live demo: step 2 world $w3"; done
 kill_host 2
+if [[ $scenario == spares ]]; then
+  # Both survivors go on to the end at world size 6: the spares took host 2's places.
+  for k in 0 1; do
+    status=0
+    wait "${pids[$k]}" || status=$?
+    ((status == 0)) || fail "host $k's launcher exited with $status"
+  done
+  log=$work/host0.log
+  for k in 0 1; do
+    (($(grep -c "live demo: started pid" "$work/host$k.log") == nproc + spares)) ||
+      fail "host $k's processes were not started exactly once each ($nproc workers and $spares spare)"
+    grep -q -E "live demo: started pid [0-9]+ member node[0-9]+/local$nproc/attempt0 \(spare\)" "$work/host$k.log" ||
+      fail "host $k started no spare"
+    (($(grep -c "live demo: finished $steps steps pid" "$work/host$k.log") == nproc + spares)) ||
+      fail "host $k: not all of its $((nproc + spares)) processes (the spare claimed) finished $steps steps"
+    ! grep -q -E "world [0-9]+ at_ms" <(grep -v -E "world $w3 at_ms" "$work/host$k.log") ||
+      fail "host $k trained at another world size than $w3"
+  done
+  grep -q -E "live recovery: round [0-9]+ closed .*; [0-9]+ spare\(s\) took the place of the missing" "$work"/host[01].log ||
+    fail "no round closed with spares in it"
+  pids01=$(cat "$work"/host[01].log | sed -n -E 's/.*live demo: started pid ([0-9]+).*/\1/p')
+  read -r epoch offset < <(cat "$work"/host[01].log |
+    sed -n -E "s/.*live demo: round ([0-9]+) rank 0 world $w3 epoch ([0-9]+) offset ([0-9]+) at step [1-9].*/\1 \2 \3/p" |
+    sort -n -k 1,1 | head -1 | cut -d " " -f 2-)
+  [[ -n $offset ]] || fail "no regroup line of rank 0 at world size $w3 after the loss"
+  live_check_training "$log" "$steps" "$samples" "$batch" "$demo" $pids01
+  echo "live matrix (spares): ok (every process of hosts 0 and 1 started once, world size $w3 throughout, schedule" \
+    "$live_schedule, host 2 lost at epoch $epoch offset $offset, $live_samples_checked, parameters equal the reference's)"
+  exit 0
+fi
 if [[ $scenario == twice ]]; then
   wait_for 30 "$work/host1.log" "world $w2 at_ms"
 else

@@ -584,6 +584,13 @@ TEST_CASE("observability flags: hang watchdog and metrics endpoint", "[config]")
              Catch::Contains("--straggler_window"));
   CHECK_THAT(usage_error({"--straggler_window", "20", "/bin/true"}),
              Catch::Contains("--straggler_factor and --straggler_window need --straggler_action warn or replace"));
+  // --spares: in --recovery live jobs only (See Note [Hot spares in ddp_launch]).
+  CHECK(parse({"/bin/true"}).spares == 0);
+  CHECK(parse({"--spares", "2", "--nnodes", "2:3", "--rdzv_endpoint", "h0:29400", "--recovery", "live", "/bin/true"}).spares == 2);
+  CHECK_THAT(usage_error({"--spares", "1", "--nnodes", "2:3", "--rdzv_endpoint", "h0:29400", "/bin/true"}),
+             Catch::Contains("--spares needs --recovery live"));
+  CHECK_THAT(usage_error({"--spares", "-1", "/bin/true"}), Catch::Contains("--spares"));
+  CHECK_THAT(usage_error({"--spares", "two", "/bin/true"}), Catch::Contains("--spares"));
   WorkerSlot slot;
   slot.agent_socket = "/tmp/x/agent.sock";
   const auto vars = launcher_variables(NodeAssignment{}, slot);

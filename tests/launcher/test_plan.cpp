@@ -160,3 +160,42 @@ TEST_CASE("plan: a restart changes only the attempt's restart count and folders"
     CHECK(a == b);
   }
 }
+
+// See Note [Hot spares in ddp_launch] in launcher/agent/plan.cpp.
+TEST_CASE("plan: --spares adds spare processes after the workers, and a live restart comes back as a spare",
+          "[launcher][plan][spares]") {
+  const LaunchConfig c = config_of({"--nnodes", "2:3", "--rdzv_endpoint", "h0:29400", "--nproc_per_node", "2",
+                                    "--recovery", "live", "--spares", "1", "--rdzv_id", "job"});
+  CHECK(c.spares == 1);
+  NodeAssignment node = assignment_from_flags(c, 2);
+  node.nnodes = 3;
+  node.node_rank = 1;
+  node.live_node_key = "node1";
+  LocalWorkers local;
+  local.nproc = 2;
+  local.spares = 1;
+  const auto plan = plan_workers(c, node, local, run_in("/r"), 0);
+  REQUIRE(plan.size() == 3);
+  for (int lr = 0; lr < 2; ++lr) {
+    const auto env = env_of(plan[lr]);
+    CHECK(env.count("DDP_LIVE_SPARE") == 0);
+    CHECK(env.at("RANK") == std::to_string(2 + lr));
+    CHECK(env.at("DDP_LIVE_MEMBER") == "node1/local" + std::to_string(lr) + "/attempt0");
+  }
+  const WorkerLaunch& spare = plan[2];
+  const auto env = env_of(spare);
+  CHECK(env.at("DDP_LIVE_SPARE") == "1");
+  CHECK(env.at("DDP_LIVE_MEMBER") == "node1/local2/attempt0");
+  CHECK(env.at("RANK") == "2");  // its node's first worker's: valid torchrun variables, no rank of its own
+  CHECK(env.at("LOCAL_RANK") == "0");
+  CHECK(env.at("WORLD_SIZE") == "6");
+  CHECK(spare.local_rank == 2);
+  CHECK(spare.rank == 6 + 1);  // numbered after the world's ranks: node 1's first spare
+  CHECK(spare.dir == "/r/attempt_0/7");
+  // A dead worker restarted in a job with spares comes back as a spare (the one that took its place trains on).
+  const auto restarted = plan_workers(c, node, local, run_in("/r"), 1, /*respawn=*/true);
+  CHECK(env_of(restarted[0]).at("DDP_LIVE_SPARE") == "1");
+  CHECK(env_of(restarted[0]).at("DDP_LIVE_MEMBER") == "node1/local0/attempt1");
+  local.spares = 0;
+  CHECK(env_of(plan_workers(c, node, local, run_in("/r"), 1, /*respawn=*/true)[0]).count("DDP_LIVE_SPARE") == 0);
+}

@@ -68,6 +68,26 @@ inline std::vector<std::string> arrival_ids_under(c10d::Store& store, std::uint6
   return ids;
 }
 
+// The spare pool's keys (See Note [Hot spares] in ddp/elastic/membership.h).
+inline std::string spare_key(const std::string& name) { return "ddp/membership/spares/" + name; }
+
+// Marks gone the spares under `scope` (as mark_node_gone's) that no round has claimed, so that no
+// closer claims a dead one; returns how many it marked.
+inline int mark_spares_gone(c10d::Store& store, const std::string& scope) {
+  if (!store.check({spare_key("count")})) return 0;
+  const std::int64_t count = store.add(spare_key("count"), 0);
+  const std::string prefix = scope + "/";
+  int marked = 0;
+  for (std::int64_t i = 0; i < count; ++i) {
+    const std::string index = std::to_string(i);
+    if (!store.check({spare_key(index)})) continue;  // an index taken, its id not written yet
+    const std::string id = bytes_to_text(store.get(spare_key(index)));
+    if (id.compare(0, prefix.size(), prefix) != 0 || store.check({spare_key(index + "/claim")})) continue;
+    if (store.add(spare_key(index + "/gone"), 1) == 1) ++marked;
+  }
+  return marked;
+}
+
 // A worker's key: its member id "<node key>/local<L>/attempt<K>" less the attempt. One local rank
 // is a member of a round in one attempt at most (a restarted one joins as a joiner), so it names
 // the member of a round that a mark claims.
@@ -95,11 +115,13 @@ inline std::string worker_key_of(const std::string& member_id) {
 // workers in it, is marked in the next round too (the loop).
 struct NodeGoneMark {
   int marked = 0;              // workers added to "left", over every round marked
+  int spares = 0;              // unclaimed spares marked gone (mark_spares_gone)
   bool already = false;        // someone else marked (some of) them in that round first
   std::uint64_t round = 0;     // the last round marked (the one it counts towards)
 };
 inline NodeGoneMark mark_node_gone(c10d::Store& store, const std::string& scope, int first_round_workers) {
   NodeGoneMark mark;
+  mark.spares = mark_spares_gone(store, scope);
   const bool one_worker = scope.find('/') != std::string::npos;
   for (int pass = 0; pass < 16; ++pass) {  // one pass per round that closed meanwhile: bounded
     const std::uint64_t last = last_closed_round(store);
