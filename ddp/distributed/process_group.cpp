@@ -705,6 +705,43 @@ std::shared_ptr<ProcessGroup> new_process_group(c10::intrusive_ptr<c10d::Store> 
   return std::make_shared<ProcessGroup>(std::move(info), std::move(store), std::move(backend));
 }
 
+void ProcessGroup::exchange(std::vector<Transfer>& sends, std::vector<Transfer>& receives, const char* what) {
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  std::vector<std::vector<torch::Tensor>> buffers;  // c10d takes them by reference: alive until waited for
+  buffers.reserve(sends.size() + receives.size());
+  try {
+    for (auto& t : sends) {
+      buffers.push_back({t.tensor});
+      works.push_back(backend()->send(buffers.back(), t.peer, t.tag));
+    }
+    for (auto& t : receives) {
+      buffers.push_back({t.tensor});
+      works.push_back(backend()->recv(buffers.back(), t.peer, t.tag));
+    }
+  } catch (const std::exception& error) {
+    fail_collective(0, what, state_->info.timeout, &error);
+  }
+  // Unrecorded (seq 0): the collective log's arrival check is for calls every rank makes. Not waited
+  // for in slices as collectives are (abort() is not polled): a send or receive work of c10d's Gloo
+  // completes with an error when one wait of it times out, so each gets the whole timeout. A peer
+  // gone closes its pair, which fails the wait at once; abort() is seen before the next work.
+  const milliseconds timeout = state_->info.timeout;
+  for (const auto& work : works) {
+    if (state_->aborted.load()) {
+      std::lock_guard<std::mutex> lock(state_->abort_mutex);
+      throw PeerLostError(str(what, " on rank ", global_rank(state_->info.rank), ": the process group was aborted",
+                              state_->abort_reason.empty() ? "" : ": ", state_->abort_reason));
+    }
+    try {
+      if (!work->wait(timeout)) fail_collective(0, what, timeout, nullptr);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& error) {
+      fail_collective(0, what, timeout, &error);
+    }
+  }
+}
+
 void ProcessGroup::broadcast_bytes(std::string& bytes, int src, const char* what) {
   torch::Tensor length = torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kInt64).to(state_->info.device);
   broadcast(length, src, what);

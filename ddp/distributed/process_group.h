@@ -153,6 +153,20 @@ class ProcessGroup {
   // consolidate_state_dict. Bytes travel on the group's device.
   void broadcast_bytes(std::string& bytes, int src, const char* what = "broadcast bytes");
 
+  // Point-to-point transfers between some ranks of the group (not a collective: a rank with none
+  // does not call it). Each goes over Gloo's pair between the two ranks (a connection of its own, on
+  // the address each rank advertised); all start at once, and they are waited for in order, each
+  // within the group's timeout from the one before it (a transfer slower than the timeout in all
+  // fails; one that keeps moving does not); a peer gone fails it at once, abort() is seen between
+  // two transfers. CPU tensors, contiguous; a (peer, tag) once per call in each direction. See Note
+  // [Healing at link speed] in ddp/elastic/fault_tolerant.cpp.
+  struct Transfer {
+    int peer = 0;
+    int tag = 0;
+    torch::Tensor tensor;
+  };
+  void exchange(std::vector<Transfer>& sends, std::vector<Transfer>& receives, const char* what);
+
   // Asynchronous all-reduce (sum) of one tensor; finish it with wait(). `bucket`: the DDP bucket
   // index, for diagnostics (-1: none).
   c10::intrusive_ptr<c10d::Work> allreduce_async(torch::Tensor& tensor, const char* what = "allreduce",

@@ -3,6 +3,10 @@
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <string_view>
 
 #include "ddp/algorithms/diloco.h"
 #include "ddp/amp/grad_scaler.h"
@@ -11,11 +15,17 @@
 #include "ddp/checkpoint/detail/state_bytes.h"
 #include "ddp/checkpoint/detail/trainer_state.h"
 #include "ddp/optim/zero_redundancy_optimizer.h"
+#include "ddp/distributed/detail/collective_log.h"
 
 namespace ddp {
 namespace {
 
 constexpr const char* kStateMagic = "ddp live state 1";
+
+// The state's checksums (whole and per chunk: See Note [Healing at link speed]): XXH3-64, tens of
+// GB/s, so that checking gigabytes of state costs a fraction of their transfer (FNV-1a, a byte at a
+// time, took about a second per GB).
+std::uint64_t state_hash(std::string_view bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
 
 // A hook state's entries that belong to one rank only (See Note [Live recovery]).
 bool per_rank_entry(const std::string& name) { return name.rfind("error.", 0) == 0; }
@@ -254,36 +264,133 @@ void FaultTolerant::synchronize_state() {
   }
   if (source < 0) source = 0;  // the job's start: nobody holds state yet, rank 0's becomes it
   const auto best = progress(source);
-  bool anyone_receives = false;
-  bool receive = false;
+  std::vector<int> holders{source};  // the source first: it says the size and the checksums
+  std::vector<int> receivers;
   for (int r = 0; r < group_->size(); ++r) {
-    const bool needs = r != source && (!holds_state(r) || progress(r) < best);
-    anyone_receives = anyone_receives || needs;
-    if (r == group_->rank()) receive = needs;
+    if (r != source && holds_state(r) && progress(r) == best) holders.push_back(r);
+    if (r != source && (!holds_state(r) || progress(r) < best)) receivers.push_back(r);
   }
-  if (anyone_receives) {
-    std::string bytes = group_->rank() == source ? encode_state() : std::string();
-    auto checksum = torch::tensor({static_cast<std::int64_t>(detail::fnv1a64(bytes))}, torch::kLong);
-    group_->broadcast(checksum, source, "state checksum");
-    group_->broadcast_bytes(bytes, source, "training state");
-    if (receive) {
-      const auto expected = static_cast<std::uint64_t>(checksum.item<std::int64_t>());
-      const auto arrived = detail::fnv1a64(bytes);
-      if (arrived != expected) {
-        throw CommunicationError(str("live recovery: the state from rank ", source, " arrived with checksum ", arrived,
-                                     " but was sent with ", expected, " (", bytes.size(), " bytes)"));
-      }
+  if (!receivers.empty()) {
+    const auto started = std::chrono::steady_clock::now();
+    const Healed healed = heal(holders, receivers);
+    const std::string& bytes = healed.bytes;
+    if (std::find(receivers.begin(), receivers.end(), group_->rank()) != receivers.end()) {
       load_state(bytes, source);
-      const auto loaded = detail::fnv1a64(encode_state());
+      const auto loaded = state_hash(encode_state());
+      const auto expected = state_hash(bytes);
       if (loaded != expected) {
         throw MismatchError(str("live recovery: rank ", group_->rank(), " loaded the state of rank ", source,
                                 " but its own state now has checksum ", loaded, " instead of ", expected,
                                 ": the model, optimizer, scaler or hook differs from the source's (same "
                                 "model and optimizer types on every rank?)"));
       }
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      last_healing_ = Healing{static_cast<std::int64_t>(bytes.size()), healed.senders, healed.transfer_s, seconds};
+      group_->logger().info(str("live recovery: received ", detail::format_bytes(last_healing_.bytes), " of state from ",
+                                healed.senders, " rank(s): the transfer ", healed.transfer_s, " s (",
+                                static_cast<double>(bytes.size()) / healed.transfer_s / 1e6, " MB/s), loaded in ",
+                                seconds, " s"));
     }
   }
   has_state_ = true;
+}
+
+// Note [Healing at link speed]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A joiner's state used to come in one broadcast from the source to every rank of the new group:
+// the ranks that held it already received it again, and the source's link carried it once per
+// rank (a joiner among two holders got half of it; among seven, a seventh). Now only the ranks
+// that need it receive it, and from every rank that holds the same state (the state agreement's
+// best progress): the source broadcasts a manifest (the size, the whole state's XXH3-64 and each
+// chunk's), every holder encodes its own state and checks it against the manifest (an allreduce
+// tells all whether one differs; then the source alone sends), and chunk c of receiver j comes
+// from holder (c + j) mod H over the pair between the two (Gloo's connection of its own between
+// each two ranks, on the address each advertised: the one that routes to the peer, See Note
+// [Advertised address] in ddp/base/detail/route.h). All chunks are in flight at once; the
+// receiver checks each chunk against the manifest, so a corrupt one names its sender. A link
+// shaped to R then brings a joiner its state at R whatever the group's size, and several holders
+// fill a joiner's link when one sender's is slower (docs/faults.md, "Healing at link speed").
+FaultTolerant::Healed FaultTolerant::heal(const std::vector<int>& holders, const std::vector<int>& receivers) {
+  const int me = group_->rank();
+  const int source = holders.front();
+  const bool holder = std::find(holders.begin(), holders.end(), me) != holders.end();
+  if (options_.healing == FaultTolerantOptions::Healing::kBroadcast) {
+    std::string bytes = me == source ? encode_state() : std::string();
+    auto checksum = torch::tensor({static_cast<std::int64_t>(state_hash(bytes))}, torch::kLong);
+    group_->broadcast(checksum, source, "state checksum");
+    const auto sent = std::chrono::steady_clock::now();
+    group_->broadcast_bytes(bytes, source, "training state");
+    const double transfer_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+    const auto expected = static_cast<std::uint64_t>(checksum.item<std::int64_t>());
+    if (me != source && state_hash(bytes) != expected) {
+      throw CommunicationError(str("live recovery: the state from rank ", source, " arrived with checksum ",
+                                   state_hash(bytes), " but was sent with ", expected, " (", bytes.size(), " bytes)"));
+    }
+    return {std::move(bytes), 1, transfer_s};
+  }
+  std::string bytes = holder ? encode_state() : std::string();
+  const std::int64_t chunk = std::max<std::int64_t>(1, options_.heal_chunk_bytes);
+  // The manifest: [size, whole, chunk 0, chunk 1, ...] (checksums as int64).
+  auto size = torch::tensor({static_cast<std::int64_t>(bytes.size())}, torch::kLong);
+  group_->broadcast(size, source, "state size");
+  const std::int64_t total = size.item<std::int64_t>();
+  const std::int64_t chunks = (total + chunk - 1) / chunk;
+  auto manifest = torch::zeros({1 + chunks}, torch::kLong);
+  if (me == source) {
+    auto* m = manifest.data_ptr<std::int64_t>();
+    m[0] = static_cast<std::int64_t>(state_hash(bytes));
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      m[1 + c] = static_cast<std::int64_t>(
+          state_hash(std::string_view(bytes).substr(static_cast<std::size_t>(c * chunk), static_cast<std::size_t>(chunk))));
+    }
+  }
+  group_->broadcast(manifest, source, "state manifest");
+  const auto* m = manifest.data_ptr<std::int64_t>();
+  // Holders whose bytes differ from the source's (they should not: the same steps applied) leave
+  // the sending to the source.
+  const bool mine_differs =
+      holder && (static_cast<std::int64_t>(bytes.size()) != total || static_cast<std::int64_t>(state_hash(bytes)) != m[0]);
+  auto differs = torch::tensor({std::int64_t{mine_differs ? 1 : 0}}, torch::kLong);
+  group_->allreduce(differs, c10d::ReduceOp::MAX, "state agreement of the holders");
+  const std::vector<int> senders = differs.item<std::int64_t>() > 0 ? std::vector<int>{source} : holders;
+  const auto receiver_index = std::find(receivers.begin(), receivers.end(), me);
+  torch::Tensor inbox;
+  std::vector<ProcessGroup::Transfer> sends, receives;
+  const auto view = [&](torch::Tensor& whole, std::int64_t c) {
+    return whole.slice(0, c * chunk, std::min(total, (c + 1) * chunk));
+  };
+  torch::Tensor outbox;
+  if (std::find(senders.begin(), senders.end(), me) != senders.end()) {
+    outbox = torch::from_blob(bytes.data(), {total}, torch::kUInt8);
+  }
+  std::string received;  // the chunks land in it (no copy of gigabytes afterwards)
+  if (receiver_index != receivers.end()) {
+    received.resize(static_cast<std::size_t>(total));
+    inbox = torch::from_blob(received.data(), {total}, torch::kUInt8);
+  }
+  const auto senders_count = static_cast<std::int64_t>(senders.size());
+  for (std::size_t j = 0; j < receivers.size(); ++j) {
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      const int from = senders[static_cast<std::size_t>((c + static_cast<std::int64_t>(j)) % senders_count)];
+      if (from == me) sends.push_back({receivers[j], static_cast<int>(c), view(outbox, c)});
+      if (receivers[j] == me) receives.push_back({from, static_cast<int>(c), view(inbox, c)});
+    }
+  }
+  const auto sent = std::chrono::steady_clock::now();
+  group_->exchange(sends, receives, "training state");
+  const double transfer_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+  if (receiver_index == receivers.end()) return {};
+  for (const auto& r : receives) {
+    const auto c = static_cast<std::int64_t>(r.tag);
+    const auto arrived = state_hash(std::string_view(received).substr(static_cast<std::size_t>(c * chunk),
+                                                                           static_cast<std::size_t>(chunk)));
+    if (static_cast<std::int64_t>(arrived) != m[1 + c]) {
+      throw CommunicationError(str("live recovery: chunk ", c, " of the state from rank ", r.peer, " arrived with checksum ",
+                                   arrived, " but the source's is ", static_cast<std::uint64_t>(m[1 + c]), " (", total,
+                                   " bytes in chunks of ", chunk, ")"));
+    }
+  }
+  return {std::move(received), static_cast<int>(senders.size()), transfer_s};
 }
 
 std::string FaultTolerant::encode_state() const {
@@ -296,6 +403,9 @@ std::string FaultTolerant::encode_state() const {
     out.integer(*counter);
   }
   const auto tensors = model_ ? model_->tensors() : std::vector<std::pair<std::string, torch::Tensor>>();
+  std::size_t tensor_bytes = 0;
+  for (const auto& item : tensors) tensor_bytes += item.second.nbytes();
+  out.reserve(2 * tensor_bytes + (std::size_t{1} << 20));  // the model's, the optimizer's (e.g. momentum), the rest
   out.integer(static_cast<std::int64_t>(tensors.size()));
   for (const auto& [name, tensor] : tensors) {
     out.text(name);

@@ -56,7 +56,9 @@ class DiLoCo;  // ddp/algorithms/diloco.h
 //      others receive its state: no rank ends with a step the others do not have. Ranks without
 //      state or behind receive it: the source's parameters, buffers, optimizer state, scaler state,
 //      communication-hook state without its per-rank entries, step and tracked counters, in one
-//      byte string broadcast with its FNV-1a checksum; the receiver checks the bytes, loads them,
+//      byte string with its XXH3-64 checksum, sent in chunks by every rank that holds the same state
+//      to the ranks that need it only (See Note [Healing at link speed] in fault_tolerant.cpp);
+//      the receiver checks each chunk and the whole, loads them,
 //      encodes its own state again and checks that this gives the source's checksum (a mismatch is
 //      a ddp::MismatchError naming both sums). No file is read.
 //   f. on_new_group (re-shard the sampler at the new rank and world size there).
@@ -93,6 +95,13 @@ struct FaultTolerantOptions {
   std::function<void(ProcessGroup&, const Membership&)> on_group_built;
   // Called once the state is in sync on the new group: re-shard the sampler here.
   std::function<void(ProcessGroup&, const Membership&)> on_new_group;
+  // How the ranks that need the state receive it (See Note [Healing at link speed] in
+  // fault_tolerant.cpp): kFromPeers, in chunks of heal_chunk_bytes from every rank that holds it,
+  // sent only to the ranks that need it; kBroadcast, one broadcast from the source to every rank
+  // (what it was before; kept to compare).
+  enum class Healing { kFromPeers, kBroadcast };
+  Healing healing = Healing::kFromPeers;
+  std::int64_t heal_chunk_bytes = std::int64_t{8} << 20;
 };
 
 // Usage (every rank, the joiners too):
@@ -162,6 +171,15 @@ class FaultTolerant {
   int regroups() const { return regroups_; }
   // Why the last one ran ("start", "a peer was lost at step 7: ...", "a process waits to join").
   const std::string& last_regroup_reason() const { return last_regroup_reason_; }
+  // What this rank last received as a joiner or a rank behind (See Note [Healing at link speed]
+  // in fault_tolerant.cpp); bytes 0 when it never received the state.
+  struct Healing {
+    std::int64_t bytes = 0;
+    int senders = 0;          // ranks that sent chunks of it
+    double transfer_s = 0;    // the chunks' transfer (or the broadcast)
+    double total_s = 0;       // the state agreement to the state loaded and checked
+  };
+  const Healing& last_healing() const { return last_healing_; }
 
  private:
   struct TrackedModel {
@@ -179,6 +197,14 @@ class FaultTolerant {
   void unwatch();
   void watch_loop();
   void synchronize_state();
+  // Sends the training state to the ranks of `receivers`, from `holders` (same state, the source
+  // first); on a receiver, the bytes and how many ranks sent them. See Note [Healing at link speed].
+  struct Healed {
+    std::string bytes;
+    int senders = 0;
+    double transfer_s = 0;
+  };
+  Healed heal(const std::vector<int>& holders, const std::vector<int>& receivers);
   std::string encode_state() const;
   void load_state(const std::string& bytes, int source);
 
@@ -192,6 +218,7 @@ class FaultTolerant {
   std::int64_t step_ = 0;
   int regroups_ = 0;
   std::string last_regroup_reason_;
+  Healing last_healing_;
   std::optional<TrackedModel> model_;
   torch::optim::Optimizer* optimizer_ = nullptr;
   amp::GradScaler* scaler_ = nullptr;

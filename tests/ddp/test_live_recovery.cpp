@@ -126,6 +126,7 @@ struct Outcome {
   std::int64_t growth_tracker = -1;
   std::vector<std::int64_t> samples;  // the sampler's indices of the applied steps (Scenario::sampler)
   std::string last_regroup_reason;
+  ddp::FaultTolerant::Healing healing;  // what it last received
   torch::Tensor outer_state;  // DiLoCo's state after finish(), every tensor of it end to end
   std::int64_t outer_steps = -1;
 };
@@ -153,6 +154,9 @@ struct Scenario {
   // Bound of every collective: the detection bound of a silent peer.
   std::chrono::milliseconds group_timeout = ddp::testing::kRankTimeout;
   std::chrono::milliseconds settle_timeout = 20s;  // every lost rank is marked gone, unless a Plan says not
+  // FaultTolerantOptions::healing and heal_chunk_bytes (See Note [Healing at link speed]).
+  ddp::FaultTolerantOptions::Healing healing = ddp::FaultTolerantOptions::Healing::kFromPeers;
+  std::int64_t heal_chunk_bytes = std::int64_t{8} << 20;
   // FaultTolerantOptions::watch_interval (0: no watch).
   std::optional<std::chrono::milliseconds> watch_interval;
 };
@@ -195,6 +199,8 @@ std::vector<Outcome> run(const Scenario& scenario) {
         options.membership_timeout = 20s;
         options.group.timeout = plan.group_timeout.value_or(scenario.group_timeout);
         if (scenario.watch_interval) options.watch_interval = *scenario.watch_interval;
+        options.healing = scenario.healing;
+        options.heal_chunk_bytes = scenario.heal_chunk_bytes;
         // See Scenario::sampler: the sampler follows each new group (FaultTolerantOptions::on_new_group).
         std::optional<ddp::samplers::DistributedSampler> sampler;
         std::int64_t consumed = 0;  // samples of the epoch the applied steps trained on, all ranks
@@ -316,6 +322,7 @@ std::vector<Outcome> run(const Scenario& scenario) {
         out.steps = ft.steps();
         out.regroups = ft.regroups();
         out.last_regroup_reason = ft.last_regroup_reason();
+        out.healing = ft.last_healing();
         if (powersgd) out.hook_iterations = powersgd->iteration();
         out.scale = scaler.get_scale();
         out.growth_tracker = scaler.growth_tracker();
@@ -580,6 +587,54 @@ TEST_CASE("a joiner receives the state and trains on, bit for bit equal", "[live
   CHECK(outcomes[3].world_at == std::vector<int>{4, 4, 4});
   CHECK(outcomes[3].regroups == 1);
   CHECK(torch::allclose(outcomes[0].final_params, reference(outcomes[0].initial, expected), 1e-10, 1e-12));
+}
+
+// Note [Healing at link speed] in ddp/elastic/fault_tolerant.cpp.
+TEST_CASE("a joiner heals from every holder in chunks, or from one broadcast: the same state either way", "[live][heal]") {
+  for (const auto healing : {ddp::FaultTolerantOptions::Healing::kFromPeers, ddp::FaultTolerantOptions::Healing::kBroadcast}) {
+    Scenario scenario;
+    scenario.initial_world = 3;
+    scenario.joiners = 1;
+    scenario.total_steps = 5;
+    scenario.plans[3].joiner = true;
+    scenario.hold_for_joiner_at = 2;
+    scenario.healing = healing;
+    scenario.heal_chunk_bytes = 100;  // the state is a few KB: dozens of chunks, from each holder in turn
+    const auto outcomes = run(scenario);
+    for (std::size_t t = 0; t < outcomes.size(); ++t) {
+      INFO("thread " << t << ": " << outcomes[t].error);
+      REQUIRE(outcomes[t].error.empty());
+      CHECK(torch::equal(outcomes[t].final_params, outcomes[0].final_params));
+    }
+    const auto& joiner = outcomes[3].healing;
+    CHECK(joiner.bytes > 1000);
+    CHECK(joiner.senders == (healing == ddp::FaultTolerantOptions::Healing::kFromPeers ? 3 : 1));
+    CHECK(joiner.transfer_s > 0);
+    CHECK(joiner.total_s >= joiner.transfer_s);
+    CHECK(outcomes[0].healing.bytes == 0);    // the source received nothing
+    CHECK(outcomes[1].healing.senders == 1);  // at the start nobody holds state but rank 0's
+    CHECK(outcomes[1].healing.bytes > 500);
+  }
+}
+
+TEST_CASE("ProcessGroup::exchange: transfers slower than the abort poll complete, chunks land in place", "[live][heal]") {
+  // c10d's Gloo send and receive works fail for good when one wait of them times out: a receive that
+  // waits longer than ProcessGroup::kAbortPollInterval must still complete (Note [Healing at link speed]).
+  const auto received = ddp::testing::run_ranks<std::vector<std::int64_t>>(3, [](ddp::ProcessGroup& group) {
+    std::vector<ddp::ProcessGroup::Transfer> sends, receives;
+    auto inbox = torch::zeros({6}, torch::kLong);
+    if (group.rank() == 2) {
+      receives.push_back({0, 0, inbox.slice(0, 0, 3)});
+      receives.push_back({1, 1, inbox.slice(0, 3, 6)});
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(400 * (group.rank() + 1)));
+      const std::int64_t base = group.rank() == 0 ? 10 : 40;
+      sends.push_back({2, group.rank(), torch::tensor({base, base + 1, base + 2}, torch::kLong)});
+    }
+    group.exchange(sends, receives, "test transfer");
+    return std::vector<std::int64_t>(inbox.data_ptr<std::int64_t>(), inbox.data_ptr<std::int64_t>() + 6);
+  });
+  CHECK(received[2] == std::vector<std::int64_t>{10, 11, 12, 40, 41, 42});
 }
 
 TEST_CASE("a joiner with PowerSGD receives the hook's shared state", "[live]") {

@@ -20,6 +20,8 @@ namespace ddp::detail {
 // I integer, D double, S string, T tensor, L list, U tuple, M dict (count, then key and value).
 class StateWriter {
  public:
+  // Room for `bytes` in all, so that gigabytes of tensors are appended without reallocating.
+  void reserve(std::size_t bytes) { bytes_.reserve(bytes); }
   void integer(std::int64_t value);
   void real(double value);
   void text(const std::string& value);
