@@ -65,8 +65,9 @@ std::vector<process::WorkerLaunch> plan_workers(const config::LaunchConfig& c, c
   std::vector<process::WorkerLaunch> group;
   for (int lr = 0; lr < local.nproc + local.spares; ++lr) {
     const bool spare = lr >= local.nproc || (respawn && local.spares > 0);
-    const int rank = spare ? node.nnodes * local.nproc + node.node_rank * local.spares + (lr - local.nproc)
-                           : global_rank(node, lr);
+    // Numbered by place, not by role: a worker restarted as a spare keeps its rank's number.
+    const int rank = lr >= local.nproc ? node.nnodes * local.nproc + node.node_rank * local.spares + (lr - local.nproc)
+                                       : global_rank(node, lr);
     const process::WorkerFiles files = process::worker_files(run.run_folder, attempt, rank);
     WorkerSlot slot;
     slot.local_rank = lr;

@@ -196,6 +196,10 @@ TEST_CASE("plan: --spares adds spare processes after the workers, and a live res
   const auto restarted = plan_workers(c, node, local, run_in("/r"), 1, /*respawn=*/true);
   CHECK(env_of(restarted[0]).at("DDP_LIVE_SPARE") == "1");
   CHECK(env_of(restarted[0]).at("DDP_LIVE_MEMBER") == "node1/local0/attempt1");
+  // Its files keep its rank's number: each place of the node has folders of its own.
+  std::set<std::string> restarted_dirs;
+  for (const WorkerLaunch& w : restarted) restarted_dirs.insert(w.dir);
+  CHECK(restarted_dirs == std::set<std::string>{"/r/attempt_1/2", "/r/attempt_1/3", "/r/attempt_1/7"});
   local.spares = 0;
   CHECK(env_of(plan_workers(c, node, local, run_in("/r"), 1, /*respawn=*/true)[0]).count("DDP_LIVE_SPARE") == 0);
 }
