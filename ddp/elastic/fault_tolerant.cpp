@@ -277,7 +277,7 @@ void FaultTolerant::synchronize_state() {
     if (std::find(receivers.begin(), receivers.end(), group_->rank()) != receivers.end()) {
       load_state(bytes, source);
       const auto loaded = state_hash(encode_state());
-      const auto expected = state_hash(bytes);
+      const auto expected = healed.checksum;  // the source's, which the bytes were checked against
       if (loaded != expected) {
         throw MismatchError(str("live recovery: rank ", group_->rank(), " loaded the state of rank ", source,
                                 " but its own state now has checksum ", loaded, " instead of ", expected,
@@ -326,7 +326,7 @@ FaultTolerant::Healed FaultTolerant::heal(const std::vector<int>& holders, const
       throw CommunicationError(str("live recovery: the state from rank ", source, " arrived with checksum ",
                                    state_hash(bytes), " but was sent with ", expected, " (", bytes.size(), " bytes)"));
     }
-    return {std::move(bytes), 1, transfer_s};
+    return {std::move(bytes), 1, transfer_s, expected};
   }
   std::string bytes = holder ? encode_state() : std::string();
   const std::int64_t chunk = std::max<std::int64_t>(1, options_.heal_chunk_bytes);
@@ -348,8 +348,8 @@ FaultTolerant::Healed FaultTolerant::heal(const std::vector<int>& holders, const
   const auto* m = manifest.data_ptr<std::int64_t>();
   // Holders whose bytes differ from the source's (they should not: the same steps applied) leave
   // the sending to the source.
-  const bool mine_differs =
-      holder && (static_cast<std::int64_t>(bytes.size()) != total || static_cast<std::int64_t>(state_hash(bytes)) != m[0]);
+  const bool mine_differs = holder && me != source &&
+                            (static_cast<std::int64_t>(bytes.size()) != total || static_cast<std::int64_t>(state_hash(bytes)) != m[0]);
   auto differs = torch::tensor({std::int64_t{mine_differs ? 1 : 0}}, torch::kLong);
   group_->allreduce(differs, c10d::ReduceOp::MAX, "state agreement of the holders");
   const std::vector<int> senders = differs.item<std::int64_t>() > 0 ? std::vector<int>{source} : holders;
@@ -390,7 +390,7 @@ FaultTolerant::Healed FaultTolerant::heal(const std::vector<int>& holders, const
                                    " bytes in chunks of ", chunk, ")"));
     }
   }
-  return {std::move(received), static_cast<int>(senders.size()), transfer_s};
+  return {std::move(received), static_cast<int>(senders.size()), transfer_s, static_cast<std::uint64_t>(m[0])};
 }
 
 std::string FaultTolerant::encode_state() const {

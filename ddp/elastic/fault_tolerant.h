@@ -203,6 +203,7 @@ class FaultTolerant {
     std::string bytes;
     int senders = 0;
     double transfer_s = 0;
+    std::uint64_t checksum = 0;  // the whole state's, as the source computed it
   };
   Healed heal(const std::vector<int>& holders, const std::vector<int>& receivers);
   std::string encode_state() const;

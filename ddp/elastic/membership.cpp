@@ -100,13 +100,19 @@ std::string describe_wait(c10d::Store& store, std::uint64_t round, bool previous
              previous_member ? "" : " (only a member of the previous round closes it)");
 }
 
+// The pool's first index no closer has considered yet (See Note [Hot spares] in membership.h).
+std::int64_t first_unclaimed(c10d::Store& store) {
+  using detail::membership_keys::spare_key;
+  return store.check({spare_key("next")}) ? std::stoll(detail::bytes_to_text(store.get(spare_key("next")))) : 0;
+}
+
 // See Note [Hot spares] in membership.h: up to `wanted` spares, in the order they came, each given
 // a slot of `round` (called by the one member that holds the round's "closer" key).
 int claim_spares(c10d::Store& store, std::uint64_t round, int wanted) {
   using detail::membership_keys::spare_key;
   if (wanted <= 0 || !store.check({spare_key("count")})) return 0;
   const std::int64_t count = counter(store, spare_key("count"));
-  std::int64_t next = store.check({spare_key("next")}) ? std::stoll(detail::bytes_to_text(store.get(spare_key("next")))) : 0;
+  std::int64_t next = first_unclaimed(store);
   int claimed = 0;
   for (; next < count && claimed < wanted; ++next) {
     const std::string index = std::to_string(next);
@@ -125,9 +131,7 @@ int claim_spares(c10d::Store& store, std::uint64_t round, int wanted) {
 
 bool has_unclaimed_spares(c10d::Store& store) {
   using detail::membership_keys::spare_key;
-  if (!store.check({spare_key("count")})) return false;
-  const std::int64_t next = store.check({spare_key("next")}) ? std::stoll(detail::bytes_to_text(store.get(spare_key("next")))) : 0;
-  return counter(store, spare_key("count")) > next;
+  return store.check({spare_key("count")}) && counter(store, spare_key("count")) > first_unclaimed(store);
 }
 
 }  // namespace
