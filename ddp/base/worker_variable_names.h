@@ -39,6 +39,9 @@ inline constexpr char kUseAgentStore[] = "TORCHELASTIC_USE_AGENT_STORE";
 inline constexpr char kTorchNcclAsyncErrorHandling[] = "TORCH_NCCL_ASYNC_ERROR_HANDLING";  // 1 unless set
 // ddp_launch's own: the heartbeat socket (see Note [Agent channel] in ddp/base/agent_message.h) and the attempt's log folder.
 inline constexpr char kAgentSocket[] = "DDP_AGENT_SOCKET";
+// The rank the heartbeats claim when it is not RANK: a hot spare's, numbered after the world's
+// ranks (See Note [Hot spares in ddp_launch] in launcher/agent/plan.cpp).
+inline constexpr char kAgentRank[] = "DDP_AGENT_RANK";
 inline constexpr char kLogDir[] = "DDP_LOG_DIR";
 // How long init_process_group waits to join (seconds): ddp_launch's --rdzv_conf join_timeout (=
 // --rdzv_timeout); users may set it by hand. See Note [Waiting is never silent] in ddp/distributed/detail/join_wait.h.

@@ -391,7 +391,7 @@ std::optional<AgentEnvironment> parse_agent_environment(const EnvLookup& env) {
   }
   AgentEnvironment out;
   out.socket_path = *path;
-  out.rank = first_int(env, {env::kRank}, 0).value_or(0);
+  out.rank = first_int(env, {env::kAgentRank, env::kRank}, 0).value_or(0);
   return out;
 }
 

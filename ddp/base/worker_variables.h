@@ -109,7 +109,8 @@ struct InitMethod {
 InitMethod parse_init_method(const std::string& url);
 
 // Where heartbeats go (see Note [Agent channel] in ddp/base/agent_message.h): DDP_AGENT_SOCKET, set by
-// ddp_launch with --hang_timeout or --metrics_port, and this process's RANK (0 when unset).
+// ddp_launch with --hang_timeout or --metrics_port, and the rank the launcher knows this process by:
+// DDP_AGENT_RANK (a hot spare's), else RANK (0 when unset).
 struct AgentEnvironment {
   std::string socket_path;
   int rank = 0;

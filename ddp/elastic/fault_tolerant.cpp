@@ -147,7 +147,11 @@ bool FaultTolerant::step(const std::function<void()>& compute, const std::functi
     compute();
     const bool pending = group_->rank() == 0 && source_->change_pending(membership_.round);
     auto agreement = torch::tensor({step_, -step_, std::int64_t{pending ? 1 : 0}}, torch::kLong);
+    const auto waited_from = std::chrono::steady_clock::now();
     group_->allreduce(agreement, c10d::ReduceOp::MAX, "step agreement");
+    // Blocked for the slowest rank, as in the backward's all-reduce (See Note [Stragglers] in
+    // launcher/observe/straggler.h): the launcher's straggler report counts it as waiting.
+    if (model_) model_->count_wait(std::chrono::steady_clock::now() - waited_from);
     const auto* agreed = agreement.data_ptr<std::int64_t>();
     if (agreed[0] != step_ || -agreed[1] != step_) {
       throw MismatchError(str("live recovery: rank ", group_->rank(), " is at step ", step_,
@@ -293,6 +297,7 @@ void FaultTolerant::synchronize_state() {
     }
   }
   has_state_ = true;
+  if (model_) model_->continue_after(step_);  // See Note [Heartbeat steps in a live job] in ddp/parallel/detail/heartbeat_observer.cpp
 }
 
 // Note [Healing at link speed]

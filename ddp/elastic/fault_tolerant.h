@@ -133,6 +133,8 @@ class FaultTolerant {
     TrackedModel tracked;
     tracked.reset = [&model](std::shared_ptr<ProcessGroup> group) { model.reset_process_group(std::move(group)); };
     tracked.abandon = [&model] { model.abandon_iteration(); };
+    tracked.continue_after = [&model](std::int64_t steps) { model.continue_after_steps(steps); };
+    tracked.count_wait = [&model](std::chrono::steady_clock::duration waited) { model.count_wait(waited); };
     tracked.tensors = [&model] {
       std::vector<std::pair<std::string, torch::Tensor>> out;
       for (const auto& item : model.named_parameters()) out.emplace_back(item.key(), item.value());
@@ -185,6 +187,8 @@ class FaultTolerant {
   struct TrackedModel {
     std::function<void(std::shared_ptr<ProcessGroup>)> reset;
     std::function<void()> abandon;
+    std::function<void(std::int64_t)> continue_after;
+    std::function<void(std::chrono::steady_clock::duration)> count_wait;
     std::function<std::vector<std::pair<std::string, torch::Tensor>>()> tensors;
     std::function<CommHookInterface&()> hook;
   };

@@ -85,8 +85,10 @@ DdpCore::DdpCore(NamedTensors parameters, NamedTensors buffers, std::shared_ptr<
     p.hook_key = p.accumulator->add_post_hook(std::make_unique<GradReadyHook>(this, i));
   }
   m.reset_iteration();
-  auto channel = AgentChannel::from_environment(process_environment());
-  if (channel.active()) m.observers.push_back(std::make_unique<HeartbeatObserver>(std::move(channel), m.group->rank()));
+  // The launcher's rank for this process, not the group's: See Note [Heartbeat steps in a live job].
+  if (const auto agent = parse_agent_environment(process_environment())) {
+    m.observers.push_back(std::make_unique<HeartbeatObserver>(AgentChannel(agent->socket_path), agent->rank));
+  }
   m.group->logger().debug(str("DistributedDataParallel: ", n, " parameters in ", m.buckets.size(),
                               " buckets (", ddp::join(m.stats.bucket_bytes(), ", "), " bytes)"));
 }
@@ -185,6 +187,16 @@ void DdpCore::reset_process_group(std::shared_ptr<ProcessGroup> group) {
 void DdpCore::abandon_iteration() {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->reset_iteration();
+}
+
+void DdpCore::continue_after_steps(std::int64_t steps) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  for (auto& observer : impl_->observers) observer->on_steps_set(steps);
+}
+
+void DdpCore::count_wait(std::int64_t wait_ns) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  for (auto& observer : impl_->observers) observer->on_wait_outside(wait_ns);
 }
 
 std::vector<std::vector<std::string>> DdpCore::bucket_parameter_names() const {

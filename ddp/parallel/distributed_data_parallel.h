@@ -5,6 +5,7 @@
 // reducer (ddp/parallel/detail/reducer.h: buckets, all-reduces, the end of backward).
 #include <torch/nn/module.h>
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -83,6 +84,8 @@ class DdpCore {
   void reset_process_group(std::shared_ptr<ProcessGroup> group);
   // Drops the synchronized backward in flight (its works), e.g. after one of its collectives failed.
   void abandon_iteration();
+  void continue_after_steps(std::int64_t steps);
+  void count_wait(std::int64_t wait_ns);
   // See Note [Registering a hook] in distributed_data_parallel.cpp.
   void register_comm_hook(std::shared_ptr<CommHookInterface> hook);
   CommHookInterface& comm_hook() const;
@@ -342,6 +345,17 @@ class DistributedDataParallel {
   void reset_process_group(std::shared_ptr<ProcessGroup> group) { core_->reset_process_group(std::move(group)); }
   // Drops the synchronized backward in flight, e.g. after one of its collectives failed.
   void abandon_iteration() { core_->abandon_iteration(); }
+  // The training goes on after `steps` applied steps (a live recovery's new group, a resumed
+  // checkpoint): the launcher's heartbeat counts from there, the same step on every rank
+  // (See Note [Heartbeat steps in a live job] in ddp/parallel/detail/heartbeat_observer.cpp).
+  void continue_after_steps(std::int64_t steps) { core_->continue_after_steps(steps); }
+  // This iteration also waited `waited` in a collective of the training loop's own, after the
+  // backward (ddp::FaultTolerant's step agreement): the heartbeat counts it with the backward's
+  // exposed wait, so that the launcher's straggler report does not take it for this rank's work
+  // (See Note [Stragglers] in launcher/observe/straggler.h).
+  void count_wait(std::chrono::steady_clock::duration waited) {
+    core_->count_wait(std::chrono::duration_cast<std::chrono::nanoseconds>(waited).count());
+  }
 
   // Replaces DdpOptions::comm_hook's built-in by `hook` (ddp/algorithms/comm.h; PyTorch's
   // register_comm_hook): once, before the first synchronized backward, the same hook on every rank.

@@ -54,8 +54,9 @@ bool writes_log_files(const config::LaunchConfig& config, int nproc) {
 // member id of its own; ddp::live_job_from_environment makes it a spare, whose FaultTolerant::start()
 // waits in the job's spare pool until a lost worker's place is its (See Note [Hot spares] in
 // ddp/elastic/membership.h). It has no rank until then: RANK and LOCAL_RANK are its node's first
-// worker's (the torchrun variables stay valid), and its files and log lines are numbered after
-// the world's ranks (node_rank * K + the spare's index, plus the world size). A process of the job
+// worker's (the torchrun variables stay valid), and its files, log lines and heartbeats
+// (DDP_AGENT_RANK) are numbered after the world's ranks (node_rank * K + the spare's index, plus
+// the world size). A process of the job
 // that dies (a worker or a spare) is marked gone (mark_node_gone marks a node's or a worker's
 // unclaimed spares in the pool too) and restarted as a spare, within --max_restarts: the spare that
 // took its place trains on, and the pool is whole again. A host lost takes its spares with it. The
@@ -79,6 +80,7 @@ std::vector<process::WorkerLaunch> plan_workers(const config::LaunchConfig& c, c
     slot.virtual_local_rank = c.virtual_local_rank;
     slot.signals_to_handle = c.signals_to_handle;
     slot.agent_socket = run.agent_socket;
+    if (lr >= local.nproc) slot.agent_rank = rank;  // its RANK is its node's first worker's
     slot.join_timeout_s = c.rdzv_timeout_s;  // See Note [Waiting is never silent] in ddp/distributed/detail/join_wait.h
     if (!local.cpu_slices.empty()) slot.cpus = local.cpu_slices[lr];
     if (c.recovery == config::Recovery::kLive) {  // See Note [Live recovery with ddp_launch] in launcher/agent/live_recovery.cpp

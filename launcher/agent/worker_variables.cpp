@@ -57,6 +57,7 @@ std::vector<std::pair<std::string, std::string>> launcher_variables(const rendez
     vars.emplace_back(env::kCudaVisibleDevices, *slot.visible_gpu);
   }
   if (slot.agent_socket) vars.emplace_back(env::kAgentSocket, *slot.agent_socket);
+  if (slot.agent_socket && slot.agent_rank) vars.emplace_back(env::kAgentRank, std::to_string(*slot.agent_rank));
   if (slot.log_dir) vars.emplace_back(env::kLogDir, *slot.log_dir);
   if (slot.join_timeout_s) vars.emplace_back(env::kJoinTimeout, ddp::str(*slot.join_timeout_s));
   if (slot.live) {

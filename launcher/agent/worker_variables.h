@@ -17,6 +17,7 @@ struct WorkerSlot {
   std::optional<std::string> visible_gpu;  // CUDA_VISIBLE_DEVICES
   bool virtual_local_rank = false;         // LOCAL_RANK=0 (--virtual_local_rank)
   std::optional<std::string> agent_socket;  // DDP_AGENT_SOCKET (heartbeats), when the job is watched
+  std::optional<int> agent_rank;            // DDP_AGENT_RANK, with agent_socket: a spare's launcher rank
   std::optional<std::string> log_dir;      // DDP_LOG_DIR: the attempt's log folder (--log_dir only)
   std::vector<int> cpus;                   // --cpu_bind: the CPUs it is pinned to (empty: not pinned)
   std::string signals_to_handle;           // TORCHELASTIC_SIGNALS_TO_HANDLE (--signals_to_handle)

@@ -93,15 +93,20 @@ TEST_CASE("every variable ddp_launch sets is a name of the contract", "[env_cont
   const std::set<std::string> contract = {
       kRank, kLocalRank, kWorldSize, kLocalWorldSize, kGroupRank, kGroupWorldSize, kRoleName, kRoleRank,
       kRoleWorldSize, kMasterAddr, kMasterPort, kRestartCount, kMaxRestarts, kRunId, kErrorFile,
-      kAgentSocket, kLogDir, kCudaVisibleDevices, kCudaDeviceOrder, kOmpNumThreads, kSignalsToHandle,
+      kAgentSocket, kAgentRank, kLogDir, kCudaVisibleDevices, kCudaDeviceOrder, kOmpNumThreads, kSignalsToHandle,
       kTorchNcclAsyncErrorHandling};
   NodeAssignment node;
   node.nproc_per_node = 2;
   WorkerSlot slot;
   slot.visible_gpu = "1";
   slot.agent_socket = "/tmp/a.sock";
+  slot.agent_rank = 9;  // a spare's
   slot.log_dir = "/logs";
   slot.cpus = {0, 1};
+  // The heartbeats claim the launcher's rank for the process, not RANK (See Note [Hot spares in ddp_launch]).
+  const auto agent = ddp::parse_agent_environment(lookup_of(ddp::launcher::agent::launcher_variables(node, slot)));
+  REQUIRE(agent);
+  CHECK(agent->rank == 9);
   std::set<std::string> set_names;
   for (const auto& [name, value] : ddp::launcher::agent::launcher_variables(node, slot)) set_names.insert(name);
   for (const auto& entry : ddp::launcher::agent::worker_environment({}, node, slot)) {

@@ -3,6 +3,11 @@
 // agent reports), aborts and destroys its group (Gloo closes its pairs) and leaves. The survivors'
 // parameters are compared with a reference the test computes itself: plain SGD with momentum on
 // the average of the ranks' gradients, with the same world size at every step.
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
@@ -20,6 +25,8 @@
 #include "ddp/algorithms/diloco.h"
 #include "ddp/algorithms/model_averaging.h"
 #include "ddp/amp/grad_scaler.h"
+#include "ddp/base/agent_message.h"
+#include "ddp/base/str.h"
 #include "ddp/base/error.h"
 #include "ddp/elastic/fault_tolerant.h"
 #include "ddp/elastic/membership.h"
@@ -362,6 +369,22 @@ void check_survivors(const std::vector<Outcome>& outcomes, const std::vector<int
 
 }  // namespace
 
+namespace {
+
+// Three ranks train; a joiner waits from the start. The members hold after step 2 until it waits,
+// see it at step 3's agreement and regroup after step 3: it trains steps 4 on.
+Scenario three_and_a_joiner(std::int64_t total_steps) {
+  Scenario scenario;
+  scenario.initial_world = 3;
+  scenario.joiners = 1;
+  scenario.total_steps = total_steps;
+  scenario.plans[3].joiner = true;
+  scenario.hold_for_joiner_at = 2;
+  return scenario;
+}
+
+}  // namespace
+
 TEST_CASE("a lost rank: the survivors drop the step and match the reference", "[live]") {
   Scenario scenario;
   scenario.total_steps = 5;
@@ -564,12 +587,7 @@ TEST_CASE("a failure during recovery below the minimum size ends with a clear er
 }
 
 TEST_CASE("a joiner receives the state and trains on, bit for bit equal", "[live]") {
-  Scenario scenario;
-  scenario.initial_world = 3;
-  scenario.joiners = 1;
-  scenario.total_steps = 6;
-  scenario.plans[3].joiner = true;
-  scenario.hold_for_joiner_at = 2;  // the join happens after step 2
+  Scenario scenario = three_and_a_joiner(6);
   scenario.scaler = true;
   const auto outcomes = run(scenario);
   for (std::size_t t = 0; t < outcomes.size(); ++t) {
@@ -589,15 +607,59 @@ TEST_CASE("a joiner receives the state and trains on, bit for bit equal", "[live
   CHECK(torch::allclose(outcomes[0].final_params, reference(outcomes[0].initial, expected), 1e-10, 1e-12));
 }
 
+// Note [Heartbeat steps in a live job] in ddp/parallel/detail/heartbeat_observer.cpp: the launcher
+// knows each worker by the rank it started it with, and lines the ranks' steps up by number. This
+// process reads the heartbeats itself (all ranks are its threads: one pid, one DDP_AGENT_RANK).
+TEST_CASE("heartbeats under FaultTolerant claim the launcher's rank and count the training's steps, a joiner's too",
+          "[live][heartbeat]") {
+  const std::string path = ddp::str("/tmp/ddp-heartbeat-test-", ::getpid(), ".sock");
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::snprintf(address.sun_path, sizeof address.sun_path, "%s", path.c_str());
+  ::unlink(path.c_str());
+  REQUIRE(::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0);
+  std::atomic<bool> done{false};
+  std::vector<ddp::AgentMessage> heard;
+  std::thread reader([&] {  // drains as they come: a datagram socket queues only a few
+    while (!done) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      unsigned char buffer[256];
+      const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
+      if (n <= 0) continue;
+      if (const auto m = ddp::decode_agent_message(buffer, static_cast<std::size_t>(n))) heard.push_back(*m);
+    }
+  });
+  ::setenv("DDP_AGENT_SOCKET", path.c_str(), 1);
+  ::setenv("DDP_AGENT_RANK", "7", 1);  // a spare's: not the group's rank, which changes
+  Scenario scenario = three_and_a_joiner(6);
+  const auto outcomes = run(scenario);
+  ::unsetenv("DDP_AGENT_SOCKET");
+  ::unsetenv("DDP_AGENT_RANK");
+  std::this_thread::sleep_for(100ms);
+  done = true;
+  reader.join();
+  ::close(fd);
+  ::unlink(path.c_str());
+  for (const auto& outcome : outcomes) REQUIRE(outcome.error.empty());
+  REQUIRE(outcomes[3].world_at == std::vector<int>{4, 4, 4});
+  // Every heartbeat says rank 7; "entering step S" for S = 1..6, by 3 ranks before the join and by 4
+  // after it: the joiner says 4, 5, 6 (counting its own forwards it said 1, 2, 3).
+  std::map<std::int64_t, int> ranks_at_step;
+  for (const auto& m : heard) {
+    CHECK(m.rank == 7);
+    CHECK((m.flags & ddp::AgentMessage::kHasStep) != 0);
+    ++ranks_at_step[m.step];
+  }
+  CHECK(ranks_at_step == std::map<std::int64_t, int>{{1, 3}, {2, 3}, {3, 3}, {4, 4}, {5, 4}, {6, 4}});
+}
+
 // Note [Healing at link speed] in ddp/elastic/fault_tolerant.cpp.
 TEST_CASE("a joiner heals from every holder in chunks, or from one broadcast: the same state either way", "[live][heal]") {
   for (const auto healing : {ddp::FaultTolerantOptions::Healing::kFromPeers, ddp::FaultTolerantOptions::Healing::kBroadcast}) {
-    Scenario scenario;
-    scenario.initial_world = 3;
-    scenario.joiners = 1;
-    scenario.total_steps = 5;
-    scenario.plans[3].joiner = true;
-    scenario.hold_for_joiner_at = 2;
+    Scenario scenario = three_and_a_joiner(5);
     scenario.healing = healing;
     scenario.heal_chunk_bytes = 100;  // the state is a few KB: dozens of chunks, from each holder in turn
     const auto outcomes = run(scenario);

@@ -192,6 +192,12 @@ TEST_CASE("plan: --spares adds spare processes after the workers, and a live res
   CHECK(spare.local_rank == 2);
   CHECK(spare.rank == 6 + 1);  // numbered after the world's ranks: node 1's first spare
   CHECK(spare.dir == "/r/attempt_0/7");
+  CHECK(env.count("DDP_AGENT_RANK") == 0);  // no heartbeats without the agent socket
+  RunContext watched = run_in("/r");
+  watched.agent_socket = "/tmp/agent.sock";
+  const auto watched_plan = plan_workers(c, node, local, watched, 0);
+  CHECK(env_of(watched_plan[2]).at("DDP_AGENT_RANK") == "7");  // its heartbeats say the rank the launcher knows
+  CHECK(env_of(watched_plan[0]).count("DDP_AGENT_RANK") == 0);  // a worker's RANK is that rank already
   // A dead worker restarted in a job with spares comes back as a spare (the one that took its place trains on).
   const auto restarted = plan_workers(c, node, local, run_in("/r"), 1, /*respawn=*/true);
   CHECK(env_of(restarted[0]).at("DDP_LIVE_SPARE") == "1");

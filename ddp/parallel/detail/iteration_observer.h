@@ -15,6 +15,10 @@ class IterationObserver {
   // the end of the last bucket's work), of which backward waited `exposed_wait_ns` after its
   // compute (the peers' lag and the last bucket's transfer).
   virtual void on_synchronized_backward(std::int64_t communication_ns, std::int64_t exposed_wait_ns) = 0;
+  // The training goes on after `steps` applied steps (DistributedDataParallel::continue_after_steps).
+  virtual void on_steps_set(std::int64_t steps) { (void)steps; }
+  // The iteration waited `wait_ns` in a collective outside the backward (DistributedDataParallel::count_wait).
+  virtual void on_wait_outside(std::int64_t wait_ns) { (void)wait_ns; }
 };
 
 }  // namespace ddp::detail
