@@ -6,6 +6,8 @@
 //       build/bin/live_recovery_demo --steps 200   (one command line, on every host)
 // It trains on a fixed data set (--samples, made from a fixed seed) through ddp::DistributedSampler,
 // --batch samples per rank and step, re-sharded at every membership change. See Note [Live demo data].
+// --step-ms M sleeps M ms in each step after its backward; --spin-ms C computes C ms of CPU time
+// before its forward (a CPU quota on one host then makes its ranks stragglers: hosts.live_straggler).
 // Prints "live demo: started pid P ...", one "live demo: step S world W at_ms T" per applied step
 // (T: the wall clock, for the recovery figure), and at the end
 // "live demo: finished S steps pid P params <FNV-1a of the parameters>" (equal on every rank).
@@ -33,6 +35,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -53,12 +56,13 @@
 namespace {
 
 constexpr const char* kFlags =
-    "flags: --steps --step-ms --settle-ms --timeout-ms --samples --batch --hold-group-ms --params-out --reference "
+    "flags: --steps --step-ms --spin-ms --settle-ms --timeout-ms --samples --batch --hold-group-ms --params-out --reference "
     "--log-samples --checkpoint-dir --checkpoint-every";
 
 struct Args {
   std::int64_t steps = 100;
   int step_ms = 0;       // extra time per step, so that a test can act mid-training
+  int spin_ms = 0;       // CPU time per step before the forward: a CPU quota makes this rank a straggler
   int settle_ms = 2000;  // StoreMembershipOptions::settle_timeout
   int timeout_ms = 10000;  // each collective's bound: the detection bound of a silent host
   int samples = 96;      // the data set's size
@@ -71,6 +75,19 @@ struct Args {
   // --reference: the world size of each applied step, as (world size, steps) runs.
   std::vector<std::pair<int, std::int64_t>> reference;
 };
+
+// Busy for `ms` of this thread's CPU time (not wall time: a slowed rank takes longer for the same work).
+void spin_for_cpu_ms(int ms) {
+  if (ms <= 0) return;
+  const auto cpu_ns = [] {
+    timespec t{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return static_cast<std::int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
+  };
+  const std::int64_t until = cpu_ns() + static_cast<std::int64_t>(ms) * 1000000;
+  while (cpu_ns() < until) {
+  }
+}
 
 std::vector<std::pair<int, std::int64_t>> parse_schedule(const std::string& text) {
   std::vector<std::pair<int, std::int64_t>> runs;
@@ -115,6 +132,8 @@ Args parse_args(int argc, char** argv) {
       args.steps = value;
     } else if (flag == "--step-ms") {
       args.step_ms = value;
+    } else if (flag == "--spin-ms") {
+      args.spin_ms = value;
     } else if (flag == "--settle-ms") {
       args.settle_ms = value;
     } else if (flag == "--timeout-ms") {
@@ -378,6 +397,7 @@ int train(const Args& args) {
     const auto y = rows(data.y, indices);
     const bool applied = ft.step(
         [&] {
+          spin_for_cpu_ms(args.spin_ms);
           optimizer.zero_grad();
           torch::mse_loss(model(x), y).backward();
           if (args.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(args.step_ms));

@@ -70,6 +70,33 @@ struct Worker {
 
 using Clock = std::chrono::steady_clock;
 
+// The job channel as the straggler report's peers, in restart-based rounds: ranks are unique in a
+// round, node 0's launcher names every rank.
+class JobLinkStragglers : public observe::StragglerPeers {
+ public:
+  JobLinkStragglers(channel::JobLink& link, int node_rank) : link_(link), node_rank_(node_rank) {}
+  std::vector<std::pair<int, observe::StepTiming>> exchange(int round,
+                                                            const std::vector<std::pair<int, observe::StepTiming>>& local) override {
+    link_.publish_timings(round, observe::encode_timings(local));
+    std::vector<std::pair<int, observe::StepTiming>> remote;
+    for (const std::string& items : link_.take_timings(round)) {
+      const auto decoded = observe::decode_timings(items);
+      remote.insert(remote.end(), decoded.begin(), decoded.end());
+    }
+    return remote;
+  }
+  std::string name_of(int key) const override { return link_.name_of_rank(key); }
+  bool names_every_rank() const override { return node_rank_ == 0; }
+  std::optional<std::string> leave(int round, const std::string& why) override {
+    link_.report_failure(round, why);
+    return std::nullopt;
+  }
+
+ private:
+  channel::JobLink& link_;
+  int node_rank_;
+};
+
 std::optional<std::chrono::system_clock::time_point> file_mtime(const std::string& path) {
   struct stat st {};
   if (path.empty() || ::stat(path.c_str(), &st) != 0) return std::nullopt;
@@ -225,10 +252,10 @@ class Attempt {
   }
 
   // --straggler_action warn (See Note [Stragglers] in launcher/observe/straggler.h): timings go to and
-  // come from the other nodes; node 0's launcher names every straggler, the others their own ranks.
-  // A rank is named once when it becomes one, and said to be one no longer when its ratio falls
-  // back below the middle of 1 and the factor (so a ratio hovering at the factor is not named at
-  // every pass).
+  // come from the other nodes; one launcher names every straggler (node 0's, or the live job's
+  // store host's), the others their own ranks. A rank is named once when it becomes one, and said to
+  // be one no longer when its ratio falls back below the middle of 1 and the factor (so a ratio
+  // hovering at the factor is not named at every pass).
   void check_stragglers() {
     observe::ProgressBoard* board = options_.progress;
     if (board == nullptr || !board->watches_stragglers()) return;
@@ -236,19 +263,20 @@ class Attempt {
     if (now - stragglers_checked_ < std::chrono::milliseconds(100)) return;
     stragglers_checked_ = now;
     const auto local = board->take_local_timings();
-    if (options_.link != nullptr) {
-      options_.link->publish_timings(attempt_, observe::encode_timings(local));
-      for (const std::string& items : options_.link->take_timings(attempt_)) {
-        board->add_remote_timings(observe::decode_timings(items));
+    observe::StragglerPeers* peers = straggler_peers();
+    if (peers != nullptr) {
+      const auto remote = peers->exchange(attempt_, local);
+      for (const auto& timing : remote) {
+        if (const auto label = peers->rank_and_host(timing.first)) board->label_remote_rank(timing.first, label->first, label->second);
       }
+      board->add_remote_timings(remote);
     }
     const observe::StragglerOptions& o = board->straggler_options();
-    const bool names_all = board->node_rank() == 0;
+    const bool names_all = peers == nullptr || peers->names_every_rank();
     for (const observe::RankStanding& s : board->straggler_standings()) {
       const bool ours = std::any_of(workers_.begin(), workers_.end(), [&](const Worker& w) { return w.launch.rank == s.rank; });
       if (!names_all && !ours) continue;
-      const std::string name = options_.link != nullptr ? options_.link->name_of_rank(s.rank)
-                                                         : ddp::str("rank ", s.rank, " on ", options_.host_name);
+      const std::string name = peers != nullptr ? peers->name_of(s.rank) : ddp::str("rank ", s.rank, " on ", options_.host_name);
       if (s.straggler && named_stragglers_.insert(s.rank).second) {
         const std::string straggler = observe::describe_straggler(s, o.window, name);
         spdlog::warn("straggler: {} (--straggler_factor {})", straggler, o.factor);
@@ -259,20 +287,37 @@ class Attempt {
     }
   }
 
+  observe::StragglerPeers* straggler_peers() {
+    if (options_.straggler_peers != nullptr) return options_.straggler_peers;
+    if (options_.link != nullptr && !link_stragglers_) link_stragglers_.emplace(*options_.link, options_.progress->node_rank());
+    return link_stragglers_ ? &*link_stragglers_ : nullptr;
+  }
+
   // Note [Replacing a straggler]
   // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
   // --straggler_action replace treats a rank named a straggler as lost, the way a slow host is
-  // handled by hand: its launcher (the only one that acts on it; node 0's names it too) tells the
-  // other launchers over the job channel, which stop their groups as for a failure and go on in
-  // the next elastic round without this node (or with a node that waited for a place at --nnodes
-  // MAX: a spare host), and it stops its own workers and leaves the job, exiting 0 (a scheduler
-  // that restarts failed tasks must not bring the slow host back; its line says why it left). Only
-  // in restart-based elastic rounds: they carry every node's step timings, and the job goes on
-  // with MIN nodes. The rounds resume from the training's checkpoint, as after any loss.
+  // handled by hand: its launcher (the only one that acts on it; another names it too) tells the
+  // other launchers, stops its own workers and leaves the job, exiting 0 (a scheduler that restarts
+  // failed tasks must not bring the slow host back; its line says why it left).
+  //   - In restart-based elastic rounds the job channel carries the word: the other launchers stop
+  //     their groups as for a failure and go on in the next round without this node (or with a
+  //     node that waited for a place at --nnodes MAX: a spare host), resumed from the training's
+  //     checkpoint, as after any loss.
+  //   - In a live job (--recovery live) the launcher marks its workers gone in the training's
+  //     membership before it stops them (LiveStragglerPeers in launcher/agent/live_recovery.cpp), so
+  //     the others regroup at once without them: a hot spare (--spares) takes each place and the
+  //     world size stays, or the world shrinks, as after a host's loss; no checkpoint is read. The
+  //     launcher that serves the job's store cannot leave (the job needs its store): its stragglers
+  //     are only named.
   void replace_straggler(const std::string& straggler) {
     if (stopping_ || replaced_) return;
-    replaced_ = ddp::str("--straggler_action replace: ", straggler, "; this node leaves the job");
-    if (options_.link != nullptr) options_.link->report_failure(attempt_, *replaced_);
+    const std::string why = ddp::str("--straggler_action replace: ", straggler, "; this node leaves the job");
+    observe::StragglerPeers* peers = straggler_peers();
+    if (const auto stays = peers != nullptr ? peers->leave(attempt_, why) : std::nullopt) {
+      spdlog::warn("--straggler_action replace: {}", *stays);
+      return;
+    }
+    replaced_ = why;
     begin_stop(true, "--straggler_action replace: this node leaves the job");
   }
 
@@ -558,6 +603,7 @@ class Attempt {
   Clock::time_point stragglers_checked_;
   std::set<int> named_stragglers_;  // ranks named as stragglers (See check_stragglers)
   std::optional<std::string> replaced_;  // See Note [Replacing a straggler]
+  std::optional<JobLinkStragglers> link_stragglers_;
 };
 
 }  // namespace

@@ -7,9 +7,12 @@
 #include <cerrno>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "ddp/base/error.h"
 #include "ddp/base/detail/route.h"
@@ -17,6 +20,7 @@
 #include "launcher/rendezvous/store_rendezvous.h"
 #include "launcher/agent/live_respawn.h"
 #include "launcher/channel/live_watch.h"
+#include "launcher/observe/straggler.h"
 #include "launcher/process/net.h"
 
 namespace ddp::launcher::agent {
@@ -154,6 +158,74 @@ std::string describe_mark(int marked) {
   return "the rendezvous store did not answer: the survivors wait their settle timeout";
 }
 
+// --straggler_action in a live job: the other launchers' timings over the liveness channel (See Note
+// [Stragglers in a live job] in launcher/channel/live_watch.cpp); the serving launcher names every
+// rank and cannot leave (See Note [Replacing a straggler] in launcher/agent/attempt.cpp).
+class LiveStragglerPeers : public observe::StragglerPeers {
+ public:
+  LiveStragglerPeers(LiveWatch& watch, std::string node_key, std::string host_name, std::function<void()> mark_gone)
+      : watch_(watch), node_key_(std::move(node_key)), host_name_(std::move(host_name)), mark_gone_(std::move(mark_gone)) {}
+
+  std::vector<std::pair<int, observe::StepTiming>> exchange(int, const std::vector<std::pair<int, observe::StepTiming>>& local) override {
+    constexpr std::size_t kPerLine = 256;  // a line stays far below LineConnection's 64 KiB
+    for (std::size_t first = 0; first < local.size(); first += kPerLine) {
+      const auto last = local.begin() + static_cast<std::ptrdiff_t>(std::min(local.size(), first + kPerLine));
+      const std::string items = observe::encode_timings({local.begin() + static_cast<std::ptrdiff_t>(first), last});
+      if (watch_.server) watch_.server->publish_timings(node_key_, host_name_, items);
+      else if (watch_.client) watch_.client->publish_timings(items);
+    }
+    std::vector<std::pair<int, observe::StepTiming>> remote;
+    for (const channel::NodeTimings& t : watch_.server ? watch_.server->take_timings() : watch_.client->take_timings()) {
+      if (t.node_key == node_key_) continue;
+      for (const auto& [rank, timing] : observe::decode_timings(t.items)) remote.emplace_back(key_of(t, rank), timing);
+    }
+    return remote;
+  }
+
+  std::string name_of(int key) const override {
+    const auto it = names_.find(key);
+    return it != names_.end() ? it->second : ddp::str("rank ", key, " on ", host_name_);
+  }
+
+  std::optional<std::pair<int, std::string>> rank_and_host(int key) const override {
+    const auto it = labels_.find(key);
+    if (it == labels_.end()) return std::nullopt;
+    return it->second;
+  }
+
+  bool names_every_rank() const override { return watch_.server != nullptr; }
+
+  std::optional<std::string> leave(int, const std::string&) override {
+    if (watch_.server) {
+      return "this launcher serves the job's store, which a live job cannot lose: it stays, and its straggler is only "
+             "named";
+    }
+    mark_gone_();
+    watch_.client->set_succeeded(false);  // no goodbye: its end is a loss
+    return std::nullopt;
+  }
+
+ private:
+  // Another node's rank: launch ranks repeat across the nodes of a live job, node keys do not.
+  int key_of(const channel::NodeTimings& t, int rank) {
+    constexpr int kFirstRemoteKey = 1 << 20;  // above every launch rank
+    const auto [it, added] = keys_.try_emplace({t.node_key, rank}, kFirstRemoteKey + static_cast<int>(keys_.size()));
+    if (added) {
+      names_[it->second] = ddp::str("rank ", rank, " on ", t.host_name);
+      labels_[it->second] = {rank, t.host_name};
+    }
+    return it->second;
+  }
+
+  LiveWatch& watch_;
+  std::string node_key_;
+  std::string host_name_;
+  std::function<void()> mark_gone_;
+  std::map<std::pair<std::string, int>, int> keys_;
+  std::map<int, std::string> names_;
+  std::map<int, std::pair<int, std::string>> labels_;
+};
+
 class LiveRecovery : public PolicyWithContext {
  public:
   explicit LiveRecovery(const AgentContext& context)
@@ -207,10 +279,22 @@ class LiveRecovery : public PolicyWithContext {
     // TORCHELASTIC_RESTART_COUNT: the round this node joined, so that a worker of a later round (> 0)
     // joins the training as a joiner. The group starts once: a dead worker is restarted alone.
     options.respawn_worker = [this, node = round.node](int local_rank) { return respawn(node, local_rank); };
+    if (config_.stragglers) {
+      stragglers_ = std::make_unique<LiveStragglerPeers>(watch_, node_key_, host_name_, [this] {
+        const int marked = rendezvous_.mark_node_gone(prefix_, node_key_, first_.round == 0 ? local_.nproc : 0);
+        spdlog::warn("--straggler_action replace: leaving the live job; {}", describe_mark(marked));
+      });
+      options.straggler_peers = stragglers_.get();
+    }
     return [this, node = round.node](int) { return prepare_attempt(config_, node, local_, run_, first_.round); };
   }
 
   bool next_round_follows(AgentRound&, SupervisorResult& result) override {
+    if (result.replaced && !result.launcher_signal) {  // See Note [Replacing a straggler] in launcher/agent/attempt.cpp
+      spdlog::warn("{}: the other nodes go on without it; exiting 0", *result.replaced);
+      result.exit_code = 0;
+      return false;  // its liveness connection closes without a goodbye (LiveStragglerPeers::leave)
+    }
     if (watch_.client) watch_.client->set_succeeded(result.exit_code == 0);
     return false;
   }
@@ -264,6 +348,7 @@ class LiveRecovery : public PolicyWithContext {
   LiveWatch watch_;
   std::unique_ptr<LiveAdmission> admission_;
   LiveRespawnPolicy respawns_;
+  std::unique_ptr<LiveStragglerPeers> stragglers_;
 };
 
 }  // namespace

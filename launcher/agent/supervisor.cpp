@@ -77,6 +77,7 @@ SupervisorResult supervise(const SupervisorOptions& options, const GroupFactory&
     // Stopped for a reason outside this node's workers (live: the store's host lost, See Note [The
     // store's host lost]): the summary names it, and the job failed even if they exited cleanly.
     result.stopped_by = run.stopped_by;
+    result.replaced = run.replaced;  // See Note [Replacing a straggler] in attempt.cpp
     if (run.stopped_by && !run.launcher_signal && result.exit_code == 0) result.exit_code = 1;
     if (options.link != nullptr) {
       if (coordinated_restart(options, signals, attempt, run, result)) continue;

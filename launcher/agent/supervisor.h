@@ -16,6 +16,7 @@
 namespace ddp::launcher::observe {
 class AgentSocket;
 class ProgressBoard;
+class StragglerPeers;
 }  // namespace ddp::launcher::observe
 namespace ddp::launcher::channel {
 class JobLink;
@@ -42,6 +43,9 @@ struct SupervisorOptions {
   // --straggler_action replace: this node leaves the job when one of its ranks is named a straggler
   // (See Note [Replacing a straggler] in launcher/agent/attempt.cpp).
   bool replace_stragglers = false;
+  // --straggler_action in a live job: the other launchers' timings (See Note [Stragglers in a live
+  // job] in launcher/channel/live_watch.cpp); null: the job channel's (`link`), or none.
+  observe::StragglerPeers* straggler_peers = nullptr;
   // Signals forwarded to the workers, each then stopping the job (--signals_to_handle); empty:
   // kForwardedSignals (SIGINT, SIGTERM, SIGHUP, SIGQUIT).
   std::vector<int> forwarded_signals;

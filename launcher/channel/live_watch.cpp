@@ -11,6 +11,7 @@
 #include <cstring>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "ddp/base/error.h"
 #include "ddp/base/str.h"
@@ -50,16 +51,57 @@
 // comes back reconnects and is watched again, but stays counted as lost for admission (its workers
 // rejoin the training as joiners only if its launcher restarts them).
 
+// Note [Stragglers in a live job]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The straggler report compares every rank's step timings (See Note [Stragglers] in
+// launcher/observe/straggler.h), so each launcher needs the others'. A live job has no job
+// channel; its liveness channel connects every launcher to the serving one already, so the
+// timings travel there: a launcher sends "timings <items>" (its ranks' new timings, at most every
+// 100 ms), and the serving launcher, which knows each connection's node from its hello, relays
+// "timings <node key> <host> <items>" to every other launcher and keeps a copy. Launch ranks are
+// not unique in a live job (a node that joins later may get a node rank that a survivor still
+// has), so a receiver keys another node's ranks by its node key (LiveStragglerPeers in
+// launcher/agent/live_recovery.cpp). Timings lost with a connection are lost: the report waits for
+// a complete window again.
+
 namespace ddp::launcher::channel {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr std::size_t kMaxHeldTimings = 1024;  // relayed lines nobody took (a launcher not watching)
 
 void make_wake_pipe(int (&wake)[2]) {
   if (::pipe2(wake, O_CLOEXEC) != 0) throw ddp::Error(ddp::str("live watch: pipe2 failed: ", std::strerror(errno)));
 }
 
 }  // namespace
+
+void TimingsMailbox::post(const std::string& line) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (outgoing_.size() < kMaxHeldTimings) outgoing_.push_back(line);
+}
+
+std::vector<std::string> TimingsMailbox::outgoing() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::exchange(outgoing_, {});
+}
+
+void TimingsMailbox::deliver(NodeTimings timings) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (incoming_.size() < kMaxHeldTimings) incoming_.push_back(std::move(timings));
+}
+
+std::vector<NodeTimings> TimingsMailbox::take() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::exchange(incoming_, {});
+}
+
+std::optional<NodeTimings> parse_relayed_timings(const std::string& text) {
+  std::istringstream in(text);
+  NodeTimings t;
+  if (!(in >> t.node_key >> t.host_name >> t.items)) return std::nullopt;
+  return t;
+}
 
 std::string live_node_key(int rendezvous_round, int node_rank) {
   return rendezvous_round == 0 ? ddp::str("node", node_rank) : ddp::str("node", node_rank, ".r", rendezvous_round);
@@ -78,7 +120,8 @@ bool NodeLiveness::hello(int connection, const std::string& text, const std::str
     return false;
   }
   peer.node.first_round_workers = *count;
-  peer.node.host = ddp::str(host.empty() ? std::string("?") : host, " at ", peer_address);
+  peer.node.host_name = host.empty() ? std::string("?") : host.substr(0, host.find(' '));
+  peer.node.host = ddp::str(peer.node.host_name, " at ", peer_address);
   peer.last_heard = now;
   peers_[connection] = std::move(peer);
   return true;
@@ -92,6 +135,11 @@ void NodeLiveness::heard(int connection, Clock::time_point now) {
 void NodeLiveness::goodbye(int connection) {
   const auto it = peers_.find(connection);
   if (it != peers_.end()) it->second.said_goodbye = true;
+}
+
+const LostNode* NodeLiveness::node_of(int connection) const {
+  const auto it = peers_.find(connection);
+  return it == peers_.end() ? nullptr : &it->second.node;
 }
 
 std::optional<LostNode> NodeLiveness::closed(int connection) {
@@ -136,6 +184,11 @@ LiveWatchServer::LiveWatchServer(int listen_fd, double silence_timeout_s, std::f
 
 LiveWatchServer::~LiveWatchServer() { end_thread(wake_, thread_); }
 
+void LiveWatchServer::publish_timings(const std::string& node_key, const std::string& host_name,
+                                      const std::string& items) {
+  timings_.post(ddp::str("timings ", node_key, " ", host_name, " ", items));
+}
+
 void LiveWatchServer::run(int listen_fd, double silence_timeout_s) {
   NodeLiveness table(silence_timeout_s);
   std::map<int, LineConnection> connections;
@@ -154,6 +207,11 @@ void LiveWatchServer::run(int listen_fd, double silence_timeout_s) {
     }
     ::poll(fds.data(), fds.size(), 100);
     if (fds[0].revents != 0) break;
+    for (const std::string& line : timings_.outgoing()) {  // See Note [Stragglers in a live job]
+      for (auto& [id, c] : connections) {
+        if (table.node_of(id) != nullptr) c.send(line);
+      }
+    }
     if (fds[1].revents & POLLIN) {
       const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd >= 0) connections.emplace(next_id++, LineConnection(fd));
@@ -175,6 +233,15 @@ void LiveWatchServer::run(int listen_fd, double silence_timeout_s) {
             table.heard(id, now);
           } else if (word == "bye") {
             table.goodbye(id);
+          } else if (word == "timings") {  // See Note [Stragglers in a live job]
+            const LostNode* node = table.node_of(id);
+            if (node == nullptr || rest.empty() || rest.find(' ') != std::string::npos) return;
+            table.heard(id, now);
+            const std::string relayed = ddp::str("timings ", node->node_key, " ", node->host_name, " ", rest);
+            for (auto& [other, oc] : connections) {
+              if (other != id && table.node_of(other) != nullptr) oc.send(relayed);
+            }
+            timings_.deliver({node->node_key, node->host_name, rest});
           } else {
             c.close();
           }
@@ -286,13 +353,23 @@ void LiveWatchClient::run(std::string host, int port, std::string hello, double 
       link.send("ping");
       last_ping = Clock::now();
     }
+    for (const std::string& line : timings_.outgoing()) link.send(line);  // See Note [Stragglers in a live job]
     const bool alive = link.flush() && link.receive([&](const std::string& line) {
       const auto [word, rest] = split_word(line);
       if (word == "lost" && lost.insert(rest).second) ++lost_;
+      if (word == "timings") {
+        if (auto t = parse_relayed_timings(rest)) timings_.deliver(std::move(*t));
+      }
     });
     if (!alive) link.close();  // reconnects; still down after lost_after_s: See Note [The store's host lost]
   }
-  if (link.is_open() && !connecting && succeeded_) link.say_goodbye();
+  if (link.is_open() && !connecting) {
+    // The last timings too: a launcher that leaves (--straggler_action replace) decided on them,
+    // and the others' verdict needs them (See Note [Stragglers in a live job]).
+    for (const std::string& line : timings_.outgoing()) link.send(line);
+    if (succeeded_) link.say_goodbye();
+    else link.flush();
+  }
 }
 
 }  // namespace ddp::launcher::channel

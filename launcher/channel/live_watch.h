@@ -6,6 +6,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -23,9 +24,36 @@ std::string live_node_key(int rendezvous_round, int node_rank);
 struct LostNode {
   std::string node_key;
   std::string host;             // what its launcher said in its hello, and the address it came from
+  std::string host_name;        // what its launcher said alone
   int first_round_workers = 0;  // its workers in the training's first round (0: it joined later)
   std::string why;              // "its launcher's connection closed", or the silence
 };
+
+// --straggler_action: a node's ranks' step timings, relayed by the serving launcher to every other
+// (See Note [Stragglers in a live job] in launcher/channel/live_watch.cpp).
+struct NodeTimings {
+  std::string node_key;
+  std::string host_name;
+  std::string items;  // observe::encode_timings's text
+};
+
+// What both ends keep for --straggler_action: the lines to send, the timings received. The launcher's
+// supervision thread puts and takes; the channel's thread sends and receives.
+class TimingsMailbox {
+ public:
+  void post(const std::string& line);
+  std::vector<std::string> outgoing();
+  void deliver(NodeTimings timings);
+  std::vector<NodeTimings> take();
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::string> outgoing_;
+  std::vector<NodeTimings> incoming_;  // bounded: dropped when nobody takes them
+};
+
+// "timings <node key> <host> <items>" (the relayed line, after its first word), or nothing.
+std::optional<NodeTimings> parse_relayed_timings(const std::string& text);
 
 // The server's bookkeeping, pure (unit-tested): which connection is which node, and when a node
 // is lost: its connection closed without a goodbye, or nothing heard from it for `silence_timeout_s`.
@@ -45,6 +73,8 @@ class NodeLiveness {
   std::optional<LostNode> closed(int connection);
   // The connections whose node has been silent past the timeout (each once; the caller closes them).
   std::vector<std::pair<int, LostNode>> silent(Clock::time_point now);
+  // The node that said hello on `connection`, if any.
+  const LostNode* node_of(int connection) const;
 
  private:
   struct Peer {
@@ -67,10 +97,14 @@ class LiveWatchServer {
   LiveWatchServer& operator=(const LiveWatchServer&) = delete;
   // How many nodes were lost so far.
   int lost_nodes() const { return lost_.load(); }
+  // --straggler_action: this node's timings to every other launcher; the others' (each once).
+  void publish_timings(const std::string& node_key, const std::string& host_name, const std::string& items);
+  std::vector<NodeTimings> take_timings() { return timings_.take(); }
 
  private:
   void run(int listen_fd, double silence_timeout_s);
   std::function<void(const LostNode&)> on_lost_;
+  TimingsMailbox timings_;
   std::atomic<int> lost_{0};
   int wake_[2] = {-1, -1};
   std::thread thread_;
@@ -89,9 +123,14 @@ class LiveWatchClient {
   int lost_nodes() const { return lost_.load(); }
   bool server_lost() const { return server_lost_.load(); }
   void set_succeeded(bool succeeded) { succeeded_ = succeeded; }
+  // --straggler_action: this node's timings to the serving launcher (which relays them); the other
+  // nodes' (each once).
+  void publish_timings(const std::string& items) { timings_.post("timings " + items); }
+  std::vector<NodeTimings> take_timings() { return timings_.take(); }
 
  private:
   void run(std::string host, int port, std::string hello, double ping_interval_s, double lost_after_s);
+  TimingsMailbox timings_;
   std::atomic<int> lost_{0};
   std::atomic<bool> server_lost_{false};
   std::atomic<bool> succeeded_{false};

@@ -68,7 +68,7 @@ constexpr FlagSpec kFlags[] = {
     {"straggler_action", true,
      "off; warn: name a rank whose steps take --straggler_factor times the others' (the log, /metrics; "
      "docs/faults.md); replace: also treat a straggler as lost (its node leaves an elastic job, whose other nodes "
-     "go on without it or with a node waiting for a place)",
+     "go on without it, with a node waiting for a place, or with --spares in a live job)",
      "off"},
     {"straggler_factor", true, "With --straggler_action: a rank's busy time per step over the median of the others'",
      "1.5"},
@@ -642,12 +642,10 @@ static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSn
   }
   c.recovery = parse_recovery_flag(text("recovery"), c.elastic && store);  // See Note [Live recovery with ddp_launch]
   // See Note [Replacing a straggler] in launcher/agent/attempt.cpp.
-  if (c.replace_stragglers && (!c.elastic || c.recovery == Recovery::kLive)) {
-    throw UsageError(c.recovery == Recovery::kLive
-                         ? "--straggler_action replace works with restart-based elastic rounds, not --recovery live "
-                           "(its launchers share no step timings); use --straggler_action warn there"
-                         : "--straggler_action replace needs elastic membership (--nnodes MIN:MAX with MIN < MAX and "
-                           "--rdzv_endpoint): the replaced node leaves and the others go on without it");
+  if (c.replace_stragglers && !c.elastic) {
+    throw UsageError("--straggler_action replace needs elastic membership (--nnodes MIN:MAX with MIN < MAX and "
+                     "--rdzv_endpoint, restart-based or --recovery live): the replaced node leaves and the others go "
+                     "on without it");
   }
   c.spares = parse_int_flag("--spares", text("spares"), 0, 1024);
   if (c.spares > 0 && c.recovery != Recovery::kLive) {

@@ -179,6 +179,11 @@ void ProgressBoard::add_remote_timings(const std::vector<std::pair<int, StepTimi
   }
 }
 
+void ProgressBoard::label_remote_rank(int key, int rank, const std::string& host) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  remote_labels_[key] = {rank, host};
+}
+
 std::vector<RankStanding> ProgressBoard::straggler_standings() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return stragglers_ ? stragglers_->standings() : std::vector<RankStanding>{};
@@ -263,6 +268,12 @@ JobProgress ProgressBoard::snapshot() const {
   std::lock_guard<std::mutex> lock(mutex_);
   JobProgress job = job_;
   if (stragglers_) job.stragglers = stragglers_->standings();
+  for (RankStanding& standing : job.stragglers) {
+    const auto label = remote_labels_.find(standing.rank);
+    if (label == remote_labels_.end()) continue;
+    standing.rank = label->second.first;
+    standing.host = label->second.second;
+  }
   return job;
 }
 
@@ -323,7 +334,10 @@ std::string render_prometheus(const JobProgress& job, const std::vector<resource
   if (!job.stragglers.empty()) {
     const auto each = [&](const char* name, const char* help, auto value_of) {
       e.family(name, "gauge", help);
-      for (const RankStanding& s : job.stragglers) e.sample(ddp::str("rank=\"", s.rank, "\",", node), value_of(s));
+      for (const RankStanding& s : job.stragglers) {
+        const std::string host = s.host.empty() ? std::string() : ddp::str("host=\"", escape(s.host), "\",");
+        e.sample(ddp::str("rank=\"", s.rank, "\",", host, node), value_of(s));
+      }
     };
     each("ddp_straggler_step_ratio", "The rank's median busy time per step over the window, over the median of the other ranks'.",
          [](const RankStanding& s) { return s.ratio; });

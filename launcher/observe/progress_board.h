@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -122,6 +123,9 @@ class ProgressBoard {
   const StragglerOptions& straggler_options() const { return stragglers_->options(); }
   std::vector<std::pair<int, StepTiming>> take_local_timings();
   void add_remote_timings(const std::vector<std::pair<int, StepTiming>>& timings);
+  // Another node's rank keyed apart from its rank (StragglerPeers::rank_and_host): its standings and
+  // /metrics say that rank and host.
+  void label_remote_rank(int key, int rank, const std::string& host);
   std::vector<RankStanding> straggler_standings() const;
   int node_rank() const;
 
@@ -158,6 +162,7 @@ class ProgressBoard {
   uid_t worker_uid_;  // workers run as the launcher's user
   std::optional<StragglerDetector> stragglers_;
   std::vector<std::pair<int, StepTiming>> local_timings_;  // recorded, not yet taken
+  std::map<int, std::pair<int, std::string>> remote_labels_;  // key -> (rank, host)
 };
 
 // "rank 1 (pid 4242, local_rank 1) made no progress for 10 s (last heartbeat at step 5; the other

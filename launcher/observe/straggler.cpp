@@ -63,6 +63,7 @@ std::vector<RankStanding> StragglerDetector::standings() const {
   std::vector<int> ranks;
   for (const auto& [rank, steps] : timings_) {
     if (steps.empty() || steps.rbegin()->first < newest - static_cast<std::int64_t>(window)) continue;
+    if (steps.begin()->first > newest - static_cast<std::int64_t>(window) + 1) continue;  // joined less than a window ago
     current.push_back(&steps);
     ranks.push_back(rank);
   }

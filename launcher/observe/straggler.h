@@ -15,7 +15,8 @@ namespace ddp::launcher::observe {
 // In synchronous data parallelism every rank's iteration takes the slowest rank's time, so step
 // times alone name nobody. What differs is where the time goes: each iteration's backward waits,
 // after its own compute, for the gradient all-reduce to complete (the exposed wait, DDP's heartbeat
-// carries it: AgentMessage::wait_time_s). The rank that arrives last at the all-reduce waits only
+// carries it: AgentMessage::wait_time_s, with the waits of the loop's own collectives that it is
+// told of, as ddp::FaultTolerant's step agreement: DistributedDataParallel::count_wait). The rank that arrives last at the all-reduce waits only
 // for the transfer; the others wait for it as well. So a rank's busy time (its iteration less that
 // wait: forward, backward, optimizer, data loading, its own code) is what it costs the job, and the
 // rank with the least wait in an iteration is the one the others waited for (no clocks compared:
@@ -28,9 +29,11 @@ namespace ddp::launcher::observe {
 // load) of 0.5 s in 50 steps of 4 ms made a mean read 1.6x for the window on a loaded machine
 // (hosts.straggler's even job beside a benchmark); a rank is named only when it is slow in most of
 // the window's steps, so a persistent straggler is named after about half a window. Current ranks are those whose last step is within one window of the
-// newest: a rank that ended or started over (a live respawn counts its steps from 1) drops out
-// instead of leaving every step incomplete. Fewer than `window` complete steps, or fewer than 2
-// current ranks: no verdict.
+// newest and whose first is at least a window old: a rank that ended or was restarted drops out
+// instead of leaving every step incomplete, and one that joined a live job (a hot spare, a
+// respawned worker, a new node: its steps start at the job's) counts once it has a window of its
+// own, so the others' standings go on meanwhile (a straggler replaced by a spare stays named until
+// its steps age out). Fewer than `window` complete steps, or fewer than 2 current ranks: no verdict.
 struct StragglerOptions {
   double factor = 1.5;  // --straggler_factor
   int window = 50;      // --straggler_window (steps)
@@ -50,6 +53,9 @@ struct RankStanding {
   bool straggler = false;   // ratio >= factor
   std::int64_t first_step = 0;  // the window's oldest and newest complete steps
   std::int64_t last_step = 0;
+  // Set for another node's rank in a live job, keyed apart from its rank (which may repeat across
+  // nodes there: See Note [Stragglers in a live job] in launcher/channel/live_watch.cpp).
+  std::string host;
 };
 
 class StragglerDetector {
@@ -73,6 +79,29 @@ class StragglerDetector {
 // "rank 3 on host2: steps 1.9x the median for the last 50 (steps 74-123); last to arrive in 96% of
 // all-reduces" (the window's steps may skip some that a rank did not report)
 std::string describe_straggler(const RankStanding& standing, int window, const std::string& rank_name);
+
+// The other launchers of a job of several nodes, as the straggler report sees them: the job channel
+// in restart-based rounds, the liveness channel in a live job (See Note [Stragglers in a live job]
+// in launcher/channel/live_watch.cpp). The attempt's loop calls it; the agent's policy makes it.
+class StragglerPeers {
+ public:
+  virtual ~StragglerPeers() = default;
+  // Sends this node's ranks' new timings (keyed by launch rank) in `round`, and returns the other
+  // nodes' that came since the last call, keyed so that no key is another's or a local rank's.
+  virtual std::vector<std::pair<int, StepTiming>> exchange(int round, const std::vector<std::pair<int, StepTiming>>& local) = 0;
+  // "rank 3 on host2" for a key of exchange()'s, or of this node's ranks.
+  virtual std::string name_of(int key) const = 0;
+  // A key of exchange()'s that is not the rank itself: the rank and its host (for /metrics).
+  virtual std::optional<std::pair<int, std::string>> rank_and_host(int key) const {
+    (void)key;
+    return std::nullopt;
+  }
+  // Whether this launcher names every node's stragglers (one per job does) or only its own ranks.
+  virtual bool names_every_rank() const = 0;
+  // --straggler_action replace, one of this node's ranks named: tells the job this node leaves, and
+  // returns nothing; or returns why it cannot leave (it is only named then).
+  virtual std::optional<std::string> leave(int round, const std::string& why) = 0;
+};
 
 // The job channel's text for timings: "RANK:STEP:BUSY_US:WAIT_US" items joined by ','; parsing
 // skips items that are not four numbers (a launcher of another version), and values that cannot be.

@@ -8,6 +8,11 @@
 #                                     (to read a failed run's files)
 #   bed_wait_for SECONDS FILE TEXT    waits until FILE holds TEXT; fails (through the caller's `fail`)
 #                                     after SECONDS
+#   bed_can_slow                      skips (exit 77) without a cgroup v1 cpu controller to write to
+#   bed_slow PERCENT PID...           holds those processes together to PERCENT of a core: a CPU quota in
+#                                     every 20 ms, a short period, so that every step is slowed alike
+#                                     rather than stopped for most of every 100 ms; the cgroup goes with
+#                                     the bed
 # A bed of a run that was SIGKILLed (a CTest timeout) is removed by the next run of the same test.
 bed_up() {
   cluster=$1
@@ -35,9 +40,36 @@ bed_up() {
   done
   name="$prefix$$"
   work=$(mktemp -d)
-  trap '"$cluster" down "$name"; rm -rf "$work"' EXIT  # every daemon and job process lives in the hosts
+  # Every daemon and job process lives in the hosts; a quota's cgroup can go once they are gone.
+  trap '"$cluster" down "$name"; rm -rf "$work"; bed_unslow' EXIT
   trap 'exit 143' INT TERM
   "$cluster" up "$name" "$n"
+}
+
+bed_can_slow() {
+  [[ -w /sys/fs/cgroup/cpu/cgroup.procs ]] || {
+    echo "SKIP: no cgroup v1 cpu controller to write to"
+    exit 77
+  }
+}
+
+bed_slow() {
+  local percent=$1 p
+  shift
+  bed_quota=/sys/fs/cgroup/cpu/ddp-bed-$$
+  mkdir -p "$bed_quota"
+  echo 20000 >"$bed_quota/cpu.cfs_period_us"
+  echo $((200 * percent)) >"$bed_quota/cpu.cfs_quota_us"
+  for p in "$@"; do echo "$p" >"$bed_quota/cgroup.procs"; done
+}
+
+bed_unslow() {
+  local i
+  [[ -n ${bed_quota:-} ]] || return 0
+  for i in $(seq 50); do
+    rmdir "$bed_quota" 2>/dev/null && return 0
+    sleep 0.1
+  done
 }
 
 bed_fail() {

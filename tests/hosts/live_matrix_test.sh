@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ddp_launch --recovery live on 3 network-namespace hosts x 2 workers (world sizes 6, 4, 2), with the checks of issue 22
 # that need the whole job (See Note [Live recovery with ddp_launch] in launcher/agent/live_recovery.cpp):
-#   live_matrix_test.sh NETNS_CLUSTER DDP_LAUNCH LIVE_RECOVERY_DEMO twice|during_recovery|spares
+#   live_matrix_test.sh NETNS_CLUSTER DDP_LAUNCH LIVE_RECOVERY_DEMO twice|during_recovery|spares|straggler
 # twice: host 2 SIGKILLed mid-epoch (the survivors re-shard the rest of the epoch at world size 2 and
 #   train at least one step), then host 1 SIGKILLed: host 0's two workers go on and finish; the
 #   epoch that host 2's loss cut ends at world size 2 with its padding (the data set's size is odd).
@@ -11,6 +11,14 @@
 # spares: --spares 1 (a spare per host: See Note [Hot spares] in ddp/elastic/membership.h); host 2
 #   SIGKILLed: the spares of hosts 0 and 1 take its two workers' places at the next step, the world
 #   size stays 6 to the end, both launchers exit 0 and no process of theirs was started twice.
+# straggler: the spares job with --straggler_action replace (See Note [Replacing a straggler] in
+#   launcher/agent/attempt.cpp), each step computing 2 ms of CPU and sleeping 10 ms; after 60 even
+#   steps (nobody named) host 2's processes are held to 10% of a core together (a cgroup CPU quota;
+#   the demo's steps take 15-25 ms of CPU each with Gloo and FaultTolerant, so several times slower): host 2's
+#   launcher names its rank, marks its workers gone and leaves, exiting 0; host 0's (the store's) names
+#   it too; the spares take the places and the checks of the spares scenario follow. (Its /metrics
+#   series are checked in launcher.logic [stragglers]: here they would be read in a race, since the
+#   standings have no verdict from the spares' first step until they have a window of steps.)
 # Each checks: the survivors' workers are the processes that started (PIDs unchanged), their
 # launchers exit 0; every applied step was trained by exactly ranks 0..W-1 of its world size W, on the
 # batches a reference replay of the same schedule gives; within each epoch no sample is lost or
@@ -23,19 +31,25 @@
 set -euo pipefail
 
 cluster=$1 launch=$2 demo=$3 scenario=$4
-[[ $scenario == twice || $scenario == during_recovery || $scenario == spares ]] || {
-  echo "usage: live_matrix_test.sh NETNS_CLUSTER DDP_LAUNCH LIVE_RECOVERY_DEMO twice|during_recovery|spares" >&2
+[[ $scenario == twice || $scenario == during_recovery || $scenario == spares || $scenario == straggler ]] || {
+  echo "usage: live_matrix_test.sh NETNS_CLUSTER DDP_LAUNCH LIVE_RECOVERY_DEMO twice|during_recovery|spares|straggler" >&2
   exit 2
 }
 source "$(dirname "${BASH_SOURCE[0]}")/bed.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/live_checks.sh"
+[[ $scenario != straggler ]] || bed_can_slow
 bed_up "$cluster" lm 3 --no-data  # sets name and work; removes both on exit
 pids=()
 steps=30 samples=95 batch=2 hold_ms=0  # 8 steps an epoch at world size 6: host 2 is lost mid-epoch
 nproc=2 w3=6 w2=4 w1=2  # world sizes with 3, 2 and 1 host(s)
 [[ $scenario != during_recovery ]] || hold_ms=3000
-spares=0
+spares=0 step_ms=40 launcher_extra=() demo_extra=()
 [[ $scenario != spares ]] || spares=1
+if [[ $scenario == straggler ]]; then
+  spares=1 steps=160 step_ms=10
+  launcher_extra=(--straggler_action replace --straggler_window 30)
+  demo_extra=(--spin-ms 2)
+fi
 
 fail() { bed_fail "live matrix $scenario" "$@"; }
 wait_for() { bed_wait_for "$@"; }  # wait_for SECONDS FILE TEXT
@@ -45,7 +59,7 @@ start() {  # start K: host K's launcher in the background (killed after 50 s), o
   "$cluster" exec "$name" "$k" env OMP_NUM_THREADS=1 timeout -s KILL 50 "$launch" --nproc_per_node $nproc \
     --monitor_interval 0.05 --shutdown_grace 3 --nnodes 3:4 --rdzv_endpoint host0:29400 --rdzv_id live \
     --rdzv_timeout 20 --rdzv_conf last_call_timeout=1 --recovery live --max_restarts 0 --spares $spares \
-    "$demo" --steps "$steps" --step-ms 40 --settle-ms 2000 --timeout-ms 3000 --samples "$samples" \
+    "${launcher_extra[@]}" "$demo" "${demo_extra[@]}" --steps "$steps" --step-ms "$step_ms" --settle-ms 2000 --timeout-ms 3000 --samples "$samples" \
     --batch "$batch" --hold-group-ms "$hold_ms" --log-samples "$work/samples" --params-out "$work/params" >"$work/host$k.log" 2>&1 &
   pids[$k]=$!
 }
@@ -61,8 +75,28 @@ kill_host() {  # kill_host K: SIGKILL every process of host K (its launcher and 
 
 live_start_hosts start 0 1 2
 for k in 0 1 2; do wait_for 30 "$work/host$k.log" "live demo: step 2 world $w3"; done
-kill_host 2
-if [[ $scenario == spares ]]; then
+if [[ $scenario == straggler ]]; then
+  wait_for 30 "$work/host0.log" "live demo: step 60 world $w3"
+  ! grep -h "straggler: " "$work"/host*.log || fail "a launcher named a straggler before a host was slowed (above)"
+  # Host 2's workers and spare (comm: the first 15 characters of the name), not its launcher.
+  bed_slow 10 $(for p in $(ip netns pids "$name-h2"); do [[ $(cat "/proc/$p/comm" 2>/dev/null) != live_recovery_d ]] || echo "$p"; done)
+  status=0
+  wait "${pids[2]}" || status=$?
+  ((status == 0)) || fail "host 2's launcher (the straggler's) exited with $status, not 0"
+  grep -q -E "straggler: rank [0-9]+ on host2: steps [0-9.]+x the median" "$work/host2.log" ||
+    fail "host 2's launcher did not name its own rank"
+  grep -q -E "straggler: rank [0-9]+ on host2: steps [0-9.]+x the median" "$work/host0.log" ||
+    fail "host 0's launcher (the store's) did not name host 2's rank"
+  grep -q -E -- "--straggler_action replace: leaving the live job; marked [0-9]+ worker\(s\) gone" "$work/host2.log" ||
+    fail "host 2's launcher did not mark its workers gone before leaving"
+  grep -q -F "this node leaves the job: the other nodes go on without it; exiting 0" "$work/host2.log" ||
+    fail "host 2's launcher did not say it leaves the job"
+  ! grep -h -E "straggler: rank [0-9]+ on host[01]" "$work"/host*.log || fail "a rank of a host not slowed was named (above)"
+  named=$(grep -m 1 -o -E "straggler: rank [0-9]+ on host2: [^(]*\(steps [0-9]+-[0-9]+\)" "$work/host0.log")
+else
+  kill_host 2
+fi
+if [[ $scenario == spares || $scenario == straggler ]]; then
   # Both survivors go on to the end at world size 6: the spares took host 2's places.
   for k in 0 1; do
     status=0
@@ -88,8 +122,25 @@ if [[ $scenario == spares ]]; then
     sort -n -k 1,1 | head -1 | cut -d " " -f 2-)
   [[ -n $offset ]] || fail "no regroup line of rank 0 at world size $w3 after the loss"
   live_check_training "$log" "$steps" "$samples" "$batch" "$demo" $pids01
-  echo "live matrix (spares): ok (every process of hosts 0 and 1 started once, world size $w3 throughout, schedule" \
+  echo "live matrix ($scenario): ok (every process of hosts 0 and 1 started once, world size $w3 throughout, schedule" \
     "$live_schedule, host 2 lost at epoch $epoch offset $offset, $live_samples_checked, parameters equal the reference's)"
+  if [[ $scenario == straggler ]]; then
+    # ms per step before the quota (steps 30-60) and under it until the leave (61 to the step named).
+    through=$(sed -E 's/.*\(steps [0-9]+-([0-9]+)\)/\1/' <<<"$named")
+    # Named within the window: its 30 steps end at most 30 steps after the quota (at step 60 or later).
+    ((through - 60 <= 30)) || fail "host 2 named with the window to step $through, over 30 steps after the quota"
+    pace=$(sed -n -E 's/.*live demo: step ([0-9]+) world [0-9]+ at_ms ([0-9]+).*/\1 \2/p' "$log" | awk -v to="$through" '
+      !($1 in at) { at[$1] = $2 }
+      END { printf "%.0f ms a step before, %.0f ms slowed", (at[60] - at[30]) / 30, (at[to] - at[61]) / (to - 61) }')
+    # From host 2's line naming its rank (it then leaves) to the first step of the world that the
+    # spares completed (the namespace hosts share one clock).
+    named_ms=$(date -d "$(grep -m 1 -o -E "^\[[0-9-]+ [0-9:.]+\] \[ddp_launch\] \[warning\] straggler: rank [0-9]+ on host2" \
+      "$work/host2.log" | sed -E 's/^\[([^]]+)\].*/\1/')" +%s%3N)
+    regrouped=$(sed -n -E 's/.*live demo: round [0-9]+ rank [0-9]+ world [0-9]+ epoch [0-9]+ offset [0-9]+ at step ([0-9]+)$/\1/p' \
+      "$log" | tail -1)
+    next_ms=$(sed -n -E "s/.*live demo: step $((regrouped + 1)) world $w3 at_ms ([0-9]+).*/\1/p" "$log" | head -1)
+    echo "host 0 named: $named; $pace; the next full-size step (step $((regrouped + 1))) $((next_ms - named_ms)) ms after host 2 named it"
+  fi
   exit 0
 fi
 if [[ $scenario == twice ]]; then

@@ -565,7 +565,7 @@ TEST_CASE("observability flags: hang watchdog and metrics endpoint", "[config]")
   CHECK(parse({"--straggler_action", "warn", "/bin/true"}).straggler_factor == 1.5);
   CHECK_THAT(usage_error({"--straggler_action", "slow", "/bin/true"}),
              Catch::Contains("--straggler_action: invalid choice 'slow' (choose from off, warn, replace)"));
-  // replace: in restart-based elastic rounds only (See Note [Replacing a straggler]).
+  // replace: in elastic jobs only (See Note [Replacing a straggler]).
   const LaunchConfig r = parse({"--straggler_action", "replace", "--nnodes", "2:3", "--rdzv_endpoint", "h0:29400",
                                 "/bin/true"});
   CHECK(r.stragglers);
@@ -573,9 +573,11 @@ TEST_CASE("observability flags: hang watchdog and metrics endpoint", "[config]")
   CHECK_FALSE(s.replace_stragglers);
   CHECK_THAT(usage_error({"--straggler_action", "replace", "/bin/true"}),
              Catch::Contains("--straggler_action replace needs elastic membership (--nnodes MIN:MAX"));
-  CHECK_THAT(usage_error({"--straggler_action", "replace", "--nnodes", "2:3", "--rdzv_endpoint", "h0:29400",
-                          "--recovery", "live", "/bin/true"}),
-             Catch::Contains("--straggler_action replace works with restart-based elastic rounds, not --recovery live"));
+  // and in live jobs (the node leaves, a spare or the survivors go on: Note [Replacing a straggler]).
+  const LaunchConfig live = parse({"--straggler_action", "replace", "--nnodes", "2:3", "--rdzv_endpoint", "h0:29400",
+                                   "--recovery", "live", "--spares", "1", "/bin/true"});
+  CHECK(live.replace_stragglers);
+  CHECK(live.recovery == Recovery::kLive);
   CHECK_THAT(usage_error({"--straggler_action", "warn", "--straggler_factor", "1", "/bin/true"}),
              Catch::Contains("--straggler_factor must be over 1"));
   CHECK_THAT(usage_error({"--straggler_action", "warn", "--straggler_factor", "nan", "/bin/true"}),

@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <functional>
@@ -200,4 +201,45 @@ TEST_CASE("--hosts/--hostfile with a range takes --recovery live (each host join
   CHECK(c.recovery == Recovery::kLive);
   CHECK_THAT(usage_error({"--hosts", "host0:1,host1:1", "--recovery", "live", "/bin/true"}),
              Catch::Contains("--recovery live needs elastic membership"));
+}
+
+TEST_CASE("the liveness channel relays --straggler_action timings: each launcher hears every other's, named by node",
+          "[live_watch]") {
+  Watched watched(5.0);
+  LiveWatchClient host1("127.0.0.1", watched.port, "node1 2 host1", 0.1, 5.0);
+  LiveWatchClient host2("127.0.0.1", watched.port, "node2.r1 0 host2", 0.1, 5.0);
+  // Both said hello before anything is relayed: the server sends only to launchers it knows.
+  std::this_thread::sleep_for(milliseconds(400));
+  host1.publish_timings("2:10:4000:100,3:10:4100:90");
+  watched.server->publish_timings("node0", "host0", "0:10:4000:300");
+  std::vector<NodeTimings> at_server, at_host1, at_host2;
+  const auto gather = [](std::vector<NodeTimings>& into, std::vector<NodeTimings> more) {
+    into.insert(into.end(), more.begin(), more.end());
+    return into.size();
+  };
+  REQUIRE(eventually([&] {
+    return gather(at_server, watched.server->take_timings()) >= 1 && gather(at_host2, host2.take_timings()) >= 2;
+  }));
+  REQUIRE(at_server.size() == 1);  // host1's; its own are not delivered back
+  CHECK(at_server[0].node_key == "node1");
+  CHECK(at_server[0].host_name == "host1");
+  CHECK(at_server[0].items == "2:10:4000:100,3:10:4100:90");
+  REQUIRE(at_host2.size() == 2);  // host1's (relayed) and host0's, in either order
+  std::sort(at_host2.begin(), at_host2.end(), [](const NodeTimings& a, const NodeTimings& b) { return a.node_key < b.node_key; });
+  CHECK(at_host2[0].node_key == "node0");
+  CHECK(at_host2[0].host_name == "host0");
+  CHECK(at_host2[0].items == "0:10:4000:300");
+  CHECK(at_host2[1].node_key == "node1");
+  CHECK(at_host2[1].items == "2:10:4000:100,3:10:4100:90");
+  // host1 hears the server's, never its own back.
+  REQUIRE(eventually([&] { return gather(at_host1, host1.take_timings()) >= 1; }));
+  std::this_thread::sleep_for(milliseconds(200));
+  gather(at_host1, host1.take_timings());
+  REQUIRE(at_host1.size() == 1);
+  CHECK(at_host1[0].node_key == "node0");
+  // A relayed line that is not "<key> <host> <items>" is nothing.
+  CHECK_FALSE(parse_relayed_timings("node1 host1"));
+  CHECK(parse_relayed_timings("node1 host1 1:2:3:4")->items == "1:2:3:4");
+  host1.set_succeeded(true);
+  host2.set_succeeded(true);
 }

@@ -124,6 +124,27 @@ TEST_CASE("stragglers: two ranks compare with each other; incomplete, foreign an
   const auto after = restarted.standings();
   REQUIRE(after.size() == 2);
   CHECK_FALSE(standing_of(after, 2));
+
+  // In a live job a spare takes a straggler's place at the job's step: the others' standings go on
+  // (the straggler named until its steps age out) while the newcomer gathers a window of its own.
+  StragglerDetector replaced({1.5, 10});
+  for (std::int64_t step = 1; step <= 20; ++step) iteration(replaced, step, {0.1, 0.1, step > 10 ? 0.4 : 0.1});
+  REQUIRE(standing_of(replaced.standings(), 2)->straggler);
+  for (std::int64_t step = 21; step <= 29; ++step) {  // rank 2 gone; rank 9 (the spare) from step 21
+    replaced.add(0, {step, 0.1, 0.0});
+    replaced.add(1, {step, 0.1, 0.0});
+    replaced.add(9, {step, 0.1, 0.0});
+    const auto meanwhile = replaced.standings();
+    REQUIRE(meanwhile.size() == 3);
+    CHECK(standing_of(meanwhile, 2)->straggler);
+    CHECK_FALSE(standing_of(meanwhile, 9));
+  }
+  for (std::int64_t step = 30; step <= 31; ++step) iteration(replaced, step, {0.1, 0.1});
+  for (std::int64_t step = 30; step <= 31; ++step) replaced.add(9, {step, 0.1, 0.0});
+  const auto later = replaced.standings();  // rank 2 a window behind; rank 9 has its window
+  REQUIRE(later.size() == 3);
+  CHECK_FALSE(standing_of(later, 2));
+  CHECK(standing_of(later, 9));
 }
 
 TEST_CASE("stragglers: the job channel's text round-trips and skips what cannot be", "[stragglers]") {
@@ -193,6 +214,17 @@ TEST_CASE("stragglers on the board: heartbeats' timings, the other nodes', and /
   CHECK_THAT(text, Contains("ddp_straggler_last_arrival_ratio{rank=\"2\",node_rank=\"0\"} 1\n"));
   CHECK_THAT(text, Contains("ddp_straggler{rank=\"2\",node_rank=\"0\"} 1\n"));
   CHECK_THAT(text, Contains("ddp_straggler{rank=\"0\",node_rank=\"0\"} 0\n"));
+  // A live job keys another node's rank apart from its rank (rank 0 of host2 here, which repeats a
+  // local rank): /metrics says its rank and host (See Note [Stragglers in a live job]).
+  const int key = 1 << 20;
+  std::vector<std::pair<int, StepTiming>> live;
+  for (std::int64_t step = 1; step <= 4; ++step) live.push_back({key, {step, 0.375, 0.0}});
+  board.add_remote_timings(live);
+  board.label_remote_rank(key, 0, "host2");
+  const std::string labelled = render_prometheus(board.snapshot(), {});
+  INFO(labelled);
+  CHECK_THAT(labelled, Contains("ddp_straggler{rank=\"0\",host=\"host2\",node_rank=\"0\"} 1\n"));
+  CHECK_THAT(labelled, Contains("ddp_straggler{rank=\"0\",node_rank=\"0\"} 0\n"));  // the local rank 0
   // A new attempt starts the standings over; without --straggler_action there are none.
   board.begin_attempt(1, {{0, 0, 200}, {1, 1, 201}});
   CHECK(board.straggler_standings().empty());
