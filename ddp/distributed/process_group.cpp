@@ -241,6 +241,23 @@ void set_threads_per_rank(const EnvLookup& env, int local_size, const Logger& lo
   if (threads > 0 && at::get_num_threads() != threads) at::set_num_threads(threads);
 }
 
+// Note [Gloo's timeout is a backstop]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A Gloo operation that times out closes its connections to the peers it waited for. When Gloo's
+// bound was the group's timeout, the rank that entered a hung collective first closed them at its
+// timeout, and a peer that entered its own collective a little later (on a loaded machine, tens to
+// hundreds of ms) failed at once with "Connection closed by peer" instead of timing out: it did not
+// take part in the arrival check (Note [Naming the ranks that did not arrive] in
+// ddp/distributed/detail/collective_log.cpp), its root cause read as a crashed peer, and when it was
+// the store's host it left with the store while the first rank still read it. faults.diag's desync
+// case failed so once in a soak round (rank 1's extra barrier timed out, rank 0's all-reduce got
+// the closed connection). So the wait in wait_collective owns the timeout and Gloo's bound on each
+// operation is a backstop past it and the arrival check (window and linger): by then every rank
+// that timed out has reported. Connecting the group keeps the group's timeout.
+std::chrono::milliseconds gloo_backstop(std::chrono::milliseconds timeout) {
+  return timeout + detail::arrival_window(timeout) + detail::kArrivalLingerSlack + std::chrono::milliseconds(1000);
+}
+
 // Where Gloo's transport binds: the interface GLOO_SOCKET_IFNAME names, a host name, or Gloo's default.
 // A Gloo backend with one device per advertised interface and one for the advertised address (see
 // Note [Advertised address] in ddp/base/detail/route.h).
@@ -254,7 +271,9 @@ c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10
   if (!advertised.address.empty()) {
     gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(advertised.address));
   }
-  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, info.rank, info.size, gloo_options);
+  auto backend = c10::make_intrusive<c10d::ProcessGroupGloo>(store, info.rank, info.size, gloo_options);
+  backend->setTimeout(gloo_backstop(info.timeout));  // See Note [Gloo's timeout is a backstop]
+  return backend;
 }
 
 }  // namespace
@@ -421,7 +440,7 @@ void ProcessGroup::fail_collective(std::int64_t seq, const char* what, milliseco
             if (!store->check({key})) return std::nullopt;
             return detail::bytes_to_text(store->get(key));
           }};
-      const auto window = std::min(timeout, milliseconds(2000));
+      const auto window = detail::arrival_window(timeout);
       detail::ArrivalReport report = detail::check_arrivals(arrivals, state_->info.rank, state_->info.size, detail::Arrival{seq, what}, window,
                                             /*linger=*/state_->info.rank == 0);
       report.last_completed = state_->collectives.last_completed();
@@ -446,11 +465,11 @@ void ProcessGroup::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* 
 }
 
 void ProcessGroup::barrier(std::optional<milliseconds> timeout) {
+  const milliseconds bound = timeout.value_or(state_->info.timeout);
   c10d::BarrierOptions options;
-  options.timeout = timeout.value_or(state_->info.timeout);
+  options.timeout = state_->info.backend_name == "gloo" ? gloo_backstop(bound) : bound;  // See Note [Gloo's timeout is a backstop]
   const auto seq = begin_collective("barrier", "barrier", -1, nullptr);
-  wait_collective(seq, start_collective(seq, "barrier", [&] { return backend()->barrier(options); }), "barrier",
-                  options.timeout);
+  wait_collective(seq, start_collective(seq, "barrier", [&] { return backend()->barrier(options); }), "barrier", bound);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce_async(torch::Tensor& tensor, const char* what, int bucket) {

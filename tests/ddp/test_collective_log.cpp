@@ -17,6 +17,7 @@
 #include "ddp/base/worker_variables.h"
 #include "ddp/distributed/process_group.h"
 #include "launcher/process/net.h"
+#include "tests/ddp/in_process_group.h"
 #include "tests/support/temp_dir.h"
 
 using Catch::Matchers::Contains;
@@ -392,6 +393,46 @@ TEST_CASE("every collective of a process group is numbered and recorded", "[coll
   CHECK(held[3].bytes == 0);
   CHECK(held[4].bucket == 3);
   CHECK(std::string(held[4].what) == "gradient all-reduce");
+}
+
+// Note [Gloo's timeout is a backstop] in ddp/distributed/process_group.cpp: rank 1 issues a barrier
+// that rank 0 never issues; rank 0 enters its all-reduce under the same number 400 ms later, as a
+// loaded machine staggers ranks. Both time out and name the desync. When Gloo's own bound was the
+// group's timeout, rank 1's barrier closed its connections at rank 1's timeout and rank 0 failed
+// with "Connection closed by peer" before its own (faults.diag, once in a soak round).
+TEST_CASE("a desync is named by a rank that entered its collective later, not hidden by the first rank's timeout",
+          "[collective_log][process_group][arrivals]") {
+  struct Seen {
+    std::string message;
+    bool timed_out = false;
+  };
+  const auto seen = ddp::testing::run_ranks<Seen>(
+      2,
+      [](ddp::ProcessGroup& group) {
+        Seen out;
+        try {
+          if (group.rank() == 1) {
+            group.barrier();
+          } else {
+            std::this_thread::sleep_for(400ms);
+            auto t = torch::ones({4});
+            group.allreduce(t);
+          }
+        } catch (const ddp::TimeoutError& error) {
+          out.message = error.what();
+          out.timed_out = true;
+        } catch (const std::exception& error) {
+          out.message = error.what();
+        }
+        return out;
+      },
+      1000ms);
+  for (int rank = 0; rank < 2; ++rank) {
+    INFO("rank " << rank << ": " << seen[static_cast<std::size_t>(rank)].message);
+    CHECK(seen[static_cast<std::size_t>(rank)].timed_out);
+    CHECK_THAT(seen[static_cast<std::size_t>(rank)].message, Contains("under the same number") && Contains("a desync"));
+  }
+  CHECK_THAT(seen[0].message, Contains("rank 1 is in barrier"));
 }
 
 namespace {

@@ -3,6 +3,7 @@
 // (see Note [Collective ring buffer]), its file, and the check that names the ranks that did not
 // arrive at a collective that timed out (see Note [Naming the ranks that did not arrive]).
 // Torch-free: ProcessGroup feeds it, the tests drive it directly with a map as the store.
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -134,6 +135,10 @@ struct ArrivalStore {
 // read the store for its whole window: after its window the host waits this long at most for the
 // ranks that reported to finish reading.
 inline constexpr std::chrono::milliseconds kArrivalLingerSlack{1000};
+// How long a rank whose collective timed out waits for the others' reports: min(timeout, 2 s).
+inline std::chrono::milliseconds arrival_window(std::chrono::milliseconds timeout) {
+  return std::min(timeout, std::chrono::milliseconds(2000));
+}
 
 // Publishes this rank's collective and collects the others' within `window` (polling); then says
 // that it finished reading. See Note [Naming the ranks that did not arrive]. `linger` (the rank
