@@ -253,7 +253,12 @@ void set_threads_per_rank(const EnvLookup& env, int local_size, const Logger& lo
 // case failed so once in a soak round (rank 1's extra barrier timed out, rank 0's all-reduce got
 // the closed connection). So the wait in wait_collective owns the timeout and Gloo's bound on each
 // operation is a backstop past it and the arrival check (window and linger): by then every rank
-// that timed out has reported. Connecting the group keeps the group's timeout.
+// that timed out has reported. Connecting the group keeps the group's timeout. The cost: a process
+// that destroys its group after a timeout waits in ProcessGroupGloo's destructor for the operation
+// still in flight to reach the backstop, up to the arrival window + 2 s longer than before
+// (faults.diag's hung rank: its peers gone 6.2 s after the hang began, 4.2 s before, with a 2 s
+// timeout); a training's timeout is minutes. FaultTolerant destroys an aborted group on a thread
+// of its own (Note [Releasing an aborted group] in ddp/elastic/fault_tolerant.cpp): no wait there.
 std::chrono::milliseconds gloo_backstop(std::chrono::milliseconds timeout) {
   return timeout + detail::arrival_window(timeout) + detail::kArrivalLingerSlack + std::chrono::milliseconds(1000);
 }
