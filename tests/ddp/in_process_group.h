@@ -43,11 +43,29 @@ std::vector<Result> run_ranks(int world_size, const std::function<Result(Process
   for (int rank = 0; rank < world_size; ++rank) {
     threads.emplace_back([&, rank] {
       const auto r = static_cast<std::size_t>(rank);
+      // Every rank's group is built (or failed) before any body runs: a rank whose body uses no
+      // collective would otherwise destroy its group, closing its connections, while a slower rank
+      // was still connecting to it, which then failed with "Connection closed by peer" in Gloo's
+      // connectFullMesh (ddp.reducer's sampler case, once in a soak round beside a CPU hog).
+      const auto all_built = [&] {
+        const auto until = std::chrono::steady_clock::now() + timeout;
+        while (store->add("ddp/test/built", 0) < world_size && std::chrono::steady_clock::now() < until) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+      };
+      std::shared_ptr<ProcessGroup> group;
       try {
         StoreGroupOptions options;
         options.timeout = timeout;
         if (host_of_rank) options.host_identity = host_of_rank(rank);
-        auto group = new_process_group(store, rank, world_size, options);
+        group = new_process_group(store, rank, world_size, options);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+      store->add("ddp/test/built", 1);
+      if (!group) return;
+      all_built();
+      try {
         results[r] = body(*group);
       } catch (...) {
         errors[r] = std::current_exception();
