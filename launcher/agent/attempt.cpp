@@ -267,6 +267,7 @@ class Attempt {
     if (peers != nullptr) {
       const auto remote = peers->exchange(attempt_, local);
       for (const auto& timing : remote) {
+        if (!labelled_keys_.insert(timing.first).second) continue;  // once per key
         if (const auto label = peers->rank_and_host(timing.first)) board->label_remote_rank(timing.first, label->first, label->second);
       }
       board->add_remote_timings(remote);
@@ -602,6 +603,7 @@ class Attempt {
   std::optional<std::string> stopped_by_;  // See Note [Coordinated restarts]
   Clock::time_point stragglers_checked_;
   std::set<int> named_stragglers_;  // ranks named as stragglers (See check_stragglers)
+  std::set<int> labelled_keys_;     // other nodes' keys whose rank and host the board has
   std::optional<std::string> replaced_;  // See Note [Replacing a straggler]
   std::optional<JobLinkStragglers> link_stragglers_;
 };

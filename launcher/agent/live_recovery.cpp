@@ -183,8 +183,9 @@ class LiveStragglerPeers : public observe::StragglerPeers {
   }
 
   std::string name_of(int key) const override {
-    const auto it = names_.find(key);
-    return it != names_.end() ? it->second : ddp::str("rank ", key, " on ", host_name_);
+    const auto it = labels_.find(key);
+    return it != labels_.end() ? ddp::str("rank ", it->second.first, " on ", it->second.second)
+                               : ddp::str("rank ", key, " on ", host_name_);
   }
 
   std::optional<std::pair<int, std::string>> rank_and_host(int key) const override {
@@ -210,10 +211,7 @@ class LiveStragglerPeers : public observe::StragglerPeers {
   int key_of(const channel::NodeTimings& t, int rank) {
     constexpr int kFirstRemoteKey = 1 << 20;  // above every launch rank
     const auto [it, added] = keys_.try_emplace({t.node_key, rank}, kFirstRemoteKey + static_cast<int>(keys_.size()));
-    if (added) {
-      names_[it->second] = ddp::str("rank ", rank, " on ", t.host_name);
-      labels_[it->second] = {rank, t.host_name};
-    }
+    if (added) labels_[it->second] = {rank, t.host_name};
     return it->second;
   }
 
@@ -222,8 +220,7 @@ class LiveStragglerPeers : public observe::StragglerPeers {
   std::string host_name_;
   std::function<void()> mark_gone_;
   std::map<std::pair<std::string, int>, int> keys_;
-  std::map<int, std::string> names_;
-  std::map<int, std::pair<int, std::string>> labels_;
+  std::map<int, std::pair<int, std::string>> labels_;  // key -> (rank, host)
 };
 
 class LiveRecovery : public PolicyWithContext {

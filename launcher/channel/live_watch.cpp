@@ -96,6 +96,10 @@ std::vector<NodeTimings> TimingsMailbox::take() {
   return std::exchange(incoming_, {});
 }
 
+std::string relayed_timings_line(const NodeTimings& timings) {
+  return ddp::str("timings ", timings.node_key, " ", timings.host_name, " ", timings.items);
+}
+
 std::optional<NodeTimings> parse_relayed_timings(const std::string& text) {
   std::istringstream in(text);
   NodeTimings t;
@@ -186,7 +190,7 @@ LiveWatchServer::~LiveWatchServer() { end_thread(wake_, thread_); }
 
 void LiveWatchServer::publish_timings(const std::string& node_key, const std::string& host_name,
                                       const std::string& items) {
-  timings_.post(ddp::str("timings ", node_key, " ", host_name, " ", items));
+  timings_.post(relayed_timings_line({node_key, host_name, items}));
 }
 
 void LiveWatchServer::run(int listen_fd, double silence_timeout_s) {
@@ -237,11 +241,12 @@ void LiveWatchServer::run(int listen_fd, double silence_timeout_s) {
             const LostNode* node = table.node_of(id);
             if (node == nullptr || rest.empty() || rest.find(' ') != std::string::npos) return;
             table.heard(id, now);
-            const std::string relayed = ddp::str("timings ", node->node_key, " ", node->host_name, " ", rest);
+            NodeTimings timings{node->node_key, node->host_name, rest};
+            const std::string relayed = relayed_timings_line(timings);
             for (auto& [other, oc] : connections) {
               if (other != id && table.node_of(other) != nullptr) oc.send(relayed);
             }
-            timings_.deliver({node->node_key, node->host_name, rest});
+            timings_.deliver(std::move(timings));
           } else {
             c.close();
           }

@@ -52,7 +52,9 @@ class TimingsMailbox {
   std::vector<NodeTimings> incoming_;  // bounded: dropped when nobody takes them
 };
 
-// "timings <node key> <host> <items>" (the relayed line, after its first word), or nothing.
+// The serving launcher's line for a node's timings, "timings <node key> <host> <items>", and its
+// parse (the text after its first word; nothing when it is not that).
+std::string relayed_timings_line(const NodeTimings& timings);
 std::optional<NodeTimings> parse_relayed_timings(const std::string& text);
 
 // The server's bookkeeping, pure (unit-tested): which connection is which node, and when a node
