@@ -60,6 +60,27 @@ std::string describe_close(std::uint64_t round, int expected, std::int64_t arriv
              arrived, " arrived, ", left, " marked gone)");
 }
 
+// Note [Taking a slot]
+// ~~~~~~~~~~~~~~~~~~~~
+// A round's slots and the spare pool's indexes are taken alike: the first free one by a compareSet
+// that writes the arrival (or the spare's id) with it, and the count goes up only after. So every
+// slot below the count holds its arrival, and whoever reads the slots below "closed" (a count)
+// never waits for one. They used to be taken by adding to the count first and written after: a
+// process killed between the two writes left a slot below "closed" that nobody would ever write,
+// and every member of the round blocked in its read of it for the store's timeout (60 s). That
+// window is hit when a host's processes are SIGKILLed one after another: the worker killed last has
+// seen the first one die, begun its recovery and taken a slot (the unexplained stalls of
+// hosts.live_during_recovery and hosts.live_twice in soak rounds). A process killed after its
+// compareSet is a member that died during the recovery, which the round's group then finds lost.
+std::int64_t take_first_free(c10d::Store& store, const std::string& count_key, const std::string& index_prefix,
+                             const std::string& value) {
+  const auto bytes = detail::to_bytes(value);
+  std::int64_t index = counter(store, count_key);  // none is free below the count: they are taken in order
+  while (store.compareSet(index_prefix + std::to_string(index), std::vector<uint8_t>(), bytes) != bytes) ++index;
+  store.add(count_key, 1);
+  return index;
+}
+
 // Note [Every member gone]
 // ~~~~~~~~~~~~~~~~~~~~~~~~
 // Only a member of the previous round closes a round (a joiner has no training state to hand on).
@@ -89,7 +110,8 @@ bool every_member_gone(c10d::Store& store, std::uint64_t round, int expected) {
 // that means the store's counts are not what this process expects (it arrived as a joiner, or the
 // round's size is not the one it waits for) or the store stopped answering. Once per
 // slow_round_report it says so, with the round's counts as the store holds them, so that a stall is
-// explained by the log alone (hosts.live_during_recovery's survivors were once silent for 30 s).
+// explained by the log alone (hosts.live_during_recovery's survivors were once silent for 30 s: no
+// report came, because they were blocked in a store read, See Note [Taking a slot]).
 std::string describe_wait(c10d::Store& store, std::uint64_t round, bool previous_member, int expected,
                           std::size_t slot, Clock::time_point since) {
   const auto waited = std::chrono::duration_cast<milliseconds>(Clock::now() - since);
@@ -114,19 +136,30 @@ int claim_spares(c10d::Store& store, std::uint64_t round, int wanted) {
   const std::int64_t count = counter(store, spare_key("count"));
   std::int64_t next = first_unclaimed(store);
   int claimed = 0;
-  for (; next < count && claimed < wanted; ++next) {
+  for (; next < count && claimed < wanted; ++next) {  // every index below the count has its id: Note [Taking a slot]
     const std::string index = std::to_string(next);
-    if (!store.check({spare_key(index)}) || store.check({spare_key(index + "/gone")}) ||
-        store.check({spare_key(index + "/released")})) {
-      continue;  // not written yet (it comes again as a later index when it retries: none does), dead, or gone
-    }
-    const auto slot = store.add(key(round, "count"), 1) - 1;
-    store.set(key(round, str("slot/", slot)), detail::to_bytes("j -1 " + detail::bytes_to_text(store.get(spare_key(index)))));
+    if (store.check({spare_key(index + "/gone")}) || store.check({spare_key(index + "/released")})) continue;
+    const auto slot = take_first_free(store, key(round, "count"), key(round, "slot/"),
+                                      "j -1 " + detail::bytes_to_text(store.get(spare_key(index))));
     store.set(spare_key(index + "/claim"), detail::to_bytes(str(round, " ", slot)));
     ++claimed;
   }
   store.set(spare_key("next"), detail::to_bytes(std::to_string(next)));
   return claimed;
+}
+
+// Spares in the pool that no closer has considered yet (a dead one marked gone or a released one
+// aside). See Note [Hot spares] in membership.h.
+int unclaimed_spares(c10d::Store& store) {
+  using detail::membership_keys::spare_key;
+  if (!store.check({spare_key("count")})) return 0;
+  const std::int64_t count = counter(store, spare_key("count"));
+  int waiting = 0;
+  for (std::int64_t i = first_unclaimed(store); i < count; ++i) {
+    const std::string index = std::to_string(i);
+    if (!store.check({spare_key(index + "/gone")}) && !store.check({spare_key(index + "/released")})) ++waiting;
+  }
+  return waiting;
 }
 
 bool has_unclaimed_spares(c10d::Store& store) {
@@ -168,14 +201,18 @@ std::string StoreMembership::round_abandoned(std::uint64_t round) {
 
 void StoreMembership::mark_left(std::uint64_t round) { store_->add(key(round + 1, "left"), 1); }
 
+int StoreMembership::spares_waiting() { return unclaimed_spares(*store_); }
+
 
 // A spare's wait in the pool (See Note [Hot spares] in membership.h): the round and slot a closer
 // gave it, or nullopt once the job released it.
 std::optional<std::pair<std::uint64_t, std::size_t>> StoreMembership::wait_as_spare() {
   using detail::membership_keys::spare_key;
   c10d::Store& store = *store_;
-  const std::string index = std::to_string(store.add(spare_key("count"), 1) - 1);
-  store.set(spare_key(index), detail::to_bytes(id_));
+  // See Note [Taking a slot]: a closer that read the count just before used to pass over an index
+  // with no id yet for good, and its spare waited unclaimed to the job's end.
+  const std::string index = std::to_string(take_first_free(store, spare_key("count"), spare_key(""), id_));
+  Logger(id_).info(str("membership: waiting in the spare pool (index ", index, ")"));
   const auto deadline = Clock::now() + options_.spare_timeout;
   while (true) {
     if (store.check({spare_key(index + "/claim")})) {
@@ -243,9 +280,8 @@ Membership StoreMembership::next(std::uint64_t last_round, milliseconds timeout)
     if (claimed_slot) {
       slot = *std::exchange(claimed_slot, std::nullopt);
     } else {
-      slot = static_cast<std::size_t>(store.add(key(round, "count"), 1) - 1);
-      store.set(key(round, str("slot/", slot)),
-                detail::to_bytes(str(previous_member ? "m " : "j ", previous_member ? previous_rank : -1, " ", id_)));
+      slot = static_cast<std::size_t>(take_first_free(store, key(round, "count"), key(round, "slot/"),
+                                                      str(previous_member ? "m " : "j ", previous_member ? previous_rank : -1, " ", id_)));
       if (previous_member) store.add(key(round, "previous"), 1);
     }
     const auto arrived_at = Clock::now();

@@ -87,7 +87,8 @@ struct StoreMembershipOptions {
 // A spare is a process that has built its model and data and waits, not training, so that a lost
 // member's place is taken at the next step and the world size stays what it was (torchft and
 // nvidia-resiliency-ext start a replacement only after the loss; here it is already up). Keys under
-// "ddp/membership/spares/": "count" (add: each spare takes an index), "<i>" (its member id),
+// "ddp/membership/spares/": "<i>" (its member id) and "count", taken as a round's slots are (See
+// Note [Taking a slot] in membership.cpp),
 // "<i>/claim" ("<round> <slot>": the round it was claimed into and its slot there), "<i>/gone"
 // (marked by a launcher: a dead spare is never claimed), "<i>/released", "next" (the first index
 // not considered yet: spares are claimed in the order they came) and "done" (the job's end).
@@ -109,8 +110,9 @@ struct StoreMembershipOptions {
 
 // Note [Store membership rounds]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Keys under "ddp/membership/<round>/": "count" (add: each arrival takes a slot), "slot/<n>" (the
-// arrival's "<m or j> <previous rank> <member id>", m: a member of the previous round), "previous" (how many members of the
+// Keys under "ddp/membership/<round>/": "slot/<n>" (the arrival's "<m or j> <previous rank> <member
+// id>", m: a member of the previous round) and "count" (the slots taken: every slot below it holds
+// its arrival, See Note [Taking a slot] in membership.cpp), "previous" (how many members of the
 // previous round arrived), "left" (how many of them are known to be gone: mark_left), "closed" (the
 // number of slots in the round, written once by compareSet: the first closer wins, everyone reads
 // the same value). A member of the previous round closes the round once previous + left reaches the
@@ -129,6 +131,9 @@ class StoreMembership : public MembershipSource {
   // says when a process of its host died); the next round then closes without waiting for it.
   void mark_left(std::uint64_t round);
   void release_spares(std::chrono::milliseconds timeout) override;
+  // Spares waiting in the job's pool that a closer may still claim (store reads only): a program
+  // that relies on its spares can wait for them (See Note [Hot spares]).
+  int spares_waiting();
 
  private:
   std::optional<std::pair<std::uint64_t, std::size_t>> wait_as_spare();

@@ -14,8 +14,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <algorithm>
 #include <map>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -263,7 +265,15 @@ std::vector<Outcome> run(const Scenario& scenario) {
         }
         if (t == 0) out.initial = flat(*net);
         while (ft.steps() < scenario.total_steps) {
-          if (plan.leave_at_step && ft.steps() == *plan.leave_at_step) return leave();
+          if (plan.leave_at_step && ft.steps() == *plan.leave_at_step) {
+            // The spares are in the pool before the loss, whatever the machine's speed: a spare still
+            // starting comes into a later round instead (the world shrinks, then grows back).
+            const auto deadline = std::chrono::steady_clock::now() + 20s;
+            while (membership->spares_waiting() < scenario.spares && std::chrono::steady_clock::now() < deadline) {
+              std::this_thread::sleep_for(1ms);
+            }
+            return leave();
+          }
           if (plan.hang_at_step && ft.steps() == *plan.hang_at_step) {
             // The launcher knows a partitioned host is gone (unless the plan says not); its
             // connections stay open here.
@@ -470,12 +480,14 @@ TEST_CASE("a dead spare marked gone is never claimed: the next one is", "[live][
     auto released = first.next(0, 20s);
     CHECK(released.released);  // its process is "dead": it only sees the job's end
   });
-  while (!store->check({ddp::detail::membership_keys::spare_key("0")})) std::this_thread::sleep_for(1ms);
+  ddp::StoreMembership pool(store, "observer");
+  while (pool.spares_waiting() < 1) std::this_thread::sleep_for(1ms);
   CHECK(ddp::detail::membership_keys::mark_spares_gone(*store, "node1") == 1);
   CHECK(ddp::detail::membership_keys::mark_spares_gone(*store, "node1") == 0);  // once
   std::optional<ddp::Membership> spare_round;
   std::thread second([&] { spare_round = ddp::StoreMembership(store, "node0/local2/attempt0", options).next(0, 20s); });
-  while (!store->check({ddp::detail::membership_keys::spare_key("1")})) std::this_thread::sleep_for(1ms);
+  CHECK(pool.spares_waiting() == 0);  // the dead one does not count
+  while (pool.spares_waiting() < 1) std::this_thread::sleep_for(1ms);
   // Round 1 of 2 members: member 1 is marked gone, member 0 closes it and fills it back to 2.
   ddp::StoreMembershipOptions member_options;
   member_options.initial_size = 2;
@@ -496,6 +508,106 @@ TEST_CASE("a dead spare marked gone is never claimed: the next one is", "[live][
   CHECK(spare_round->round == 1);
   CHECK(spare_round->rank == 1);
   CHECK(spare_round->world_size == 2);
+  CHECK(pool.spares_waiting() == 0);
+}
+
+namespace {
+// A HashStore that holds the first add() to a key (not a read: an add of 0), after it is applied,
+// until the test lets it go: the process that called it stands for one killed right there.
+class HeldAddStore : public c10d::HashStore {
+ public:
+  explicit HeldAddStore(std::string key) : held_key_(std::move(key)) {}
+  std::int64_t add(const std::string& key, std::int64_t value) override {
+    const std::int64_t result = c10d::HashStore::add(key, value);
+    if (key == held_key_ && value != 0) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (held_) return result;
+      held_ = true;
+      changed_.notify_all();
+      changed_.wait_for(lock, 20s, [this] { return released_; });
+    }
+    return result;
+  }
+  bool wait_until_held() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return changed_.wait_for(lock, 20s, [this] { return held_; });
+  }
+  void release() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    released_ = true;
+    changed_.notify_all();
+  }
+
+ private:
+  std::string held_key_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool held_ = false;
+  bool released_ = false;
+};
+}  // namespace
+
+// Note [Taking a slot] in ddp/elastic/membership.cpp.
+TEST_CASE("a member stopped between its arrival's writes leaves no slot unwritten: the round does not stall",
+          "[live]") {
+  // Member 1 is held inside its arrival's add to the round's count. Before the fix the count came
+  // first and the arrival after it: member 0 closed the round with a slot nobody had written and
+  // blocked in its read until the store's timeout.
+  auto store = c10::make_intrusive<HeldAddStore>("ddp/membership/1/count");
+  store->setTimeout(3s);
+  const auto options = [](int rank) {
+    ddp::StoreMembershipOptions o;
+    o.initial_size = 2;
+    o.initial_rank = rank;
+    o.settle_timeout = 200ms;
+    return o;
+  };
+  std::optional<ddp::Membership> held_round;
+  std::thread held([&] { held_round = ddp::StoreMembership(store, "node1/local0/attempt0", options(1)).next(0, 20s); });
+  REQUIRE(store->wait_until_held());
+  const std::int64_t count = store->add("ddp/membership/1/count", 0);
+  for (std::int64_t slot = 0; slot < count; ++slot) {
+    INFO("slot " << slot << " of " << count);
+    CHECK(store->check({"ddp/membership/1/slot/" + std::to_string(slot)}));
+  }
+  std::optional<ddp::Membership> round;
+  CHECK_NOTHROW(round = ddp::StoreMembership(store, "node0/local0/attempt0", options(0)).next(0, 20s));
+  store->release();
+  held.join();
+  REQUIRE(round);
+  CHECK(round->world_size == 2);  // closed after the settle timeout, with the held member's arrival
+  CHECK(round->rank == 0);
+  REQUIRE(held_round);
+  CHECK(held_round->rank == 1);
+}
+
+TEST_CASE("a spare that registers while a round closes is claimed, not passed over", "[live][spares]") {
+  // The spare is held inside its registration's add to the pool's count; the round closes meanwhile.
+  // Before the fix the count came first and the id after it: the closer found an index with no id,
+  // passed over it for good, and the spare waited unclaimed to the job's end.
+  auto store = c10::make_intrusive<HeldAddStore>(ddp::detail::membership_keys::spare_key("count"));
+  ddp::StoreMembershipOptions options;
+  options.spare = true;
+  std::optional<ddp::Membership> spare_round;
+  std::thread spare([&] { spare_round = ddp::StoreMembership(store, "node0/local2/attempt0", options).next(0, 20s); });
+  REQUIRE(store->wait_until_held());
+  ddp::StoreMembershipOptions member_options;
+  member_options.initial_size = 2;
+  member_options.initial_rank = 0;
+  member_options.settle_timeout = 20s;
+  ddp::StoreMembership member(store, "node0/local0/attempt0", member_options);
+  CHECK(member.spares_waiting() == 1);
+  member.mark_left(0);
+  const ddp::Membership round = member.next(0, 20s);
+  store->release();
+  member.release_spares(5s);
+  spare.join();
+  CHECK(round.world_size == 2);
+  CHECK(round.joiners == std::vector<int>{1});
+  REQUIRE(spare_round);
+  CHECK_FALSE(spare_round->released);
+  CHECK(spare_round->round == 1);
+  CHECK(spare_round->rank == 1);
 }
 
 TEST_CASE("two failures in a row", "[live]") {

@@ -53,11 +53,9 @@ inline std::vector<std::string> arrival_ids_under(c10d::Store& store, std::uint6
   const std::string prefix = scope + "/";
   std::vector<std::string> ids;
   for (std::uint64_t slot = 0; slot < size; ++slot) {
-    // "<m|j> <previous rank> <member id>" (See Note [Store membership rounds]); a slot taken but
-    // not written yet is skipped.
-    const std::string key = round_key(round, "slot/" + std::to_string(slot));
-    if (!store.check({key})) continue;
-    const std::string arrival = bytes_to_text(store.get(key));
+    // "<m|j> <previous rank> <member id>" (See Note [Store membership rounds]): every slot below
+    // the count holds its arrival (Note [Taking a slot] in ddp/elastic/membership.cpp).
+    const std::string arrival = bytes_to_text(store.get(round_key(round, "slot/" + std::to_string(slot))));
     const auto first = arrival.find(' ');
     const auto second = first == std::string::npos ? first : arrival.find(' ', first + 1);
     if (member_arrivals && arrival.compare(0, 2, "m ") != 0) continue;
@@ -80,7 +78,6 @@ inline int mark_spares_gone(c10d::Store& store, const std::string& scope) {
   int marked = 0;
   for (std::int64_t i = 0; i < count; ++i) {
     const std::string index = std::to_string(i);
-    if (!store.check({spare_key(index)})) continue;  // an index taken, its id not written yet
     const std::string id = bytes_to_text(store.get(spare_key(index)));
     if (id.compare(0, prefix.size(), prefix) != 0 || store.check({spare_key(index + "/claim")})) continue;
     if (store.add(spare_key(index + "/gone"), 1) == 1) ++marked;
