@@ -22,6 +22,21 @@ constexpr auto kGroupTimeout = std::chrono::minutes(2);
 // --die-at-step: how long the survivors wait for the killed worker's restart to ask to join.
 constexpr auto kRejoinBound = std::chrono::seconds(60);
 
+// --die-after-spares: a spare still loading its data when the worker dies comes into a later round
+// (the world shrinks, then grows back), so a test that needs the spare in the dead rank's place waits
+// for it (See Note [Hot spares] in ddp/elastic/membership.h).
+void wait_for_spares(std::int64_t spares, const LiveTraining* live) {
+  if (live == nullptr) throw UsageError("--die-after-spares needs ddp_launch --recovery live --spares");
+  const auto deadline = std::chrono::steady_clock::now() + kRejoinBound;
+  while (live->job.membership->spares_waiting() < spares) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      throw TimeoutError(str("--die-after-spares: ", spares, " spare(s) did not wait in the pool within ",
+                             detail::seconds_of(kRejoinBound), " s (does ddp_launch have --spares?)"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<LiveTraining> live_training_from_environment(const TrainOptions& options) {
@@ -57,7 +72,10 @@ void die_or_wait_for_test(const TrainOptions& options, LiveTraining* live, int r
   if (options.die_at_step <= 0) return;
   // A spare's first round is the loss's (it takes the dead rank's place and runs that step again).
   const bool first_round = live == nullptr || (live->ft->regroups() == 1 && !live->job.joining && !live->job.spare);
-  if (first_round && step + 1 == options.die_at_step && rank == world_size - 1) ::raise(SIGKILL);
+  if (first_round && step + 1 == options.die_at_step && rank == world_size - 1) {
+    if (options.die_after_spares > 0) wait_for_spares(options.die_after_spares, live);
+    ::raise(SIGKILL);
+  }
   // The survivors' rank 0 holds its backward (the others wait in its all-reduce) until the restarted
   // worker asks to join; the step's agreement then admits it.
   if (live == nullptr || rank != 0 || world_size >= live->launcher_world_size) return;

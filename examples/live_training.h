@@ -53,7 +53,9 @@ std::unique_ptr<LiveTraining> live_training_from_environment(const TrainOptions&
 // --die-at-step N (tests): the last rank of the job's first round SIGKILLs itself before the
 // backward of optimizer step N (1-based), mid-epoch; the survivors' first step after the loss then
 // waits until the launcher's restart of it waits to join (bounded), so that a test sees it rejoin
-// whatever the machine's speed. `step`: the steps applied so far. No-op without the flag.
+// whatever the machine's speed. With --die-after-spares N it first waits (bounded) until N spares
+// wait in the pool, so that a test sees a spare take its place. `step`: the steps applied so far.
+// No-op without the flag.
 void die_or_wait_for_test(const TrainOptions& options, LiveTraining* live, int rank, int world_size, int64_t step);
 
 // FNV-1a of the parameters' bytes: equal on every rank of a job in sync.

@@ -141,7 +141,8 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, const Pro
       ("save-params", "write the final parameters (float32, concatenated) to FILE", cxxopts::value<std::string>()->default_value(""))
       ("max-steps", "stop when the global step reaches N (an interruption)", cxxopts::value<int64_t>()->default_value("0"))
       ("log-samples", "each rank writes the samples it trains on (epoch index lines) to a new file in DIR", cxxopts::value<std::string>()->default_value(""))
-      ("die-at-step", "the last rank SIGKILLs itself in optimizer step N (a lost worker)", cxxopts::value<int64_t>()->default_value("0"));
+      ("die-at-step", "the last rank SIGKILLs itself in optimizer step N (a lost worker)", cxxopts::value<int64_t>()->default_value("0"))
+      ("die-after-spares", "with --die-at-step under ddp_launch --spares: it dies once N spares wait in the pool", cxxopts::value<int64_t>()->default_value("0"));
   cli.add_options()
       ("comm-hook", "ddp: allreduce | fp16 | bf16 | powersgd (gradient communication; see docs/ddp.md)", cxxopts::value<std::string>()->default_value("allreduce"))
       ("powersgd-rank", "ddp with --comm-hook powersgd: the rank of the approximation", cxxopts::value<int64_t>()->default_value("1"))
@@ -229,6 +230,8 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, const Pro
     parse_diloco_flags(result, o);
     o.log_samples = result["log-samples"].as<std::string>();
     o.die_at_step = positive<int64_t>(result, "die-at-step", 0);
+    o.die_after_spares = positive<int64_t>(result, "die-after-spares", 0);
+    if (o.die_after_spares > 0 && o.die_at_step == 0) throw UsageError("--die-after-spares needs --die-at-step");
   } catch (const cxxopts::exceptions::exception& e) {
     throw UsageError(str(e.what(), " (see --help)"));
   }

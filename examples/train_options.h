@@ -59,6 +59,7 @@ struct TrainOptions {
   int64_t global_batch_size = 0;  // --global-batch-size: samples per optimizer step (batch policy global)
   std::string log_samples;  // debug: each rank appends the samples it trains on to a file in this folder
   int64_t die_at_step = 0;  // debug: the last rank SIGKILLs itself in step N (See live_training.h; 0: off)
+  int64_t die_after_spares = 0;  // debug: ... once N spares wait in the pool (See live_training.h)
   // --diloco H: DiLoCo over the SGD above (ddp/algorithms/diloco.h); 0: off. The outer optimizer
   // and streaming: --outer-lr, --outer-momentum, --diloco-fragments, --diloco-delay, --outer-dtype.
   int64_t diloco = 0;

@@ -122,7 +122,7 @@ TEST_CASE("a worker killed mid-epoch with --spares 1: the spare takes its place,
       std::to_string(port) + " --rdzv_id spare_example --rdzv_conf last_call_timeout=1 --recovery live " +
       "--max_restarts 1 --monitor_interval 0.05 " + kBinDir +
       "/train_fashion_mnist --mode ddp --limit 600 --epochs 1 --seed 3 --batch-policy global " +
-      "--global-batch-size 48 --die-at-step 4 --log-samples " + logs.string();
+      "--global-batch-size 48 --die-at-step 4 --die-after-spares 1 --log-samples " + logs.string();
   const auto run = ddp::testing::run_command(launch, 90);
   INFO(run.output);
   REQUIRE(run.exit_code == 0);
