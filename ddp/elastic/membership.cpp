@@ -203,7 +203,6 @@ void StoreMembership::mark_left(std::uint64_t round) { store_->add(key(round + 1
 
 int StoreMembership::spares_waiting() { return unclaimed_spares(*store_); }
 
-
 // A spare's wait in the pool (See Note [Hot spares] in membership.h): the round and slot a closer
 // gave it, or nullopt once the job released it.
 std::optional<std::pair<std::uint64_t, std::size_t>> StoreMembership::wait_as_spare() {
