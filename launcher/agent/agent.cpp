@@ -11,6 +11,7 @@
 #include "launcher/agent/live_recovery.h"
 #include "launcher/observe/metrics_server.h"
 #include "launcher/observe/progress_board.h"
+#include "launcher/process/spawn.h"
 #include "launcher/rendezvous/rendezvous.h"
 
 // Note [One node agent]
@@ -100,10 +101,28 @@ SupervisorOptions supervisor_options(const config::LaunchConfig& c, const std::s
 //   reaching the others while they finish; one killed by it made srun exit 143 instead of 138, so
 //   the job failed instead of requeueing itself (hosts.slurm_cluster, under load).
 // Every wait after this point is bounded, and SIGKILL (Slurm's, after KillWait) still ends it.
-int finish_run(const SupervisorResult& result, const std::string& host_name) {
-  ::signal(SIGTERM, SIG_IGN);
+// The agent holds the round's SignalPipe until SIGTERM is ignored (SignalPipe::ignore): when the
+// supervisor's pipe restored the default action first, a SIGTERM in between killed the launcher.
+// --watch_stdin's SIGTERM came just then (hosts.ssh_stop, in CI): host0, stopped by the job
+// channel, got the EOF of its stdin as its workers ended; it died, ssh exited 255 and its run
+// folder was left. A signal that comes while an elastic round's end is settled ends the job, as
+// one during the round does.
+int finish_run(const SupervisorResult& result, const std::string& host_name, process::SignalPipe& signals) {
+  signals.ignore(SIGTERM);
   if (result.exit_code != 0) std::fputs(format_failure_summary(result, host_name).c_str(), stderr);
   return result.exit_code;
+}
+
+// Whether a stop signal came after the round's group ended (See Note [SIGTERM after the workers]).
+bool signalled_between_rounds(process::SignalPipe& signals, SupervisorResult& result) {
+  for (int sig : signals.drain()) {
+    if (sig == SIGCHLD) continue;
+    spdlog::warn("received {}: not joining the next round", process::signal_name(sig));
+    result.launcher_signal = sig;
+    result.exit_code = 128 + sig;
+    return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -148,9 +167,10 @@ int run_agent(const config::LaunchConfig& c, const EnvironmentSnapshot& env, con
     SupervisorOptions options = base;
     options.link = round.channel ? round.channel->link() : nullptr;
     const GroupFactory make_group = policy->supervise_round(round, options);
-    SupervisorResult result = supervise(options, make_group);
-    if (!policy->next_round_follows(round, result)) {
-      const int exit_code = finish_run(result, host_name);
+    process::SignalPipe signals(options.forwarded_signals);  // See Note [SIGTERM after the workers]
+    SupervisorResult result = supervise(options, signals, make_group);
+    if (!policy->next_round_follows(round, result) || signalled_between_rounds(signals, result)) {
+      const int exit_code = finish_run(result, host_name, signals);
       round.channel.reset();  // the other launchers told, and waited for (bounded)
       policy->rendezvous().shutdown();
       return exit_code;

@@ -53,8 +53,7 @@ bool coordinated_restart(const SupervisorOptions& options, process::SignalPipe& 
 
 }  // namespace
 
-SupervisorResult supervise(const SupervisorOptions& options, const GroupFactory& make_group) {
-  process::SignalPipe signals(options.forwarded_signals);
+SupervisorResult supervise(const SupervisorOptions& options, process::SignalPipe& signals, const GroupFactory& make_group) {
   SupervisorResult result;
   for (int attempt = 0;; ++attempt) {
     AttemptOutcome run = run_attempt(options, signals, attempt, make_group(attempt));

@@ -75,9 +75,10 @@ struct SupervisorOptions {
   std::function<std::optional<process::WorkerLaunch>(int local_rank)> respawn_worker;
 };
 
-// Runs attempts until one succeeds, restarts are used up, or the launcher is signalled.
-// Installs handlers for the forwarded signals and SIGCHLD for its duration. An attempt that left a
-// worker unreaped (see Note [Unreapable workers]) is not restarted.
-SupervisorResult supervise(const SupervisorOptions& options, const GroupFactory& make_group);
+// Runs attempts until one succeeds, restarts are used up, or the launcher is signalled (`signals`:
+// the forwarded signals and SIGCHLD, caught by the caller for longer: See Note [SIGTERM after the
+// workers] in launcher/agent/agent.cpp). An attempt that left a worker unreaped (see Note
+// [Unreapable workers]) is not restarted.
+SupervisorResult supervise(const SupervisorOptions& options, process::SignalPipe& signals, const GroupFactory& make_group);
 
 }  // namespace ddp::launcher::agent

@@ -102,6 +102,14 @@ std::vector<int> SignalPipe::drain() {
   return sigs;
 }
 
+void SignalPipe::ignore(int sig) {
+  struct sigaction ignored {};
+  ignored.sa_handler = SIG_IGN;
+  sigemptyset(&ignored.sa_mask);
+  ::sigaction(sig, &ignored, nullptr);
+  old_[sig] = ignored;  // what the destructor restores
+}
+
 void OutputStream::close_all() {
   if (fd >= 0) ::close(fd);
   if (file_fd >= 0) ::close(file_fd);

@@ -55,6 +55,9 @@ class SignalPipe {
   int read_fd() const { return fds_[0]; }
   // Signals received since the last call (SIGCHLD included).
   std::vector<int> drain();
+  // Ignores `sig` from now on, and after this pipe too: it never meets its default action in
+  // between (See Note [SIGTERM after the workers] in launcher/agent/agent.cpp).
+  void ignore(int sig);
 
  private:
   std::vector<int> forwarded_;

@@ -217,11 +217,13 @@ sleepers() {
   wait_files 4 "out/rank*.attempt0"
 }
 
-# all_stopped WHAT: every rank recorded a SIGTERM.
+# all_stopped WHAT: every rank recorded a SIGTERM, and the hosts' launchers removed their run folders.
 all_stopped() {
   local r
   for r in 0 1 2 3; do [[ -f out/sigterm$r ]] || fail "$1: rank $r was not stopped with SIGTERM"; done
+  no_run_folders "$1"
 }
+no_run_folders() { [[ -z $(ls tmp) ]] || fail "$1: the hosts' launchers left run folders behind: $(ls tmp)"; }
 
 case $scenario in
   run)
@@ -349,7 +351,7 @@ case $scenario in
     # the local launcher names host1 and stops host0.
     sleepers drop.log 2
     for p in $(ip netns pids "$name-h2"); do
-      [[ $(cat "/proc/$p/comm" 2>/dev/null) == ssh && $(tr '\0' ' ' <"/proc/$p/cmdline") == *" host1 "* ]] &&
+      [[ $(cat "/proc/$p/comm" 2>/dev/null) == ssh && $(tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline") == *" host1 "* ]] &&
         kill -KILL "$p"
     done
     status=0
@@ -449,5 +451,4 @@ case $scenario in
     fail "unknown scenario"
     ;;
 esac
-left=$(ls tmp)
-[[ -z $left ]] || fail "the hosts' launchers left run folders behind: $left"
+no_run_folders "at the end"

@@ -236,7 +236,8 @@ TEST_CASE("a membership change stops the running group at once", "[launcher][ela
     }
     return group;
   };
-  const SupervisorResult result = supervise(options, make_group);
+  SignalPipe signals;
+  const SupervisorResult result = supervise(options, signals, make_group);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   CHECK(groups == 1);
   CHECK(polls >= 2);

@@ -1,4 +1,5 @@
 // Unit tests of ddp_launch's pure logic: flags, environment, host lists, GPU choice, error files.
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -725,7 +726,8 @@ TEST_CASE("a worker not reaped after SIGKILL is reported with its state and ends
     }
     return group;
   };
-  const SupervisorResult result = supervise(options, make_group);
+  SignalPipe signals;
+  const SupervisorResult result = supervise(options, signals, make_group);
   CHECK(groups == 1);
   CHECK(result.attempts == 1);
   CHECK(result.exit_code == 3);
@@ -741,6 +743,41 @@ TEST_CASE("a worker not reaped after SIGKILL is reported with its state and ends
              Catch::Contains(ddp::str("not reaped after SIGKILL: pid ", stuck.pid, " state Z (zombie)")));
   // The test reaps its zombie: nothing is left behind.
   CHECK(::waitpid(stuck.pid, nullptr, 0) == stuck.pid);
+}
+
+TEST_CASE("a signal pipe's ignore() leaves SIGTERM no moment with its default action", "[launcher][signals]") {
+  // See Note [SIGTERM after the workers]: SIGTERM is caught while the pipe is held, ignored once
+  // ignore() is called, and still ignored after the pipe is gone; with the default action anywhere,
+  // the SIGTERMs below would end this test binary.
+  struct sigaction term_before {}, int_before {};
+  ::sigaction(SIGTERM, nullptr, &term_before);
+  ::sigaction(SIGINT, nullptr, &int_before);
+  const auto caught = [](SignalPipe& signals, int wait_ms) {
+    pollfd fd{signals.read_fd(), POLLIN, 0};
+    ::poll(&fd, 1, wait_ms);
+    const std::vector<int> sigs = signals.drain();
+    return std::count(sigs.begin(), sigs.end(), SIGTERM);
+  };
+  const auto term_handler = [] {
+    struct sigaction now {};
+    ::sigaction(SIGTERM, nullptr, &now);
+    return now.sa_handler;
+  };
+  {
+    SignalPipe signals;
+    ::kill(::getpid(), SIGTERM);
+    CHECK(caught(signals, 2000) == 1);
+    signals.ignore(SIGTERM);
+    CHECK(term_handler() == SIG_IGN);
+    ::kill(::getpid(), SIGTERM);
+    CHECK(caught(signals, 100) == 0);
+  }
+  CHECK(term_handler() == SIG_IGN);
+  ::kill(::getpid(), SIGTERM);
+  struct sigaction int_after {};
+  ::sigaction(SIGINT, nullptr, &int_after);
+  CHECK(int_after.sa_handler == int_before.sa_handler);  // the others are restored
+  ::sigaction(SIGTERM, &term_before, nullptr);
 }
 
 TEST_CASE("process states read from /proc/PID/stat", "[launcher][unreaped]") {
