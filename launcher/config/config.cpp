@@ -2,10 +2,10 @@
 
 #include "ddp/base/printable.h"
 
-#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cxxopts.hpp>
 #include <random>
@@ -175,11 +175,6 @@ std::string random_run_id() {
   std::random_device rd;
   const auto high = rd();
   return ddp::str(std::hex, high, rd());
-}
-
-bool is_numeric_address(const std::string& text) {
-  unsigned char buf[sizeof(in6_addr)];
-  return ::inet_pton(AF_INET, text.c_str(), buf) == 1 || ::inet_pton(AF_INET6, text.c_str(), buf) == 1;
 }
 
 }  // namespace
@@ -362,6 +357,16 @@ struct SplitArgs {
   std::vector<std::string> program;
 };
 
+// Note [A flag is never a value]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// "--local_addr --dry_run" must not take --dry_run as the address and start a real job (found by
+// faults.launch_fuzz: the job then waited 600 s for a rendezvous host named "-m"). As in torchrun's
+// argparse, the separate value of a flag may not look like a flag: "--..." or '-' and a letter. A
+// negative number ("-1", "-.5") and "-" stay values; "--flag=-x" is always a value.
+static bool looks_like_a_flag(const std::string& arg) {
+  return arg.size() >= 2 && arg[0] == '-' && (arg[1] == '-' || std::isalpha(static_cast<unsigned char>(arg[1])));
+}
+
 static SplitArgs split_launcher_args(int argc, const char* const* argv) {
   SplitArgs split;
   int i = 1;
@@ -377,7 +382,12 @@ static SplitArgs split_launcher_args(int argc, const char* const* argv) {
     if (norm.rfind("--", 0) == 0 && norm.find('=') == std::string::npos) {
       const FlagSpec* flag = find_flag(norm.substr(2));
       if (flag != nullptr && flag->takes_value && i + 1 < argc) {
-        split.launcher_args.push_back(argv[++i]);
+        const std::string value = argv[++i];
+        if (looks_like_a_flag(value)) {
+          throw UsageError(ddp::str(norm, " needs a value, but the next argument '", value,
+                                    "' is a flag; give the value, or write ", norm, "=VALUE for one that starts with '-'"));
+        }
+        split.launcher_args.push_back(value);
       }
     }
   }
@@ -449,6 +459,7 @@ static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSn
   if (given("master_addr")) {
     c.master_addr = text("master_addr");
     if (c.master_addr.empty()) throw UsageError("--master_addr is empty");
+    check_host("--master_addr", c.master_addr);
   } else if (slurm && !slurm->hosts.empty()) {
     c.master_addr = slurm->hosts.front();
     c.notes.push_back(ddp::str("master_addr=", c.master_addr, " from SLURM_JOB_NODELIST"));
@@ -520,6 +531,7 @@ static void fill_config(LaunchConfig& c, FlagValues& values, const EnvironmentSn
   if (given("local_addr")) {
     c.local_addr = text("local_addr");
     if (c.local_addr.empty()) throw UsageError("--local_addr is empty");
+    check_host("--local_addr", c.local_addr);
   }
   c.role = text("role");
   c.collapse_window_s = parse_seconds_flag("--collapse_lines", text("collapse_lines"));

@@ -43,6 +43,11 @@ struct Endpoint {
 };
 Endpoint parse_rdzv_endpoint(const std::string& flag, const std::string& text);
 
+// An IPv4 or IPv6 address (not a name).
+bool is_numeric_address(const std::string& text);
+// Throws UsageError naming `flag` when `host` is neither an IP address nor a valid host name.
+void check_host(const std::string& flag, const std::string& host);
+
 // --signals_to_handle "SIGTERM,SIGINT,SIGUSR1": signal numbers, in order, without repeats. Throws
 // UsageError naming an unknown signal or one that cannot be handled (SIGKILL, SIGSTOP, SIGCHLD).
 std::vector<int> parse_signals_to_handle(const std::string& text);

@@ -82,6 +82,15 @@ TEST_CASE("the worker's arguments pass verbatim, flags included", "[launcher][co
   CHECK(d.program_path == "/usr/bin/true");  // found through PATH like execvp
 }
 
+TEST_CASE("host names, addresses and values that start with '-' are accepted", "[launcher][config]") {
+  CHECK(parse({"--master_addr", "node_1.cluster.local.", "--nnodes", "2", "--node_rank", "1", "/bin/true"}).master_addr ==
+        "node_1.cluster.local.");
+  CHECK(parse({"--master_addr", "fe80::1", "/bin/true"}).master_addr == "fe80::1");
+  CHECK(parse({"--rdzv_endpoint", "[::1]:29400", "--nnodes", "2", "/bin/true"}).rdzv_host == "::1");
+  CHECK(parse({"--log_line_prefix_template", "-", "/bin/true"}).log_line_prefix_template == "-");
+  CHECK_THAT(usage_error({"--max_restarts", "-2", "/bin/true"}), Catch::Contains("--max_restarts must be"));  // a value
+}
+
 TEST_CASE("nproc_per_node accepts gpu, cpu and auto", "[launcher][config]") {
   CHECK(parse({"--nproc_per_node", "gpu", "/bin/true"}).nproc.kind == NprocRequest::Kind::kGpu);
   CHECK(parse({"--nproc_per_node", "cpu", "/bin/true"}).nproc.kind == NprocRequest::Kind::kCpu);
@@ -123,6 +132,14 @@ TEST_CASE("bad input is one clear UsageError", "[launcher][config]") {
       {{"--gpus", "a,b", "/bin/true"}, "--gpus"},
       {{"--nproc_per_node", "4", "--gpus", "0,1", "/bin/true"}, "give one GPU per worker"},
       {{"--rdzv_endpoint", ":29400", "/bin/true"}, "has no host"},
+      // faults.launch_fuzz, seed 1502050767: --dry_run taken as --local_addr's value, then a real run
+      // waiting 600 s for a rendezvous host named "-m". See Note [A flag is never a value].
+      {{"--local-addr", "--dry_run", "--rdzv_endpoint=-m", "false"}, "--local_addr needs a value, but the next argument '--dry_run' is a flag"},
+      {{"--rdzv_endpoint=-m", "--dry_run", "/bin/true"}, "--rdzv_endpoint '-m' is not a host name"},
+      {{"--master_addr", "-m", "/bin/true"}, "is a flag"},
+      {{"--master_addr=a b", "/bin/true"}, "--master_addr 'a b' is not a host name"},
+      {{"--local_addr=node-.x", "/bin/true"}, "is not a host name"},
+      {{"--rdzv_endpoint", "job/1:29400", "/bin/true"}, "is not a host name"},
       {{"--rdzv_endpoint", "h:1", "--node_rank", "0", "/bin/true"}, "exclude each other"},
       {{"--standalone", "--nnodes", "2", "/bin/true"}, "--standalone"},
       {{"--nproc_per_node", "2"}, "no training binary"},
