@@ -99,26 +99,23 @@ std::optional<std::string> torchrun_env_alias(const std::string& name) {
   return std::nullopt;
 }
 
-// A host name as resolvers take it (RFC 1123 labels, '_' as /etc/hosts allows), or an address.
-// "-m" or "a b" would never resolve: refused at once rather than retried until the rendezvous
-// timeout, which is what a valid name that does not resolve yet gets (a pod's service name).
 bool is_numeric_address(const std::string& text) {
   unsigned char address[sizeof(in6_addr)];
   return ::inet_pton(AF_INET, text.c_str(), address) == 1 || ::inet_pton(AF_INET6, text.c_str(), address) == 1;
 }
 
+// A host name as resolvers take it (RFC 1123 labels, '_' as /etc/hosts allows), or an address.
+// "-m" or "a b" would never resolve: refused at once rather than retried until the rendezvous
+// timeout, which is what a valid name that does not resolve yet gets (a pod's service name).
 void check_host(const std::string& flag, const std::string& host) {
   if (is_numeric_address(host)) return;
   const std::string name = !host.empty() && host.back() == '.' ? host.substr(0, host.size() - 1) : host;
-  bool valid = !name.empty() && name.size() <= 253;
-  for (size_t start = 0; valid && start <= name.size();) {
-    const size_t end = std::min(name.find('.', start), name.size());
-    const std::string label = name.substr(start, end - start);
-    valid = !label.empty() && label.size() <= 63 && label.front() != '-' && label.back() != '-' &&
-            std::all_of(label.begin(), label.end(), [](unsigned char c) { return std::isalnum(c) || c == '-' || c == '_'; });
-    start = end + 1;
-  }
-  if (!valid) {
+  const auto valid_label = [](const std::string& label) {
+    return !label.empty() && label.size() <= 63 && label.front() != '-' && label.back() != '-' &&
+           std::all_of(label.begin(), label.end(), [](unsigned char c) { return std::isalnum(c) || c == '-' || c == '_'; });
+  };
+  const std::vector<std::string> labels = split_list(name, '.');
+  if (name.empty() || name.size() > 253 || !std::all_of(labels.begin(), labels.end(), valid_label)) {
     throw UsageError(ddp::str(flag, " '", host, "' is not a host name or an IP address (e.g. node1, 10.0.0.1)"));
   }
 }
