@@ -449,6 +449,10 @@ void ProcessGroup::fail_collective(std::int64_t seq, const char* what, milliseco
       detail::ArrivalReport report = detail::check_arrivals(arrivals, state_->info.rank, state_->info.size, detail::Arrival{seq, what}, window,
                                             /*linger=*/state_->info.rank == 0);
       report.last_completed = state_->collectives.last_completed();
+      detail::separate_still_inside(report, [this](std::int64_t earlier) {
+        const auto record = state_->collectives.find(earlier);
+        return record && record->state == CollectiveState::kCompleted;
+      });
       message += str(": ", detail::describe_arrivals(detail::in_global_ranks(report, [this](int r) { return global_rank(r); })));
     }
   } else {

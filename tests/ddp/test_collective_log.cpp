@@ -231,13 +231,47 @@ TEST_CASE("arrival reports name the ranks that did not arrive", "[collective_log
     report.window = 500ms;
     const auto text = ddp::detail::describe_arrivals(report);
     CHECK_THAT(text, Contains("rank(s) 0, 1 did not arrive (rank 1 last entered collective #4; rank 0 sent no report"));
-    CHECK_THAT(text, Contains("rank 3 is at collective #6 (this rank is behind"));
+    CHECK_THAT(text, Contains("rank 3 is at collective #6 (it finished this collective, which still waits here"));
+    CHECK(ddp::detail::describe_arrivals(ddp::detail::classify_arrivals(0, {5, kGrad}, {arrived(5), arrived(6)})) ==
+          "rank 1 is at collective #6 (this rank is behind: a desync)");
     CHECK_THAT(ddp::detail::describe_arrivals(ddp::detail::classify_arrivals(1, {9, kGrad}, {arrived(9), arrived(9)})),
                Contains("every rank reported"));
     CHECK(ddp::detail::describe_arrivals(ddp::detail::classify_arrivals(0, {7, kGrad}, {arrived(7), arrived(7, "barrier")})) ==
           "rank 1 is in barrier under the same number, this rank in gradient all-reduce (a desync: the ranks "
           "issued different collectives; compare their collectives-rank*.json)");
   }
+}
+
+// Note [Collectives end unevenly]: rank 2 cut off in #18; rank 0 completed #18 and timed out in
+// #19, rank 1 timed out in #18. Each names rank 2 alone.
+TEST_CASE("a rank still inside a collective that completed here is not named as missing", "[collective_log][arrivals]") {
+  const auto completed_up_to = [](std::int64_t last) { return [last](std::int64_t seq) { return seq <= last; }; };
+  ddp::detail::ArrivalReport on_rank0 = ddp::detail::classify_arrivals(0, {19, kGrad}, {arrived(19), arrived(18), none});
+  on_rank0.window = 2000ms;
+  ddp::detail::separate_still_inside(on_rank0, completed_up_to(18));
+  CHECK(on_rank0.behind.empty());
+  CHECK(on_rank0.still_inside == std::vector<std::pair<int, std::int64_t>>{{1, 18}});
+  CHECK_FALSE(on_rank0.all_arrived());
+  const auto text0 = ddp::detail::describe_arrivals(on_rank0);
+  CHECK_THAT(text0, Contains("rank(s) 2 did not arrive (rank 2 sent no report within 2 s"));
+  CHECK_THAT(text0, Contains("; rank 1 is still inside collective #18, which completed here"));
+  // Global ranks in a sub-group: the separated rank is renamed too.
+  CHECK(ddp::detail::in_global_ranks(on_rank0, [](int r) { return r + 10; }).still_inside ==
+        std::vector<std::pair<int, std::int64_t>>{{11, 18}});
+
+  ddp::detail::ArrivalReport on_rank1 = ddp::detail::classify_arrivals(1, {18, kGrad}, {arrived(19), arrived(18), none});
+  on_rank1.window = 2000ms;
+  ddp::detail::separate_still_inside(on_rank1, completed_up_to(17));
+  const auto text1 = ddp::detail::describe_arrivals(on_rank1);
+  CHECK_THAT(text1, Contains("rank(s) 2 did not arrive"));
+  CHECK_THAT(text1, Contains("rank 0 is at collective #19 (it finished this collective"));
+  CHECK_THAT(text1, !Contains("desync"));
+
+  // A rank behind in a collective that did not complete here is still missing (a desync, or gone).
+  ddp::detail::ArrivalReport skipped = ddp::detail::classify_arrivals(0, {19, kGrad}, {arrived(19), arrived(17)});
+  ddp::detail::separate_still_inside(skipped, completed_up_to(16));
+  CHECK(skipped.behind == std::vector<std::pair<int, std::int64_t>>{{1, 17}});
+  CHECK(ddp::detail::describe_arrivals(skipped) == "rank(s) 1 did not arrive (rank 1 last entered collective #17)");
 }
 
 TEST_CASE("check_arrivals publishes this rank's number and waits a bounded time for the others",

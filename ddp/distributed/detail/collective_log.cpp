@@ -182,8 +182,10 @@ std::optional<std::string> write_collectives_file(const std::string& dir, int ra
 // window, the report says how long it answered rather than that it never did.
 // A rank whose key is still missing after the window is not inside any
 // collective of this group (it hangs in computation, or is gone); a rank that published a lower
-// number is stuck in an earlier collective (a desync: it skipped or reordered one); a higher number
-// means this rank is the one behind. The store calls run on a helper thread and are abandoned after
+// number is stuck in an earlier collective: one that completed here is still inside it, waiting for
+// another rank (Note [Collectives end unevenly]); otherwise a desync (it skipped or reordered one). A
+// higher number means this rank is the one behind: with ranks missing, the other rank finished the
+// collective that this rank still waits in; with none, a desync. The store calls run on a helper thread and are abandoned after
 // the window plus 1 s, so a dead store (rank 0 gone) cannot turn a timeout into a hang. Keys are
 // overwritten by later timeouts; after a timeout the group is unusable anyway.
 
@@ -229,9 +231,29 @@ std::optional<Arrival> parse_arrival(const std::string& text) {
 
 }  // namespace
 
+// Note [Collectives end unevenly]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A collective does not end at the same moment on every rank: a rank returns once it holds every
+// byte it needs, and a peer may still wait in the same collective for a third rank. So when rank 2
+// is cut off during all-reduce #18, rank 0 can complete #18 and time out in #19 while rank 1 times
+// out in #18. Rank 1 did arrive at #18 (rank 0 could not have completed it otherwise), so rank 0 must
+// not name it among the ranks that did not arrive, and rank 1 must not call rank 0's #19 a desync:
+// both name rank 2 alone, rank 0 adds that rank 1 is still inside #18, and rank 1 that rank 0 finished
+// it. Before this, rank 0 said "rank(s) 1, 2 did not arrive" (hosts.partition, once in 32 runs of a
+// soak, 2026-12-07). Whether a collective completed here is known only to this rank's CollectiveLog,
+// so the caller separates those ranks after the pure classification (separate_still_inside).
+
+void separate_still_inside(ArrivalReport& report, const std::function<bool(std::int64_t)>& completed_here) {
+  const auto inside = std::stable_partition(report.behind.begin(), report.behind.end(),
+                                            [&](const auto& entry) { return !completed_here(entry.second); });
+  report.still_inside.insert(report.still_inside.end(), inside, report.behind.end());
+  report.behind.erase(inside, report.behind.end());
+}
+
 ArrivalReport in_global_ranks(ArrivalReport report, const std::function<int(int)>& global_rank) {
   for (int& rank : report.silent) rank = global_rank(rank);
   for (auto& entry : report.behind) entry.first = global_rank(entry.first);
+  for (auto& entry : report.still_inside) entry.first = global_rank(entry.first);
   for (auto& entry : report.ahead) entry.first = global_rank(entry.first);
   for (auto& entry : report.mismatched) entry.first = global_rank(entry.first);
   return report;
@@ -264,10 +286,19 @@ std::string describe_arrivals(const ArrivalReport& report) {
     out += str(out.empty() ? "" : "; ", join(other, ", "), " under the same number, this rank in ", report.what,
                " (a desync: the ranks issued different collectives; compare their collectives-rank*.json)");
   }
+  if (!report.still_inside.empty()) {
+    std::vector<std::string> inside;
+    for (const auto& [rank, seq] : report.still_inside) inside.push_back(str("rank ", rank, " is still inside collective #", seq));
+    out += str(out.empty() ? "" : "; ", join(inside, ", "),
+               ", which completed here (it arrived there and waits for another rank)");
+  }
   if (!report.ahead.empty()) {
     std::vector<std::string> ahead;
     for (const auto& [rank, seq] : report.ahead) ahead.push_back(str("rank ", rank, " is at collective #", seq));
-    out += str(out.empty() ? "" : "; ", join(ahead, ", "), " (this rank is behind: a desync)");
+    // See Note [Collectives end unevenly]: with a rank missing, the rank ahead finished this collective.
+    out += str(out.empty() ? "" : "; ", join(ahead, ", "),
+               missing.empty() ? " (this rank is behind: a desync)"
+                               : " (it finished this collective, which still waits here for the rank(s) that did not arrive)");
   }
   if (out.empty()) out = "every rank reported this collective: the backend itself stalled";
   return out;

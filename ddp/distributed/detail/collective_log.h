@@ -104,6 +104,7 @@ struct Arrival {
 struct ArrivalReport {
   std::vector<int> silent;                           // sent no report in the window
   std::vector<std::pair<int, std::int64_t>> behind;  // last entered an earlier collective (rank, seq)
+  std::vector<std::pair<int, std::int64_t>> still_inside;  // behind, in one that completed here (rank, seq)
   std::vector<std::pair<int, std::int64_t>> ahead;   // already in a later one (rank, seq)
   std::vector<std::pair<int, std::string>> mismatched;  // the same seq, another collective (rank, what)
   std::string what;                                  // this rank's collective
@@ -111,12 +112,16 @@ struct ArrivalReport {
   bool store_failed = false;                         // the store did not answer (e.g. rank 0 is gone)
   std::chrono::milliseconds answered{0};             // with store_failed: how long it answered before
   std::int64_t last_completed = 0;                   // this rank's last completed collective (0: none)
-  bool all_arrived() const { return silent.empty() && behind.empty() && mismatched.empty(); }
+  bool all_arrived() const { return silent.empty() && behind.empty() && still_inside.empty() && mismatched.empty(); }
 };
 
 // Pure: sorts the reports (reported[r] = what rank r published, nullopt if none) against this
 // rank's collective (seq, what).
 ArrivalReport classify_arrivals(int self, const Arrival& mine, const std::vector<std::optional<Arrival>>& reported);
+
+// Moves each rank of report.behind whose collective completed on this rank (completed_here(seq)) to
+// report.still_inside: it arrived there and waits for another rank (Note [Collectives end unevenly]).
+void separate_still_inside(ArrivalReport& report, const std::function<bool(std::int64_t)>& completed_here);
 
 // The report with every rank r replaced by global_rank(r): a sub-group's ranks named as in the world.
 ArrivalReport in_global_ranks(ArrivalReport report, const std::function<int(int)>& global_rank);
