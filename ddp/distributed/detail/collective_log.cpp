@@ -180,14 +180,14 @@ std::optional<std::string> write_collectives_file(const std::string& dir, int ra
 // (arrival_done/<rank>), kArrivalLingerSlack at most. A silent rank is not waited for, so a lone hung
 // peer costs the host no more than the window. Should the store still go away during a rank's
 // window, the report says how long it answered rather than that it never did.
-// A rank whose key is still missing after the window is not inside any
-// collective of this group (it hangs in computation, or is gone); a rank that published a lower
-// number is stuck in an earlier collective: one that completed here is still inside it, waiting for
-// another rank (Note [Collectives end unevenly]); otherwise a desync (it skipped or reordered one). A
-// higher number means this rank is the one behind: with ranks missing, the other rank finished the
-// collective that this rank still waits in; with none, a desync. The store calls run on a helper thread and are abandoned after
-// the window plus 1 s, so a dead store (rank 0 gone) cannot turn a timeout into a hang. Keys are
-// overwritten by later timeouts; after a timeout the group is unusable anyway.
+// A rank whose key is still missing after the window is not inside any collective of this group (it
+// hangs in computation, or is gone). A rank that published a lower number is stuck in an earlier
+// collective: if that one completed here, it is still inside it, waiting for another rank (Note
+// [Collectives end unevenly]); otherwise a desync (it skipped or reordered one). A higher number means
+// this rank is behind: with ranks missing, the other finished the collective this one waits in; with
+// none, a desync. The store calls run on a helper thread and are abandoned after the window plus 1 s,
+// so a dead store (rank 0 gone) cannot turn a timeout into a hang. Keys are overwritten by later
+// timeouts; after a timeout the group is unusable anyway.
 
 std::string arrival_key(int rank) { return str("arrival/", rank); }
 
